@@ -1,0 +1,1 @@
+"""flexcomm's shared cost model: units, the cluster object, collective formulas, calibration."""

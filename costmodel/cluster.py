@@ -1,0 +1,733 @@
+"""The validated description of a cluster: devices, links and the network between nodes.
+
+A cluster is written once (YAML/JSON, with units such as ``10Gbit/s`` or ``80GiB``) and read by
+every engine: the cost model asks :meth:`Cluster.group_link` which link a collective sees, the
+discrete-event simulator routes flows over :meth:`Cluster.to_graph`. Both come from the same
+edge table here, so a flow's path in the simulator has exactly the latency and bottleneck
+bandwidth :meth:`Cluster.path_link` reports. Inside, every value is SI (bytes, bytes/s, seconds,
+FLOP/s); malformed input raises :class:`~costmodel.errors.InputError` naming the dotted field,
+e.g. ``cluster.inter_link.bandwidth``.
+
+Network model (inter-node; intra-node traffic uses ``intra_link`` and is not in the graph):
+
+* ``flat``: every node's NIC into one non-blocking switch. ``inter_link.latency`` is the whole
+  NIC-switch-NIC latency, so each graph edge host<->switch carries half of the node's latency.
+* ``two-level``: ``nodes_per_switch`` consecutive nodes under each leaf switch; each leaf has one
+  uplink to a single spine of capacity ``nodes_per_switch * inter bandwidth / oversubscription``
+  (a partly filled last leaf keeps the full uplink). Every edge carries half the inter latency,
+  so nodes under one leaf see one latency and nodes under different leaves two.
+* ``ring``: node i is cabled to node (i+1) % nodes (two nodes share one cable); a message to a
+  non-neighbour goes hop by hop the shorter way (clockwise, i.e. increasing index, on a tie),
+  paying the full latency per hop. A ring edge has the lower bandwidth and higher latency of the
+  two NICs it joins.
+
+Overrides: ``node: i`` replaces node i's NIC values (both directions). ``between: [a, b]``
+replaces the end-to-end result for that pair: on a ring with a and b adjacent it changes that
+cable; otherwise it adds a dedicated direct edge a<->b that carries only a<->b traffic (values
+left out are those of the normal route). Overrides apply in order; a later one wins field by
+field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import types
+import typing
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache, cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import networkx as nx
+import numpy as np
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from costmodel.errors import InputError
+from costmodel.units import parse_bandwidth, parse_flops, parse_size, parse_time
+
+Duplex = Literal["full", "half"]
+TopologyKind = Literal["flat", "two-level", "ring"]
+
+
+# --- error translation ------------------------------------------------------------------------
+
+
+class _Nothing:
+    """Stands for a missing value in messages: ``got nothing``."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+_NOTHING = _Nothing()
+
+
+class _SubfieldError(InputError):
+    """Raised by model validators: ``field`` is relative to the model being validated."""
+
+
+def _expected_of(parser: Callable[[str], float]) -> str:
+    """The unit parser's own wording of the expected form, so messages never drift apart."""
+    try:
+        parser("?")
+    except InputError as exc:
+        return exc.expected
+    raise AssertionError("parser accepted '?'")  # pragma: no cover
+
+
+_MEMORY_FORM = "a positive size such as 80GiB or 32GB"
+_INT_FORM = "an integer >= 1"
+_LINK_FORM = "a mapping with latency and bandwidth, e.g. {latency: 10us, bandwidth: 10Gbit/s}"
+
+#: Expected form per file key, used for pydantic's own errors (missing, wrong type, ...).
+_FORMS: dict[str, str] = {
+    "name": "a non-empty string",
+    "description": "a one-line string",
+    "nodes": _INT_FORM,
+    "devices_per_node": _INT_FORM,
+    "device": "a mapping with name, peak_flops and memory, e.g. {name: A100, peak_flops: 312TFLOP/s, memory: 80GiB}",
+    "peak_flops": _expected_of(parse_flops),
+    "memory": _MEMORY_FORM,
+    "intra_link": _LINK_FORM,
+    "inter_link": _LINK_FORM,
+    "latency": _expected_of(parse_time),
+    "bandwidth": _expected_of(parse_bandwidth),
+    "duplex": "one of 'full', 'half'",
+    "topology": "a topology kind ('flat', 'two-level', 'ring') or a mapping such as "
+    "{kind: two-level, nodes_per_switch: 4, oversubscription: 2}",
+    "kind": "one of 'flat', 'two-level', 'ring'",
+    "nodes_per_switch": _INT_FORM,
+    "oversubscription": "a number >= 1, e.g. 2 for 2:1",
+    "overrides": "a list of {node: N, bandwidth: ..., latency: ...} or {between: [a, b], ...} entries",
+    "node": "a node index (an integer >= 0)",
+    "between": "a pair of node indices such as [2, 5]",
+}
+
+
+def _input_keys(name: str, info: Any) -> list[str]:
+    """The keys a field accepts in a file, preferred first (``bandwidth`` before ``bandwidth_Bps``)."""
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [choice for choice in alias.choices if isinstance(choice, str)]
+    return [alias] if isinstance(alias, str) else [name]
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Pydantic model classes mentioned in an annotation (``list[LinkOverride]`` -> LinkOverride)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) or typing.get_args(annotation):
+        return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _locate(model: type[BaseModel], loc: Sequence[int | str]) -> tuple[type[BaseModel] | None, str | None]:
+    """Walk an error location: the model owning the last key, and the last key naming a field."""
+    owner: type[BaseModel] | None = model
+    key: str | None = None
+    for part in loc:
+        if isinstance(part, int) or owner is None:
+            continue
+        fields = {k: (name, info) for name, info in owner.model_fields.items() for k in _input_keys(name, info)}
+        if part not in fields:
+            return owner, key
+        name, info = fields[part]
+        key = _input_keys(name, info)[0]
+        inner = _models_in(info.annotation)
+        owner = inner[0] if inner else None
+    return owner, key
+
+
+def _known_keys(model: type[BaseModel] | None) -> str:
+    if model is None:
+        return "no further keys"
+    return ", ".join(_input_keys(name, info)[0] for name, info in model.model_fields.items())
+
+
+def _translate(exc: ValidationError, root: str, model: type[BaseModel]) -> InputError:
+    """The first pydantic error as an InputError with a dotted field and the expected form."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err["loc"]]
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, _SubfieldError):
+        return InputError(".".join([root, *loc, inner.field]), inner.got, inner.expected)
+    if isinstance(inner, InputError):
+        return InputError(".".join([root, *loc]), inner.got, inner.expected)
+    owner, key = _locate(model, err["loc"])
+    field = ".".join([root, *loc])
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return InputError(field, err.get("input"), f"no such key; known keys here: {_known_keys(owner)}")
+    if not loc:
+        return InputError(field, err.get("input"), f"a mapping with keys {_known_keys(model)}")
+    expected = _FORMS.get(key or "", err["msg"])
+    return InputError(field, _NOTHING if kind == "missing" else err.get("input"), expected)
+
+
+def _no_bool(value: Any) -> Any:
+    """YAML's ``yes``/``true`` is never a count or a ratio; pydantic would quietly read it as 1."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("bool_not_number", "a number, not a boolean")
+    return value
+
+
+class _Model(BaseModel):
+    """Frozen (shared safely, caches stay valid) and strict about unknown keys (typos are errors).
+
+    Built directly from Python a model raises pydantic's ValidationError (a ValueError); the
+    file/dict entry points translate it to InputError. (Translating in ``__init__`` would make
+    pydantic call it for nested models too and lose the error's location.)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- the models -------------------------------------------------------------------------------
+
+
+class Device(_Model):
+    """One accelerator: its peak rate (for compute time) and memory (for what fits)."""
+
+    name: str
+    peak_flops: float
+    memory_bytes: float = Field(validation_alias=AliasChoices("memory", "memory_bytes"))
+
+    @field_validator("peak_flops", mode="before")
+    @classmethod
+    def _parse_flops(cls, value: Any) -> float:
+        return parse_flops(value, "peak_flops")
+
+    @field_validator("memory_bytes", mode="before")
+    @classmethod
+    def _parse_memory(cls, value: Any) -> float:
+        try:
+            nbytes = parse_size(value, "memory")
+        except InputError:
+            nbytes = 0.0
+        if nbytes <= 0:  # a device without memory is a typo, not a device
+            raise InputError("memory", value, _MEMORY_FORM)
+        return nbytes
+
+
+class Link(_Model):
+    """A link of the alpha-beta model: ``alpha`` seconds per message, ``beta`` seconds per byte."""
+
+    latency_s: float = Field(validation_alias=AliasChoices("latency", "latency_s"))
+    bandwidth_Bps: float = Field(validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
+    duplex: Duplex = "full"
+
+    @field_validator("latency_s", mode="before")
+    @classmethod
+    def _parse_latency(cls, value: Any) -> float:
+        return parse_time(value, "latency")
+
+    @field_validator("bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_bandwidth(cls, value: Any) -> float:
+        return parse_bandwidth(value, "bandwidth")
+
+    @property
+    def alpha(self) -> float:
+        """Seconds per message (the latency)."""
+        return self.latency_s
+
+    @property
+    def beta(self) -> float:
+        """Seconds per byte (1 / bandwidth)."""
+        return 1.0 / self.bandwidth_Bps
+
+
+class Topology(_Model):
+    """How nodes are wired: one switch, leaf switches under a spine, or a ring of cables.
+
+    ``nodes_per_switch`` and ``oversubscription`` only matter for ``two-level`` (the others keep
+    but ignore them, so switching ``kind`` in a file for an experiment is a one-word edit).
+    """
+
+    kind: TopologyKind = "flat"
+    nodes_per_switch: int | None = Field(default=None, ge=1)
+    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+
+    _check_numbers = field_validator("nodes_per_switch", "oversubscription", mode="before")(_no_bool)
+
+    @model_validator(mode="after")
+    def _two_level_needs_leaves(self) -> Topology:
+        if self.kind == "two-level" and self.nodes_per_switch is None:
+            raise _SubfieldError("nodes_per_switch", _NOTHING, "an integer >= 1 (required for two-level)")
+        return self
+
+
+class LinkOverride(_Model):
+    """Different values for one node's NIC (``node``) or for one pair of nodes (``between``)."""
+
+    node: int | None = Field(default=None, ge=0)
+    between: tuple[int, int] | None = None
+    bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
+    latency_s: float | None = Field(default=None, validation_alias=AliasChoices("latency", "latency_s"))
+
+    _check_node = field_validator("node", mode="before")(_no_bool)
+
+    @field_validator("between", mode="before")
+    @classmethod
+    def _pair_of_ints(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                _no_bool(item)
+        return value
+
+    @field_validator("latency_s", mode="before")
+    @classmethod
+    def _parse_latency(cls, value: Any) -> float | None:
+        return None if value is None else parse_time(value, "latency")
+
+    @field_validator("bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_bandwidth(cls, value: Any) -> float | None:
+        return None if value is None else parse_bandwidth(value, "bandwidth")
+
+    @model_validator(mode="after")
+    def _one_target_something_to_change(self) -> LinkOverride:
+        if (self.node is None) == (self.between is None):
+            got = {"node": self.node, "between": self.between}
+            raise _SubfieldError("node", got, "exactly one of node: N or between: [a, b]")
+        if self.between is not None:
+            a, b = self.between
+            if a < 0 or b < 0 or a == b:
+                raise _SubfieldError("between", list(self.between), "two different node indices >= 0")
+        if self.bandwidth_Bps is None and self.latency_s is None:
+            raise _SubfieldError("bandwidth", _NOTHING, "a bandwidth and/or a latency to override")
+        return self
+
+
+# --- the network: one edge table for path_link, group_link and to_graph -----------------------
+
+
+@dataclass(frozen=True)
+class _Edge:
+    bandwidth_Bps: float
+    latency_s: float
+    kind: str  # "nic" (host<->switch), "uplink" (leaf<->spine), "ring", "override" (between a pair)
+
+
+def _host(i: int) -> str:
+    return f"node{i}"
+
+
+_T = TypeVar("_T")
+
+
+def _pick(override: float | None, default: _T) -> float | _T:
+    """An override's value where it gives one, else what was there."""
+    return default if override is None else override
+
+
+class _Network:
+    """Edges and routes of one cluster, computed once (the cluster is frozen)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.kind = cluster.topology.kind
+        self.nodes = cluster.nodes
+        self.nodes_per_switch = cluster.topology.nodes_per_switch or cluster.nodes
+        self.duplex: Duplex = cluster.inter_link.duplex
+        self.uplink_Bps = cluster.uplink_bandwidth_Bps
+        inter = cluster.inter_link
+        self.inter_latency = inter.latency_s
+        nic: dict[int, tuple[float, float]] = {}
+        pair: dict[tuple[int, int], tuple[float | None, float | None]] = {}
+        for o in cluster.overrides:
+            if o.node is not None:
+                bw, lat = nic.get(o.node, (inter.bandwidth_Bps, inter.latency_s))
+                nic[o.node] = (_pick(o.bandwidth_Bps, bw), _pick(o.latency_s, lat))
+            else:
+                assert o.between is not None
+                key = (min(o.between), max(o.between))
+                bw_o, lat_o = pair.get(key, (None, None))
+                pair[key] = (_pick(o.bandwidth_Bps, bw_o), _pick(o.latency_s, lat_o))
+        self.nic = [nic.get(i, (inter.bandwidth_Bps, inter.latency_s)) for i in range(self.nodes)]
+        self.edges: dict[tuple[str, str], _Edge] = {}
+        self._build_physical(pair)
+        self.virtual: set[tuple[int, int]] = set()
+        for (a, b), (bw, lat) in pair.items():
+            if self.kind == "ring" and self._adjacent(a, b):
+                continue  # already applied to the cable in _build_physical
+            route = self.physical_route(a, b)
+            edge = _Edge(
+                _pick(bw, min(self.edges[e].bandwidth_Bps for e in route)),
+                _pick(lat, sum(self.edges[e].latency_s for e in route)),
+                "override",
+            )
+            self.edges[(_host(a), _host(b))] = self.edges[(_host(b), _host(a))] = edge
+            self.virtual.update({(a, b), (b, a)})
+        self.path_cache: dict[tuple[int, int], Link] = {}
+        self.group_cache: dict[frozenset[int], tuple[str, Link]] = {}
+        # Per-node arrays for row(): NIC half-latency and bandwidth, leaf, ring cable a -> a+1.
+        self.half_latency = np.array([lat / 2 for _, lat in self.nic])
+        self.nic_bandwidth = np.array([bw for bw, _ in self.nic])
+        self.leaves = np.array([self.leaf_of(i) for i in range(self.nodes)])
+        if self.kind == "ring" and self.nodes > 1:
+            cables = [self.edges[(_host(i), _host((i + 1) % self.nodes))] for i in range(self.nodes)]
+            self.cable_latency = np.array([c.latency_s for c in cables])
+            self.cable_bandwidth = np.array([c.bandwidth_Bps for c in cables])
+
+    def _adjacent(self, a: int, b: int) -> bool:
+        return (b - a) % self.nodes in (1, self.nodes - 1)
+
+    def leaf_of(self, node: int) -> int:
+        return node // self.nodes_per_switch if self.kind == "two-level" else 0
+
+    def _build_physical(self, pair: dict[tuple[int, int], tuple[float | None, float | None]]) -> None:
+        def both(u: str, v: str, edge: _Edge) -> None:
+            self.edges[(u, v)] = self.edges[(v, u)] = edge
+
+        if self.kind in ("flat", "two-level"):
+            for i, (bw, lat) in enumerate(self.nic):
+                switch = "switch" if self.kind == "flat" else f"leaf{self.leaf_of(i)}"
+                both(_host(i), switch, _Edge(bw, lat / 2, "nic"))
+            if self.kind == "two-level":
+                assert self.uplink_Bps is not None
+                half = self.inter_latency / 2
+                for leaf in range(math.ceil(self.nodes / self.nodes_per_switch)):
+                    both(f"leaf{leaf}", "spine", _Edge(self.uplink_Bps, half, "uplink"))
+            return
+        for i in range(self.nodes if self.nodes > 2 else self.nodes - 1):  # 2 nodes: one cable
+            j = (i + 1) % self.nodes
+            bw = min(self.nic[i][0], self.nic[j][0])
+            lat = max(self.nic[i][1], self.nic[j][1])
+            bw_o, lat_o = pair.get((min(i, j), max(i, j)), (None, None))
+            both(_host(i), _host(j), _Edge(_pick(bw_o, bw), _pick(lat_o, lat), "ring"))
+
+    def physical_route(self, a: int, b: int) -> list[tuple[str, str]]:
+        """Hop-count shortest route over physical links; ring ties go clockwise."""
+        if a == b:
+            return []
+        if self.kind == "flat":
+            return [(_host(a), "switch"), ("switch", _host(b))]
+        if self.kind == "two-level":
+            la, lb = f"leaf{self.leaf_of(a)}", f"leaf{self.leaf_of(b)}"
+            if la == lb:
+                return [(_host(a), la), (la, _host(b))]
+            return [(_host(a), la), (la, "spine"), ("spine", lb), (lb, _host(b))]
+        n = self.nodes
+        step = 1 if (b - a) % n <= (a - b) % n else -1
+        route, here = [], a
+        while here != b:
+            nxt = (here + step) % n
+            route.append((_host(here), _host(nxt)))
+            here = nxt
+        return route
+
+    def route(self, a: int, b: int) -> list[tuple[str, str]]:
+        if (a, b) in self.virtual:
+            return [(_host(a), _host(b))]
+        return self.physical_route(a, b)
+
+    def row(self, a: int) -> tuple[np.ndarray, np.ndarray]:
+        """Latency and bandwidth of path_link(a, b) for every b at once (entry a is meaningless).
+
+        The same sums in the same order as path_link over route(a, b), vectorised so that
+        group_link over k nodes costs k numpy passes instead of k^2 Python routes.
+        """
+        n = self.nodes
+        if self.kind == "ring":
+            steps = np.arange(1, n)
+            cw_lat = np.cumsum(self.cable_latency[(a + steps - 1) % n])  # to a+1, a+2, ...
+            cw_bw = np.minimum.accumulate(self.cable_bandwidth[(a + steps - 1) % n])
+            ccw_lat = np.cumsum(self.cable_latency[(a - steps) % n])  # to a-1, a-2, ...
+            ccw_bw = np.minimum.accumulate(self.cable_bandwidth[(a - steps) % n])
+            d = (np.arange(n) - a) % n  # clockwise hops to each node
+            clockwise = d <= n - d
+            cw_i, ccw_i = np.maximum(d - 1, 0), np.minimum(n - d - 1, n - 2)
+            latency = np.where(clockwise, cw_lat[cw_i], ccw_lat[ccw_i])
+            bandwidth = np.where(clockwise, cw_bw[cw_i], ccw_bw[ccw_i])
+        else:
+            latency = self.half_latency[a] + self.half_latency
+            bandwidth = np.minimum(self.nic_bandwidth[a], self.nic_bandwidth)
+            if self.kind == "two-level":
+                assert self.uplink_Bps is not None
+                across = self.leaves != self.leaves[a]
+                half = self.inter_latency / 2
+                latency = np.where(across, self.half_latency[a] + half + half + self.half_latency, latency)
+                bandwidth = np.where(
+                    across, np.minimum(min(self.nic_bandwidth[a], self.uplink_Bps), self.nic_bandwidth), bandwidth
+                )
+        for x, b in self.virtual:
+            if x == a:
+                edge = self.edges[(_host(a), _host(b))]
+                latency[b], bandwidth[b] = edge.latency_s, edge.bandwidth_Bps
+        return latency, bandwidth
+
+    def path_link(self, a: int, b: int) -> Link:
+        key = (a, b)
+        if key not in self.path_cache:
+            edges = [self.edges[e] for e in self.route(a, b)]
+            self.path_cache[key] = Link(
+                latency_s=sum(e.latency_s for e in edges),
+                bandwidth_Bps=min(e.bandwidth_Bps for e in edges),
+                duplex=self.duplex,
+            )
+        return self.path_cache[key]
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+class Cluster(_Model):
+    """Nodes of identical devices, an intra-node link, an inter-node link and their topology."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    nodes: int = Field(ge=1)
+    devices_per_node: int = Field(ge=1)
+    device: Device
+    intra_link: Link
+    inter_link: Link
+    topology: Topology = Field(default_factory=Topology)
+    overrides: list[LinkOverride] = Field(default_factory=list)
+
+    _check_counts = field_validator("nodes", "devices_per_node", mode="before")(_no_bool)
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _topology_shorthand(cls, value: Any) -> Any:
+        """``topology: ring`` is short for ``topology: {kind: ring}``."""
+        return {"kind": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _overrides_name_real_nodes(self) -> Cluster:
+        last = self.nodes - 1
+        for i, o in enumerate(self.overrides):
+            if o.node is not None and o.node > last:
+                raise _SubfieldError(f"overrides.{i}.node", o.node, f"a node index 0..{last}")
+            if o.between is not None and max(o.between) > last:
+                raise _SubfieldError(f"overrides.{i}.between", list(o.between), f"two different node indices 0..{last}")
+        return self
+
+    # --- construction and serialisation -----------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any) -> Cluster:
+        """Validate a mapping (units allowed); any problem is an InputError with a dotted field."""
+        if not isinstance(data, dict):
+            raise InputError("cluster", data, f"a mapping with keys {_known_keys(cls)}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise _translate(exc, "cluster", cls) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Cluster:
+        """Load a ``.yaml``/``.yml``/``.json`` cluster file."""
+        path = Path(path)
+        if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+            raise InputError("cluster", str(path), "a cluster file ending in .yaml, .yml or .json")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError("cluster", str(path), f"a readable UTF-8 cluster file ({exc})") from None
+        return cls._from_text(text, "json" if path.suffix.lower() == ".json" else "yaml", str(path))
+
+    @classmethod
+    def _from_text(cls, text: str, fmt: Literal["yaml", "json"], source: str) -> Cluster:
+        try:
+            data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                "cluster", source, f"valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+            ) from None
+        except yaml.YAMLError as exc:
+            where = ""
+            mark = getattr(exc, "problem_mark", None)
+            if mark is not None:
+                where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            problem = getattr(exc, "problem", None) or "syntax error"
+            raise InputError("cluster", source, f"valid YAML ({problem}{where})") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-safe dict in SI units (keys ``bandwidth_Bps``, ``latency_s``, ``memory_bytes``)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Cluster:
+        """As pydantic's, but without the cached network of the original (its fields may change)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_network", None)
+        return copy
+
+    # --- ranks and nodes ---------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def _check_node(self, node: Any, field: str = "node") -> int:
+        try:
+            index = operator.index(node)
+        except TypeError:
+            index = -1
+        if isinstance(node, bool) or not 0 <= index < self.nodes:
+            raise InputError(field, node, f"a node index 0..{self.nodes - 1} of cluster {self.name}")
+        return index
+
+    def _check_rank(self, rank: Any) -> int:
+        try:
+            index = operator.index(rank)
+        except TypeError:
+            index = -1
+        if isinstance(rank, bool) or not 0 <= index < self.world_size:
+            raise InputError("rank", rank, f"a rank 0..{self.world_size - 1} of cluster {self.name}")
+        return index
+
+    def node_of(self, rank: int) -> int:
+        """Ranks are packed: rank r runs on node r // devices_per_node."""
+        return self._check_rank(rank) // self.devices_per_node
+
+    def ranks_on_node(self, node: int) -> list[int]:
+        first = self._check_node(node) * self.devices_per_node
+        return list(range(first, first + self.devices_per_node))
+
+    # --- links -------------------------------------------------------------------------------
+    @cached_property
+    def _network(self) -> _Network:
+        return _Network(self)
+
+    @property
+    def uplink_bandwidth_Bps(self) -> float | None:
+        """Capacity of one leaf's uplink (two-level only): nodes_per_switch * NIC / oversubscription."""
+        if self.topology.kind != "two-level" or self.topology.nodes_per_switch is None:
+            return None
+        return self.topology.nodes_per_switch * self.inter_link.bandwidth_Bps / self.topology.oversubscription
+
+    def leaf_of(self, node: int) -> int:
+        """The leaf switch a node hangs off (two-level); 0 for the other topologies."""
+        return self._network.leaf_of(self._check_node(node))
+
+    def node_link(self, node: int) -> Link:
+        """Node's NIC link after ``node`` overrides (latency: the whole NIC-switch-NIC figure)."""
+        bw, lat = self._network.nic[self._check_node(node)]
+        return Link(latency_s=lat, bandwidth_Bps=bw, duplex=self.inter_link.duplex)
+
+    def path_link(self, node_a: int, node_b: int) -> Link:
+        """End-to-end link between two different nodes: min bandwidth and summed latency of the route.
+
+        Without overrides: flat and two-level within a leaf give the inter latency, two-level
+        across leaves twice it, a ring hops * it. The uplink's *share* under contention is not
+        applied here (see :meth:`group_link`), only its capacity as an edge of the route.
+        """
+        a, b = self._check_node(node_a, "node_a"), self._check_node(node_b, "node_b")
+        if a == b:
+            raise InputError("node_b", node_b, "a node other than node_a (same-node traffic uses intra_link)")
+        return self._network.path_link(a, b)
+
+    def path(self, node_a: int, node_b: int) -> list[tuple[str, str]]:
+        """The edges of :meth:`to_graph` a flow from node_a to node_b crosses, in order ([] if equal)."""
+        a, b = self._check_node(node_a, "node_a"), self._check_node(node_b, "node_b")
+        return self._network.route(a, b)
+
+    def group_link(self, ranks: Iterable[int] | None = None) -> tuple[str, Link]:
+        """Link class (``intra``/``inter``) and the slowest link a collective over ``ranks`` sees.
+
+        Across nodes: the lowest bandwidth and highest latency of :meth:`path_link` over every
+        ordered pair of the group's nodes; on a two-level network spanning several leaves the
+        bandwidth is also capped by each leaf's uplink shared by the group's nodes under it
+        (every node sending at once). ``None`` means every rank.
+        """
+        if ranks is None:
+            nodes = frozenset(range(self.nodes))
+        else:
+            ranks = list(ranks)
+            if not ranks:
+                raise InputError("ranks", ranks, f"a non-empty list of ranks 0..{self.world_size - 1}")
+            nodes = frozenset(self.node_of(r) for r in ranks)
+        net = self._network
+        if nodes not in net.group_cache:
+            net.group_cache[nodes] = self._group_link(nodes)
+        return net.group_cache[nodes]
+
+    def _group_link(self, nodes: frozenset[int]) -> tuple[str, Link]:
+        if len(nodes) == 1:
+            return "intra", self.intra_link
+        net = self._network
+        members = np.array(sorted(nodes))
+        bandwidth, latency = math.inf, 0.0
+        for a in members:
+            row_latency, row_bandwidth = net.row(int(a))
+            others = members[members != a]
+            bandwidth = min(bandwidth, float(row_bandwidth[others].min()))
+            latency = max(latency, float(row_latency[others].max()))
+        per_leaf = Counter(net.leaf_of(n) for n in nodes)
+        if self.topology.kind == "two-level" and len(per_leaf) > 1:
+            assert net.uplink_Bps is not None
+            bandwidth = min(bandwidth, net.uplink_Bps / max(per_leaf.values()))
+        return "inter", Link(latency_s=latency, bandwidth_Bps=bandwidth, duplex=self.inter_link.duplex)
+
+    def to_graph(self) -> nx.DiGraph:
+        """Hosts ``node{i}`` and switches (``switch``, or ``leaf{j}`` + ``spine``) joined by directed edges.
+
+        Each direction of each link is one edge with ``bandwidth_Bps``, ``latency_s``, ``name``
+        (``"node3->switch"``), ``kind`` and ``duplex``. Host-switch edges carry half the NIC
+        latency each way, so the latencies along :meth:`path` add up to :meth:`path_link`'s.
+        """
+        graph = nx.DiGraph(
+            name=self.name,
+            topology=self.topology.kind,
+            devices_per_node=self.devices_per_node,
+            intra_bandwidth_Bps=self.intra_link.bandwidth_Bps,
+            intra_latency_s=self.intra_link.latency_s,
+        )
+        for i in range(self.nodes):
+            graph.add_node(_host(i), kind="host", index=i, devices=self.devices_per_node)
+        for (u, v), edge in self._network.edges.items():
+            for vertex in (u, v):
+                if vertex not in graph:
+                    graph.add_node(vertex, kind="switch")
+            graph.add_edge(
+                u,
+                v,
+                bandwidth_Bps=edge.bandwidth_Bps,
+                latency_s=edge.latency_s,
+                name=f"{u}->{v}",
+                kind=edge.kind,
+                duplex=self.inter_link.duplex,
+            )
+        return graph
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def embedded_clusters() -> list[str]:
+    """Names of the clusters shipped in ``costmodel/clusters/*.yaml``."""
+    folder = resources.files("costmodel").joinpath("clusters")
+    return sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
+
+
+@cache
+def _load_embedded(name: str) -> Cluster:
+    text = resources.files("costmodel").joinpath("clusters", f"{name}.yaml").read_text(encoding="utf-8")
+    return Cluster._from_text(text, "yaml", f"embedded cluster {name}")
+
+
+def load_cluster(spec: str | Path | Cluster) -> Cluster:
+    """A Cluster from itself, a path to an existing YAML/JSON file, or an embedded cluster's name."""
+    if isinstance(spec, Cluster):
+        return spec
+    names = embedded_clusters()
+    if isinstance(spec, (str, Path)):
+        if Path(spec).is_file():
+            return Cluster.from_file(spec)
+        if isinstance(spec, str) and spec in names:
+            return _load_embedded(spec)
+    raise InputError("cluster", spec, f"one of {', '.join(names)} or a path to a YAML/JSON cluster file")

@@ -1,0 +1,546 @@
+"""Compute-time model: how long one rank's forward and backward passes take.
+
+Communication only matters relative to computation: the simulator overlaps gradient buckets with
+the backward pass and compression pays off only when the exchange is the bottleneck. So it needs
+per-layer compute times, from two sources in order of trust:
+
+1. measured per-layer medians (:class:`MeasuredProfile`), which override
+2. the FLOP model: seconds = FLOPs / (peak FLOP/s * efficiency), backward = 2 x forward.
+
+FLOPs count a multiply-accumulate as *two* operations, as a GPU's peak FLOP/s and
+``torch.utils.flop_counter`` do. torchvision's "GFLOPS" column (ResNet-18 1.81, ResNet-50 4.09,
+VGG-16 15.47, AlexNet 0.71) counts multiply-accumulates, so the zoo's forward FLOPs are twice
+those numbers; only matmuls and convolutions are counted (elementwise, normalisation and pooling
+work is not), like both of those counters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from costmodel.errors import InputError
+from costmodel.units import parse_flops
+
+if TYPE_CHECKING:
+    import torch
+
+#: Fraction of peak FLOP/s a kernel reaches: PaddlePaddle's auto-parallel cost model uses 0.65
+#: (``utilization_rate`` in ``CompOpCost.calc_time``,
+#: python/paddle/distributed/auto_parallel/static/cost/base_cost.py).
+DEFAULT_EFFICIENCY = 0.65
+
+#: Backward FLOPs per forward FLOP: one matmul for the input gradient, one for the weight
+#: gradient (Kaplan et al. 2020; Narayanan et al., SC'21).
+DEFAULT_BACKWARD_FACTOR = 2.0
+
+
+def _array(value: ArrayLike, name: str, expected: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise InputError(name, value, expected) from exc
+    if np.any(~np.isfinite(arr)):
+        raise InputError(name, value, expected)
+    return arr
+
+
+def _peak(peak_flops: ArrayLike | str) -> np.ndarray:
+    expected = "a positive FLOP/s rate such as 15.7TFLOP/s or 1.57e13"
+    if isinstance(peak_flops, str):
+        return np.asarray(parse_flops(peak_flops))
+    peak = _array(peak_flops, "peak_flops", expected)
+    if np.any(peak <= 0):
+        raise InputError("peak_flops", peak_flops, expected)
+    return peak
+
+
+def _efficiency(efficiency: ArrayLike) -> np.ndarray:
+    eff = _array(efficiency, "efficiency", "a fraction of peak in (0, 1]")
+    if np.any(eff <= 0) or np.any(eff > 1):
+        raise InputError("efficiency", efficiency, "a fraction of peak in (0, 1]")
+    return eff
+
+
+def _backward_factor(backward_factor: ArrayLike) -> np.ndarray:
+    factor = _array(backward_factor, "backward_factor", "a non-negative multiple of the forward FLOPs")
+    if np.any(factor < 0):
+        raise InputError("backward_factor", backward_factor, "a non-negative multiple of the forward FLOPs")
+    return factor
+
+
+def _batch(batch_per_rank: ArrayLike) -> np.ndarray:
+    batch = _array(batch_per_rank, "batch_per_rank", "a positive number of samples per rank")
+    if np.any(batch <= 0):
+        raise InputError("batch_per_rank", batch_per_rank, "a positive number of samples per rank")
+    return batch
+
+
+def compute_seconds(
+    flops: ArrayLike, peak_flops: ArrayLike | str, efficiency: ArrayLike = DEFAULT_EFFICIENCY
+) -> np.ndarray:
+    """Seconds to run ``flops`` on a device of ``peak_flops`` reaching ``efficiency`` of peak.
+
+    Vectorised: any arguments that broadcast together. ``peak_flops`` may be a string such as
+    ``"15.7TFLOP/s"``.
+    """
+    work = _array(flops, "flops", "a non-negative finite FLOP count")
+    if np.any(work < 0):
+        raise InputError("flops", flops, "a non-negative finite FLOP count")
+    return work / (_peak(peak_flops) * _efficiency(efficiency))
+
+
+# --- specs and profiles -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer: its parameter count (what it sends) and forward FLOPs per sample (what it costs)."""
+
+    name: str
+    params: int
+    forward_flops: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InputError("layer", self.name, "a non-empty layer name")
+        if not _is_whole(self.params, minimum=0):
+            raise InputError(f"{self.name}.params", self.params, "a non-negative integer")
+        try:
+            flops = float(self.forward_flops)
+        except (TypeError, ValueError) as exc:
+            raise InputError(
+                f"{self.name}.forward_flops", self.forward_flops, "non-negative finite FLOPs"
+            ) from exc
+        if not math.isfinite(flops) or flops < 0:
+            raise InputError(f"{self.name}.forward_flops", self.forward_flops, "non-negative finite FLOPs")
+        object.__setattr__(self, "params", int(self.params))
+        object.__setattr__(self, "forward_flops", flops)
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    """Measured per-layer (forward, backward) seconds at ``batch_per_rank``: medians, not means.
+
+    Medians, because the first iterations (allocator, cuDNN autotuning) and stragglers would
+    drag a mean. Times at another batch size are scaled linearly from ``batch_per_rank``, a fair
+    approximation once the device is saturated; measure at the batch you simulate when it is not.
+    """
+
+    batch_per_rank: int
+    layers: Mapping[str, tuple[float, float]]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        batch = self.batch_per_rank
+        if not _is_whole(batch, minimum=1):
+            raise InputError("batch_per_rank", batch, "an integer >= 1")
+        clean: dict[str, tuple[float, float]] = {}
+        for name, pair in self.layers.items():
+            try:
+                fwd, bwd = (float(x) for x in pair)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"profile.{name}", pair, "a (forward, backward) pair of seconds") from exc
+            if not (math.isfinite(fwd) and math.isfinite(bwd)) or fwd < 0 or bwd < 0:
+                raise InputError(f"profile.{name}", pair, "non-negative finite (forward, backward) seconds")
+            clean[str(name)] = (fwd, bwd)
+        object.__setattr__(self, "batch_per_rank", int(batch))
+        object.__setattr__(self, "layers", clean)
+
+    @classmethod
+    def from_samples(
+        cls,
+        batch_per_rank: int,
+        samples: Mapping[str, Iterable[tuple[float, float]]],
+        source: str = "",
+    ) -> MeasuredProfile:
+        """Per-layer medians of repeated (forward, backward) timings."""
+        layers: dict[str, tuple[float, float]] = {}
+        for name, runs in samples.items():
+            arr = np.asarray(list(runs), dtype=float)
+            if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] != 2:
+                raise InputError(f"profile.{name}", runs, "one or more (forward, backward) pairs")
+            layers[name] = (float(np.median(arr[:, 0])), float(np.median(arr[:, 1])))
+        return cls(batch_per_rank, layers, source)
+
+    def scaled(self, batch_per_rank: float) -> dict[str, tuple[float, float]]:
+        """(forward, backward) seconds per layer at another batch size (linear in the batch)."""
+        ratio = float(batch_per_rank) / self.batch_per_rank
+        return {name: (fwd * ratio, bwd * ratio) for name, (fwd, bwd) in self.layers.items()}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the cost model sees it: ordered layers (forward order) and optional measurements."""
+
+    name: str
+    layers: list[LayerSpec]
+    description: str = ""
+    profile: MeasuredProfile | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.layers:
+            raise InputError("layers", self.layers, f"at least one layer for model {self.name!r}")
+        seen: set[str] = set()
+        for layer in self.layers:
+            if not isinstance(layer, LayerSpec):
+                raise InputError("layers", layer, "LayerSpec entries")
+            if layer.name in seen:
+                raise InputError("layers", layer.name, f"unique layer names in model {self.name!r}")
+            seen.add(layer.name)
+        object.__setattr__(self, "layers", list(self.layers))
+        if self.profile is not None:
+            unknown = sorted(set(self.profile.layers) - seen)
+            if unknown:
+                raise InputError("profile", unknown, f"layer names of model {self.name!r}")
+
+    # --- sizes ---
+
+    @property
+    def params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def forward_flops(self) -> float:
+        """Forward FLOPs per sample."""
+        return float(sum(layer.forward_flops for layer in self.layers))
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in self.layers]
+
+    def gradient_bytes(self, dtype_bytes: int = 4) -> int:
+        """Bytes of one full gradient (what a dense allreduce moves): params x element size."""
+        return self.params * _dtype_bytes(dtype_bytes)
+
+    def layer_gradient_bytes(self, dtype_bytes: int = 4) -> np.ndarray:
+        """Per-layer gradient bytes in forward order, for bucketing."""
+        size = _dtype_bytes(dtype_bytes)
+        return np.array([layer.params * size for layer in self.layers], dtype=np.int64)
+
+    # --- times ---
+
+    def with_profile(self, profile: MeasuredProfile) -> ModelSpec:
+        """A copy whose measured layers use ``profile`` instead of the FLOP model."""
+        return replace(self, profile=profile)
+
+    @classmethod
+    def from_profile(
+        cls,
+        name: str,
+        measured: Mapping[str, tuple[float, float]],
+        batch_per_rank: int = 1,
+        params: Mapping[str, int] | None = None,
+        description: str = "",
+    ) -> ModelSpec:
+        """A model known only from measurements: layers in ``measured``'s order, no FLOP model.
+
+        ``params`` gives each layer's parameter count (0 when missing) so gradient sizes are right.
+        """
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(measured))
+        if unknown:
+            raise InputError("params", unknown, "names of measured layers")
+        layers = [LayerSpec(layer, params.get(layer, 0), 0.0) for layer in measured]
+        profile = MeasuredProfile(batch_per_rank, dict(measured), source="measured")
+        return cls(name, layers, description or "from a measured profile", profile)
+
+    def layer_seconds(
+        self,
+        batch_per_rank: float,
+        peak_flops: float | str,
+        efficiency: float = DEFAULT_EFFICIENCY,
+        backward_factor: float = DEFAULT_BACKWARD_FACTOR,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-layer (forward, backward) seconds in forward order; the backward runs in reverse.
+
+        Measured layers take the profile's medians (scaled to the batch); the rest the FLOP model.
+        """
+        for arg, value in (
+            ("batch_per_rank", batch_per_rank),
+            ("efficiency", efficiency),
+            ("backward_factor", backward_factor),
+        ):
+            if np.ndim(value) != 0:
+                raise InputError(arg, value, "a scalar (iteration_seconds takes arrays)")
+        if not isinstance(peak_flops, str) and np.ndim(peak_flops) != 0:
+            raise InputError("peak_flops", peak_flops, "a scalar (iteration_seconds takes arrays)")
+        batch = float(_batch(batch_per_rank))
+        flops = np.array([layer.forward_flops for layer in self.layers]) * batch
+        forward = compute_seconds(flops, peak_flops, efficiency)
+        backward = forward * float(_backward_factor(backward_factor))
+        if self.profile is not None:
+            measured = self.profile.scaled(batch)
+            for i, layer in enumerate(self.layers):
+                if layer.name in measured:
+                    forward[i], backward[i] = measured[layer.name]
+        return forward, backward
+
+    def iteration_seconds(
+        self,
+        batch_per_rank: ArrayLike,
+        peak_flops: ArrayLike | str,
+        efficiency: ArrayLike = DEFAULT_EFFICIENCY,
+        backward_factor: ArrayLike = DEFAULT_BACKWARD_FACTOR,
+    ) -> np.ndarray:
+        """Forward + backward seconds of one iteration; vectorised over every argument."""
+        batch = _batch(batch_per_rank)
+        factor = _backward_factor(backward_factor)
+        measured = self.profile.layers if self.profile is not None else {}
+        modelled_flops = sum(layer.forward_flops for layer in self.layers if layer.name not in measured)
+        total = compute_seconds(modelled_flops * batch * (1.0 + factor), peak_flops, efficiency)
+        if measured:
+            per_sample = sum(fwd + bwd for fwd, bwd in measured.values()) / self.profile.batch_per_rank
+            total = total + per_sample * batch
+        return total
+
+
+def _is_whole(value: object, minimum: int) -> bool:
+    """A whole number >= minimum (ints, integral floats, numpy integers; never bools or strings)."""
+    if isinstance(value, (bool, str)):
+        return False
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(number) and number.is_integer() and number >= minimum
+
+
+def _dtype_bytes(dtype_bytes: int) -> int:
+    if not _is_whole(dtype_bytes, minimum=1):
+        raise InputError("dtype_bytes", dtype_bytes, "a positive whole number of bytes per element")
+    return int(dtype_bytes)
+
+
+# --- builders for the zoo ---------------------------------------------------------------------
+
+
+class _Net:
+    """Walks a CNN's shapes so each layer's FLOPs come from its real output size."""
+
+    def __init__(self, image_size: int, channels: int = 3) -> None:
+        self.size = image_size
+        self.channels = channels
+        self.layers: list[LayerSpec] = []
+
+    def conv(self, name: str, out: int, k: int, stride: int = 1, pad: int = 0, bias: bool = False) -> None:
+        size = (self.size + 2 * pad - k) // stride + 1
+        weights = self.channels * out * k * k
+        self.layers.append(LayerSpec(name, weights + (out if bias else 0), 2.0 * weights * size * size))
+        self.size, self.channels = size, out
+
+    def bn(self, name: str) -> None:
+        self.layers.append(LayerSpec(name, 2 * self.channels, 0.0))
+
+    def pool(self, k: int, stride: int, pad: int = 0) -> None:
+        self.size = (self.size + 2 * pad - k) // stride + 1
+
+    def linear(self, name: str, inputs: int, out: int) -> None:
+        self.layers.append(LayerSpec(name, inputs * out + out, 2.0 * inputs * out))
+
+
+_RESNET_BLOCKS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
+
+
+def resnet_spec(depth: int = 50, image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
+    """torchvision's ResNet (v1.5: stride on the 3x3 conv), one layer per conv / BN / fc module."""
+    if depth not in _RESNET_BLOCKS:
+        raise InputError("depth", depth, "one of " + ", ".join(map(str, _RESNET_BLOCKS)))
+    kind, blocks = _RESNET_BLOCKS[depth]
+    expansion = 4 if kind == "bottleneck" else 1
+    net = _Net(image_size)
+    net.conv("conv1", 64, 7, stride=2, pad=3)
+    net.bn("bn1")
+    net.pool(3, 2, 1)
+    for stage, (width, count) in enumerate(zip([64, 128, 256, 512], blocks, strict=True), start=1):
+        for b in range(count):
+            prefix = f"layer{stage}.{b}"
+            stride = 2 if stage > 1 and b == 0 else 1
+            cin, size = net.channels, net.size
+            if kind == "basic":
+                net.conv(f"{prefix}.conv1", width, 3, stride, 1)
+                net.bn(f"{prefix}.bn1")
+                net.conv(f"{prefix}.conv2", width, 3, 1, 1)
+                net.bn(f"{prefix}.bn2")
+            else:
+                net.conv(f"{prefix}.conv1", width, 1)
+                net.bn(f"{prefix}.bn1")
+                net.conv(f"{prefix}.conv2", width, 3, stride, 1)
+                net.bn(f"{prefix}.bn2")
+                net.conv(f"{prefix}.conv3", width * expansion, 1)
+                net.bn(f"{prefix}.bn3")
+            if stride != 1 or cin != width * expansion:
+                out_channels, out_size = net.channels, net.size
+                net.channels, net.size = cin, size
+                net.conv(f"{prefix}.downsample.0", width * expansion, 1, stride)
+                net.bn(f"{prefix}.downsample.1")
+                assert (net.channels, net.size) == (out_channels, out_size)
+    net.linear("fc", 512 * expansion, num_classes)
+    return ModelSpec(
+        f"resnet{depth}", net.layers, f"torchvision ResNet-{depth}, {image_size}px, batch of 1 sample"
+    )
+
+
+def vgg16_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
+    """torchvision's VGG-16 (configuration D, no batch norm), layer names as in its module tree."""
+    net = _Net(image_size)
+    index = 0
+    for item in [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]:
+        if item == "M":
+            net.pool(2, 2)
+            index += 1
+        else:
+            net.conv(f"features.{index}", int(item), 3, 1, 1, bias=True)
+            index += 2  # conv, ReLU
+    flat = 512 * 7 * 7  # adaptive average pooling to 7x7
+    net.linear("classifier.0", flat, 4096)
+    net.linear("classifier.3", 4096, 4096)
+    net.linear("classifier.6", 4096, num_classes)
+    return ModelSpec("vgg16", net.layers, f"torchvision VGG-16, {image_size}px")
+
+
+def alexnet_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
+    """torchvision's AlexNet (the one-GPU variant of Krizhevsky 2014)."""
+    net = _Net(image_size)
+    net.conv("features.0", 64, 11, 4, 2, bias=True)
+    net.pool(3, 2)
+    net.conv("features.3", 192, 5, 1, 2, bias=True)
+    net.pool(3, 2)
+    net.conv("features.6", 384, 3, 1, 1, bias=True)
+    net.conv("features.8", 256, 3, 1, 1, bias=True)
+    net.conv("features.10", 256, 3, 1, 1, bias=True)
+    flat = 256 * 6 * 6  # adaptive average pooling to 6x6
+    net.linear("classifier.1", flat, 4096)
+    net.linear("classifier.4", 4096, 4096)
+    net.linear("classifier.6", 4096, num_classes)
+    return ModelSpec("alexnet", net.layers, f"torchvision AlexNet, {image_size}px")
+
+
+def transformer_spec(
+    name: str,
+    num_layers: int,
+    d_model: int,
+    seq_len: int,
+    vocab: int = 50257,
+    ffn_mult: int = 4,
+    tied_embeddings: bool = True,
+) -> ModelSpec:
+    """GPT-style decoder, one sample = one sequence of ``seq_len`` tokens.
+
+    Per block: attention 4d^2 + 4d params, MLP 2 ffn_mult d^2 + (ffn_mult + 1) d, two layer norms;
+    forward FLOPs 2 x params x tokens for the matmuls plus 4 seq^2 d for QK^T and AV (no causal
+    halving), and the LM head's 2 d V per token: the forward third of Narayanan et al., SC'21,
+    72 B s l h^2 (1 + s/6h) + 6 B s h V. For GPT-3 XL that is about 15% above the 2 N seq rule of
+    thumb, which leaves out the attention scores.
+    """
+    d, s = d_model, seq_len
+    layers = [LayerSpec("embed.tokens", vocab * d, 0.0), LayerSpec("embed.positions", s * d, 0.0)]
+    for i in range(num_layers):
+        layers += [
+            LayerSpec(f"blocks.{i}.ln1", 2 * d, 0.0),
+            LayerSpec(f"blocks.{i}.attn", 4 * d * d + 4 * d, 2.0 * 4 * d * d * s + 4.0 * s * s * d),
+            LayerSpec(f"blocks.{i}.ln2", 2 * d, 0.0),
+            LayerSpec(
+                f"blocks.{i}.mlp", 2 * ffn_mult * d * d + (ffn_mult + 1) * d, 2.0 * 2 * ffn_mult * d * d * s
+            ),
+        ]
+    layers.append(LayerSpec("ln_f", 2 * d, 0.0))
+    layers.append(LayerSpec("lm_head", 0 if tied_embeddings else vocab * d, 2.0 * d * vocab * s))
+    desc = f"GPT-style decoder: {num_layers} layers, d_model {d}, seq {s}, vocab {vocab}"
+    return ModelSpec(name, layers, desc)
+
+
+def _build_zoo() -> dict[str, ModelSpec]:
+    return {
+        "resnet18": resnet_spec(18),
+        "resnet50": resnet_spec(50),
+        "vgg16": vgg16_spec(),
+        "alexnet": alexnet_spec(),
+        # GPT-3 XL's shape (Brown et al. 2020, Table 2.1): 24 layers, d_model 2048, context 2048.
+        "transformer-1.3b": transformer_spec("transformer-1.3b", 24, 2048, 2048),
+    }
+
+
+#: Built-in models: per-sample forward FLOPs at 224px (CNNs) or one 2048-token sequence.
+MODEL_ZOO: dict[str, ModelSpec] = _build_zoo()
+
+
+def get_model(name: str) -> ModelSpec:
+    """A zoo model by name (case-insensitive), with an error that lists what exists."""
+    key = str(name).strip().lower()
+    if key not in MODEL_ZOO:
+        raise InputError("model", name, "one of " + ", ".join(sorted(MODEL_ZOO)))
+    return MODEL_ZOO[key]
+
+
+# --- from a real torch module -----------------------------------------------------------------
+
+
+def layers_from_torch(
+    module: torch.nn.Module,
+    example_input: Any,
+    name: str | None = None,
+    batch_size: int | None = None,
+    description: str = "",
+) -> ModelSpec:
+    """Count a torch module's per-module parameters and forward FLOPs per sample.
+
+    Runs one forward pass under ``torch.utils.flop_counter.FlopCounterMode`` (matmul, conv and
+    attention FLOPs only, 2 per multiply-accumulate) with gradients off and every submodule in
+    eval mode (restored afterwards, so batch-norm statistics are untouched). A layer is each leaf
+    module with parameters or FLOPs, plus any container holding parameters or running FLOPs of
+    its own. Tied parameters count once. ``example_input`` is a tensor or a tuple of positional
+    arguments; the batch size defaults to the first tensor's leading dimension.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    args = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    if batch_size is None:
+        first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+        if first is None:
+            raise InputError(
+                "example_input", type(example_input).__name__, "a batched tensor or tuple of them"
+            )
+        batch_size = int(first.shape[0])
+    if batch_size < 1:
+        raise InputError("batch_size", batch_size, "an integer >= 1")
+
+    modes = {m: m.training for m in module.modules()}
+    try:
+        module.eval()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            module(*args)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+
+    counts = counter.get_flop_counts()
+    root = type(module).__name__
+
+    def inclusive(path: str) -> float:
+        key = root if not path else f"{root}.{path}"
+        return float(sum(counts.get(key, {}).values()))
+
+    layers: list[LayerSpec] = []
+    seen_params: set[int] = set()
+    for path, sub in module.named_modules():
+        own_params = 0
+        for p in sub.parameters(recurse=False):
+            if id(p) not in seen_params:
+                seen_params.add(id(p))
+                own_params += p.numel()
+        children = [f"{path}.{child}" if path else child for child, _ in sub.named_children()]
+        own_flops = inclusive(path) - sum(inclusive(c) for c in children)
+        own_flops = max(own_flops, 0.0)
+        if own_params or own_flops > 0:
+            layers.append(LayerSpec(path or root, own_params, own_flops / batch_size))
+    if not layers:
+        raise InputError("module", root, "a module with parameters or FLOPs")
+    desc = description or f"counted by torch.utils.flop_counter at batch {batch_size}"
+    return ModelSpec(name or root, layers, desc)

@@ -1,0 +1,17 @@
+"""One error type for bad user input, so every front end can report it the same way.
+
+The CLI catches :class:`InputError` and prints ``error: <field>: <message>`` on one line and
+exits with status 2; library callers get an ordinary ``ValueError`` subclass.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A user-supplied value is malformed; names the field and the expected form."""
+
+    def __init__(self, field: str, got: object, expected: str) -> None:
+        self.field = field
+        self.got = got
+        self.expected = expected
+        super().__init__(f"{field}: got {got!r}; expected {expected}")

@@ -1,0 +1,194 @@
+"""The one place predicted times come from: formulas + link parameters (+ calibration).
+
+A :class:`CostModel` knows, for each *link class* (``intra`` inside a node, ``inter`` between
+nodes), a latency alpha and a per-byte cost beta, optionally a reduction cost gamma, and
+optionally a calibration profile whose fitted alpha/beta replace the link's for the
+(collective, algorithm, link class) it covers. The simulator, the real backend and the
+experiments all ask it, so one change of formula or calibration moves every engine together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from costmodel.collectives import HIERARCHICAL, CostBreakdown, formula
+from costmodel.compressed import (
+    DEFAULT_ALGORITHMS,
+    DEFAULT_PAYLOAD,
+    SchemeAlgorithms,
+    SparsePayload,
+    scheme_parts,
+)
+from costmodel.errors import InputError
+
+if TYPE_CHECKING:
+    from costmodel.calibration import CalibrationProfile
+    from costmodel.cluster import Cluster
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """alpha (s per message) and beta (s per byte) of one link class."""
+
+    alpha: float
+    beta: float
+
+    @classmethod
+    def from_bandwidth(cls, latency_s: float, bandwidth_Bps: float) -> LinkParams:
+        if bandwidth_Bps <= 0:
+            raise InputError("bandwidth", bandwidth_Bps, "a positive bandwidth")
+        if latency_s < 0:
+            raise InputError("latency", latency_s, "a non-negative latency")
+        return cls(alpha=float(latency_s), beta=1.0 / float(bandwidth_Bps))
+
+
+@dataclass
+class CostModel:
+    """Predicts collective and scheme times on a flat link or on a cluster.
+
+    ``links`` maps link class to :class:`LinkParams`. With a ``cluster`` the link of a group of
+    ``ranks`` (ranks 0..ranks-1, packed onto nodes) is the cluster's slowest link for that group;
+    without one, every group uses ``links["inter"]`` (and ``links["intra"]`` for the intra-node
+    phases of the hierarchical allreduce, defaulting to the inter link).
+    """
+
+    links: dict[str, LinkParams]
+    gamma: float = 0.0
+    cluster: Cluster | None = None
+    profile: CalibrationProfile | None = None
+    ranks_per_node: int | None = None
+    _group_cache: dict[int, tuple[str, LinkParams]] = field(default_factory=dict, repr=False)
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_link(
+        cls, latency_s: float, bandwidth_Bps: float, gamma: float = 0.0, ranks_per_node: int | None = None
+    ) -> CostModel:
+        link = LinkParams.from_bandwidth(latency_s, bandwidth_Bps)
+        return cls(links={"inter": link, "intra": link}, gamma=gamma, ranks_per_node=ranks_per_node)
+
+    @classmethod
+    def from_cluster(
+        cls, cluster: Cluster, profile: CalibrationProfile | None = None, gamma: float = 0.0
+    ) -> CostModel:
+        links = {
+            "intra": LinkParams(cluster.intra_link.alpha, cluster.intra_link.beta),
+            "inter": LinkParams(cluster.inter_link.alpha, cluster.inter_link.beta),
+        }
+        return cls(
+            links=links, gamma=gamma, cluster=cluster, profile=profile, ranks_per_node=cluster.devices_per_node
+        )
+
+    @classmethod
+    def from_profile(cls, profile: CalibrationProfile, cluster: Cluster | None = None) -> CostModel:
+        """A model whose every covered (collective, algorithm) uses the fitted parameters."""
+        if cluster is not None:
+            return cls.from_cluster(cluster, profile=profile)
+        fallback = LinkParams(alpha=0.0, beta=0.0)
+        return cls(links={"inter": fallback, "intra": fallback}, profile=profile)
+
+    # --- link selection -----------------------------------------------------------------------
+    def _check_ranks(self, ranks: ArrayLike) -> np.ndarray:
+        p = np.asarray(ranks, dtype=float)
+        if np.any(p < 1) or np.any(p != np.floor(p)):
+            raise InputError("ranks", p.tolist() if p.ndim else float(p), "an integer >= 1")
+        if self.cluster is not None and np.any(p > self.cluster.world_size):
+            raise InputError(
+                "ranks", int(p.max()), f"at most {self.cluster.world_size}, the size of cluster {self.cluster.name}"
+            )
+        return p
+
+    def group_link(self, ranks: int) -> tuple[str, LinkParams]:
+        """Link class and parameters seen by a collective over ranks 0..ranks-1."""
+        if self.cluster is None:
+            return "inter", self.links["inter"]
+        if ranks not in self._group_cache:
+            link_class, link = self.cluster.group_link(list(range(int(ranks))))
+            self._group_cache[ranks] = (link_class, LinkParams(link.alpha, link.beta))
+        return self._group_cache[ranks]
+
+    def _params(
+        self, collective: str, algorithm: str, p: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """alpha, beta, gamma arrays for every entry of ``p`` (calibration first, then links)."""
+        unique = np.unique(p)
+        alpha = np.empty_like(p, dtype=float)
+        beta = np.empty_like(p, dtype=float)
+        gamma = np.full_like(p, self.gamma, dtype=float)
+        for value in unique:
+            link_class, link = self.group_link(int(value))
+            mask = p == value
+            fit = self.profile.get(collective, algorithm, link_class) if self.profile is not None else None
+            if fit is not None:
+                alpha[mask], beta[mask], gamma[mask] = fit.alpha_s, fit.beta_s_per_byte, 0.0
+            else:
+                if self.profile is not None and self.cluster is None:
+                    raise InputError(
+                        "algorithm", f"{collective}/{algorithm}", "a collective covered by the calibration profile"
+                    )
+                alpha[mask], beta[mask] = link.alpha, link.beta
+        return alpha, beta, gamma
+
+    # --- predictions --------------------------------------------------------------------------
+    def collective(
+        self, collective: str, algorithm: str, nbytes: ArrayLike, ranks: ArrayLike
+    ) -> CostBreakdown:
+        """Predicted time of one collective (sizes as in :mod:`costmodel.collectives`)."""
+        if (collective, algorithm) == HIERARCHICAL:
+            return self.hierarchical_allreduce(nbytes, ranks)
+        coef = formula(collective, algorithm)(nbytes, ranks)
+        p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))
+        alpha, beta, gamma = self._params(collective, algorithm, p)
+        return coef.time(alpha, beta, gamma)
+
+    def hierarchical_allreduce(
+        self, nbytes: ArrayLike, ranks: ArrayLike, inter_algorithm: str = "ring"
+    ) -> CostBreakdown:
+        """Two-level allreduce: intra-node reduce-scatter, inter-node allreduce, intra-node allgather.
+
+        With q ranks per node and N = ceil(p/q) nodes: T = RS_ring(n, q; intra) + AR(n/q, N; inter, x q)
+        + AG_ring(n/q, q; intra). The q local ranks each allreduce their 1/q shard across nodes at
+        the same time through the node's one NIC, so the inter phase's beta is multiplied by q.
+        (Horovod/NCCL hierarchical allreduce; Sanders et al., "Two-tree", and Jia et al. 2018.)
+        """
+        n = np.asarray(nbytes, dtype=float)
+        p = self._check_ranks(ranks)
+        n, p = np.broadcast_arrays(n, p)
+        q = np.minimum(p, float(self.ranks_per_node or 1))
+        nodes = np.ceil(p / q)
+        intra = self.links.get("intra", self.links["inter"])
+        inter = np.empty_like(p)
+        inter_alpha = np.empty_like(p)
+        for value in np.unique(nodes * q):
+            _, link = self.group_link(int(min(value, self.cluster.world_size))) if self.cluster else (
+                "inter", self.links["inter"])
+            mask = nodes * q == value
+            inter[mask] = link.beta
+            inter_alpha[mask] = link.alpha
+        rs = formula("reduce-scatter", "ring")(n, q).time(intra.alpha, intra.beta, self.gamma)
+        ar = formula("allreduce", inter_algorithm)(n / q, nodes).time(inter_alpha, inter * q, self.gamma)
+        ag = formula("allgather", "ring")(n / q, q).time(intra.alpha, intra.beta, self.gamma)
+        return rs + ar + ag
+
+    def scheme(
+        self,
+        scheme: str,
+        numel: ArrayLike,
+        ratio: ArrayLike,
+        ranks: ArrayLike,
+        payload: SparsePayload = DEFAULT_PAYLOAD,
+        algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
+    ) -> CostBreakdown:
+        """Predicted time of one gradient exchange (dense, topk-ag or topk-ar) of ``numel`` elements."""
+        total: CostBreakdown | None = None
+        for collective, algorithm, coef in scheme_parts(scheme, numel, ratio, ranks, payload, algorithms):
+            p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))
+            alpha, beta, gamma = self._params(collective, algorithm, p)
+            part = coef.time(alpha, beta, gamma)
+            total = part if total is None else total + part
+        assert total is not None  # scheme_parts never returns an empty list
+        return total

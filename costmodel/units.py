@@ -1,0 +1,144 @@
+"""Parse and format the units people write in cluster files and on the command line.
+
+Sizes are bytes, bandwidths bytes per second and times seconds everywhere inside flexcomm;
+strings such as ``64MiB``, ``10Gbit/s`` or ``10us`` are converted at the edge, here.
+Decimal prefixes (k, M, G, T) are powers of 1000, binary ones (Ki, Mi, Gi, Ti) powers of 1024,
+``b``/``bit`` is a bit and ``B`` a byte, as in IEC 80000-13.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from costmodel.errors import InputError
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_PREFIX = {
+    "": 1.0,
+    "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50,
+}
+_SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?(?P<unit>B|bytes?|b|bits?)?\s*$")
+# The unit is optional as a whole so that a bare number ("1e9", which YAML 1.1 reads as a string) is
+# bytes/s, as for the other parsers; a prefix without a unit ("10G") is still rejected.
+_BW_RE = re.compile(
+    rf"^\s*{_NUMBER}\s*(?:(?P<prefix>Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?(?P<unit>B|bytes?|b|bits?|bit)"
+    r"(?:\s*/\s*s|ps))?\s*$"
+)
+# Seconds per unit as multiplier / divisor: dividing by an exact 1e6 makes "10us" exactly the float
+# 1e-5 (10 * 1e-6 is not). "\u00b5s" is the micro sign, "\u03bcs" the Greek mu; keyboards produce either.
+_TIME_UNITS: dict[str, tuple[float, float]] = {
+    "s": (1.0, 1.0), "sec": (1.0, 1.0), "min": (60.0, 1.0), "h": (3600.0, 1.0),
+    "ms": (1.0, 1e3), "us": (1.0, 1e6), "\u00b5s": (1.0, 1e6), "\u03bcs": (1.0, 1e6), "ns": (1.0, 1e9),
+}
+_TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>s|sec|ms|us|\u00b5s|\u03bcs|ns|min|h)?\s*$")
+_FLOPS_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>k|K|M|G|T|P|E)?\s*(?:FLOP/s|FLOPS|flops|flop/s)?\s*$")
+
+
+def _unit_bytes(unit: str | None) -> float:
+    if unit is None or unit.startswith("B") or unit.startswith("byte"):
+        return 1.0
+    return 1.0 / 8.0  # b, bit, bits
+
+
+def _plain_number(value: int | float, field: str, expected: str) -> float:
+    """float(value), but an int too large for a float is bad input, not an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InputError(field, value, expected) from None
+
+
+def _finite_nonnegative(value: float, field: str, raw: object, expected: str) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise InputError(field, raw, expected)
+    return value
+
+
+def parse_size(value: str | float | int, field: str = "size") -> float:
+    """Bytes from ``64MiB``, ``1GB``, ``512``, ``8kb`` (bits) or a plain number of bytes."""
+    expected = "a non-negative size such as 64MiB, 1GB or 4096"
+    if isinstance(value, bool):
+        raise InputError(field, value, expected)
+    if isinstance(value, (int, float)):
+        return _finite_nonnegative(_plain_number(value, field, expected), field, value, expected)
+    match = _SIZE_RE.match(str(value))
+    if not match:
+        raise InputError(field, value, expected)
+    number = float(match["num"]) * _PREFIX[match["prefix"] or ""] * _unit_bytes(match["unit"])
+    return _finite_nonnegative(number, field, value, expected)
+
+
+def parse_bandwidth(value: str | float | int, field: str = "bandwidth") -> float:
+    """Bytes per second from ``10Gbit/s``, ``1.25GB/s``, ``100Mbps`` or a plain number of bytes/s."""
+    expected = "a positive bandwidth such as 10Gbit/s, 1.25GB/s or 100Mbps"
+    if isinstance(value, bool):
+        raise InputError(field, value, expected)
+    if isinstance(value, (int, float)):
+        number = _plain_number(value, field, expected)
+    else:
+        match = _BW_RE.match(str(value))
+        if not match:
+            raise InputError(field, value, expected)
+        number = float(match["num"]) * _PREFIX[match["prefix"] or ""] * _unit_bytes(match["unit"])
+    if not math.isfinite(number) or number <= 0:
+        raise InputError(field, value, expected)
+    return number
+
+
+def parse_time(value: str | float | int, field: str = "time") -> float:
+    """Seconds from ``10us``, ``2ms``, ``1.5s`` or a plain number of seconds."""
+    expected = "a non-negative time such as 10us, 2ms or 0.5s"
+    if isinstance(value, bool):
+        raise InputError(field, value, expected)
+    if isinstance(value, (int, float)):
+        return _finite_nonnegative(_plain_number(value, field, expected), field, value, expected)
+    match = _TIME_RE.match(str(value))
+    if not match:
+        raise InputError(field, value, expected)
+    multiplier, divisor = _TIME_UNITS[match["unit"] or "s"]
+    number = float(match["num"]) * multiplier / divisor
+    return _finite_nonnegative(number, field, value, expected)
+
+
+def parse_flops(value: str | float | int, field: str = "peak_flops") -> float:
+    """FLOP/s from ``312TFLOP/s``, ``19.5T`` or a plain number."""
+    expected = "a positive FLOP/s rate such as 312TFLOP/s or 1.5e13"
+    prefixes = {**_PREFIX, "E": 1e18}
+    if isinstance(value, bool):
+        raise InputError(field, value, expected)
+    if isinstance(value, (int, float)):
+        number = _plain_number(value, field, expected)
+    else:
+        match = _FLOPS_RE.match(str(value))
+        if not match:
+            raise InputError(field, value, expected)
+        number = float(match["num"]) * prefixes[match["prefix"] or ""]
+    if not math.isfinite(number) or number <= 0:
+        raise InputError(field, value, expected)
+    return number
+
+
+def _scaled(value: float, steps: list[tuple[float, str]], fmt: str = "{:.3g}") -> str:
+    for scale, suffix in steps:
+        if abs(value) >= scale:
+            return fmt.format(value / scale) + suffix
+    scale, suffix = steps[-1]
+    return fmt.format(value / scale) + suffix
+
+
+def format_size(nbytes: float) -> str:
+    """``67108864`` -> ``64MiB``: binary prefixes, three significant digits."""
+    return _scaled(nbytes, [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")])
+
+
+def format_time(seconds: float) -> str:
+    """``0.0123`` -> ``12.3ms``."""
+    return _scaled(seconds, [(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")])
+
+
+def format_bandwidth(bytes_per_second: float) -> str:
+    """Bytes/s -> ``10Gbit/s`` (network people think in bits)."""
+    bits = bytes_per_second * 8.0
+    return _scaled(bits, [(1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1.0, "bit/s")])

@@ -1,0 +1,56 @@
+"""Argument helpers shared by sub-commands: a cluster/profile/link turned into a CostModel."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from costmodel.errors import InputError
+from costmodel.model import CostModel
+from costmodel.units import parse_bandwidth, parse_time
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("network (either --cluster, or --latency and --bandwidth)")
+    group.add_argument("--cluster", help="embedded cluster name or a YAML/JSON cluster file")
+    group.add_argument("--profile", help="calibration profile JSON (from `flexcomm calibrate`)")
+    group.add_argument("--latency", help="per-message latency, e.g. 10us")
+    group.add_argument("--bandwidth", help="link bandwidth, e.g. 10Gbit/s or 1.25GB/s")
+    group.add_argument("--reduce-bandwidth", help="reduction throughput (gamma = 1/this), e.g. 20GB/s")
+    group.add_argument("--ranks-per-node", type=int, help="ranks per node for hierarchical allreduce")
+
+
+def cost_model_from_args(args: argparse.Namespace) -> CostModel:
+    """Build the model the arguments describe; complain in one line if they don't describe one."""
+    from costmodel.calibration import CalibrationProfile
+    from costmodel.cluster import load_cluster
+
+    gamma = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth") if args.reduce_bandwidth else 0.0
+    profile = CalibrationProfile.load(args.profile) if args.profile else None
+    if args.cluster:
+        if args.latency or args.bandwidth:
+            raise InputError("cluster", args.cluster, "either --cluster or --latency/--bandwidth, not both")
+        model = CostModel.from_cluster(load_cluster(args.cluster), profile=profile, gamma=gamma)
+        if args.ranks_per_node:
+            model.ranks_per_node = args.ranks_per_node
+        return model
+    if profile is not None and not args.bandwidth:
+        return CostModel.from_profile(profile)
+    if not args.bandwidth or args.latency is None:
+        missing = "bandwidth" if not args.bandwidth else "latency"
+        raise InputError(missing, None, "--latency and --bandwidth (e.g. 10us, 10Gbit/s), or --cluster NAME|FILE")
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+        raise InputError("ranks-per-node", args.ranks_per_node, "an integer >= 1")
+    return CostModel.from_link(
+        parse_time(args.latency, "latency"),
+        parse_bandwidth(args.bandwidth, "bandwidth"),
+        gamma=gamma,
+        ranks_per_node=args.ranks_per_node,
+    )
+
+
+def print_json(payload: Any) -> None:
+    json.dump(payload, sys.stdout, indent=2, sort_keys=False)
+    sys.stdout.write("\n")

@@ -1,0 +1,127 @@
+"""Maps of the what-if study: which exchange wins where, and by how much over dense allreduce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from costmodel.atomic import save_figure_atomic  # noqa: E402
+from costmodel.compressed import SCHEMES  # noqa: E402
+from costmodel.units import format_time  # noqa: E402
+
+SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e"}
+SCHEME_LABELS = {"dense": "dense ring allreduce", "topk-ag": "Top-k over Allgather",
+                 "topk-ar": "Allreduce-compatible Top-k"}
+
+
+def _nearest(values: np.ndarray, wanted: float) -> float:
+    values = np.unique(values)
+    return float(values[np.argmin(np.abs(np.log(values) - np.log(wanted)))])
+
+
+def _winner_panel(ax: plt.Axes, best: pd.DataFrame, x: str, y: str, xlabel: str, ylabel: str) -> None:
+    """Colour = fastest scheme; contours = its speedup over dense allreduce."""
+    xs = np.sort(best[x].unique())
+    ys = np.sort(best[y].unique())
+    codes = best.pivot_table(index=y, columns=x, values="code", aggfunc="first").reindex(index=ys, columns=xs)
+    speed = best.pivot_table(index=y, columns=x, values="speedup_vs_dense", aggfunc="first").reindex(
+        index=ys, columns=xs)
+    cmap = ListedColormap([SCHEME_COLOURS[s] for s in SCHEMES])
+    norm = BoundaryNorm(np.arange(len(SCHEMES) + 1) - 0.5, cmap.N)
+    ax.pcolormesh(xs, ys, codes.to_numpy(), cmap=cmap, norm=norm, shading="nearest")
+    levels = [lv for lv in (1.5, 2, 5, 10, 30, 100, 300) if speed.to_numpy().min() < lv < speed.to_numpy().max()]
+    if levels and len(xs) > 1 and len(ys) > 1:
+        contour = ax.contour(xs, ys, speed.to_numpy(), levels=levels, colors="k", linewidths=0.7)
+        ax.clabel(contour, fmt=lambda v: f"{v:g}x", fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def _legend(fig: plt.Figure) -> None:
+    handles = [Patch(color=SCHEME_COLOURS[s], label=SCHEME_LABELS[s]) for s in SCHEMES]
+    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.02))
+
+
+def _best_rows(table: pd.DataFrame) -> pd.DataFrame:
+    best = table[table["is_best"]].copy()
+    best["code"] = best["scheme"].map({s: i for i, s in enumerate(SCHEMES)})
+    return best
+
+
+def plot_link_sweep(table: pd.DataFrame, out_dir: Path, ranks_shown=(8, 64, 1024),
+                    latencies_shown=(1e-5, 1e-3)) -> list[Path]:
+    """Per model: panels over (bandwidth x ratio) for a few rank counts and latencies."""
+    paths = []
+    best_all = _best_rows(table)
+    for model_name, best in best_all.groupby("model", sort=False):
+        rank_values = [_nearest(best["ranks"].to_numpy(), r) for r in ranks_shown]
+        lat_values = [_nearest(best["latency_s"].to_numpy(), lat) for lat in latencies_shown]
+        fig, axes = plt.subplots(len(lat_values), len(rank_values), figsize=(4 * len(rank_values),
+                                 3.4 * len(lat_values)), squeeze=False, sharex=True, sharey=True)
+        for i, lat in enumerate(lat_values):
+            for j, p in enumerate(rank_values):
+                sub = best[(best["latency_s"] == lat) & (best["ranks"] == p)]
+                _winner_panel(axes[i, j], sub, "bandwidth_gbit_s", "ratio", "bandwidth (Gbit/s)",
+                              "compression ratio (fraction kept)")
+                axes[i, j].set_title(f"{int(p)} ranks, latency {format_time(lat)}", fontsize=9)
+        params = best["params"].iloc[0]
+        fig.suptitle(f"{model_name} ({params / 1e6:.1f}M params): fastest gradient exchange, "
+                     "contours = speedup over dense ring allreduce", fontsize=10)
+        _legend(fig)
+        fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+        paths.append(save_figure_atomic(fig, out_dir / f"whatif_{model_name}.png"))
+        plt.close(fig)
+    return paths
+
+
+def plot_ranks_sweep(table: pd.DataFrame, out_dir: Path, title: str) -> Path:
+    """One panel per model over (ranks x ratio): used for a given cluster, whose links are fixed."""
+    best_all = _best_rows(table)
+    models = list(best_all["model"].unique())
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True)
+    for ax, model_name in zip(axes[0], models, strict=True):
+        _winner_panel(ax, best_all[best_all["model"] == model_name], "ranks", "ratio", "ranks",
+                      "compression ratio (fraction kept)")
+        ax.set_xscale("log", base=2)
+        ax.set_title(model_name, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    _legend(fig)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.94))
+    path = save_figure_atomic(fig, out_dir / "whatif_cluster.png")
+    plt.close(fig)
+    return path
+
+
+def plot_crossover(table: pd.DataFrame, out_dir: Path) -> Path:
+    """Allgather vs Allreduce-compatible Top-k: time ratio against ranks at 1% density, per model."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ratio = _nearest(table["ratio"].to_numpy(), 0.01)
+    sub = table[np.isclose(table["ratio"], ratio)]
+    bw = _nearest(sub["bandwidth_Bps"].to_numpy(), 1.25e9)
+    lat = _nearest(sub["latency_s"].to_numpy(), 1e-5)
+    sub = sub[(sub["bandwidth_Bps"] == bw) & (sub["latency_s"] == lat)]
+    for model_name, rows in sub.groupby("model", sort=False):
+        wide = rows.pivot_table(index="ranks", columns="scheme", values="seconds")
+        ax.plot(wide.index, wide["topk-ag"] / wide["topk-ar"], marker="o", label=model_name)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("t(Top-k Allgather) / t(AR-compatible Top-k)")
+    ax.set_title(f"ratio {ratio:g}, {bw * 8 / 1e9:g} Gbit/s, latency {format_time(lat)}: above 1, AR wins",
+                 fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = save_figure_atomic(fig, out_dir / "whatif_crossover.png")
+    plt.close(fig)
+    return path

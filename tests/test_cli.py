@@ -1,0 +1,127 @@
+"""The CLI end to end: predictions, JSON, the what-if study, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cost_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--collective", "allreduce", "--algorithm", "ring", "--ranks", "8",
+                           "--size", "64MiB", "--latency", "10us", "--bandwidth", "10Gbit/s", "--json")
+    assert code == 0
+    result = json.loads(out)
+    expected_bw = 2 * 7 / 8 * 64 * 2**20 / 1.25e9
+    assert result["latency_seconds"] == pytest.approx(14 * 10e-6)
+    assert result["bandwidth_seconds"] == pytest.approx(expected_bw)
+    assert result["seconds"] == pytest.approx(14e-5 + expected_bw)
+
+
+def test_cost_plain_text_names_the_parts(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--ranks", "4", "--size", "1MiB", "--latency", "2ms",
+                           "--bandwidth", "1Gbit/s")
+    assert code == 0
+    assert "allreduce/ring over 4 ranks" in out and "latency 12ms" in out
+
+
+def test_cost_with_a_cluster_uses_its_links(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--ranks", "8", "--size", "64MiB", "--cluster", "8x1-10gbe", "--json")
+    assert code == 0
+    from costmodel.cluster import load_cluster
+
+    link = load_cluster("8x1-10gbe").inter_link
+    expected = 14 * link.latency_s + 2 * 7 / 8 * 64 * 2**20 / link.bandwidth_Bps
+    assert json.loads(out)["seconds"] == pytest.approx(expected)
+
+
+def test_cost_of_a_compressed_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--scheme", "topk-ag", "--ratio", "0.01", "--ranks", "8",
+                           "--size", "400MB", "--latency", "10us", "--bandwidth", "10Gbit/s", "--json")
+    assert code == 0
+    k = 1e6  # 1% of 1e8 fp32 elements
+    assert json.loads(out)["bandwidth_seconds"] == pytest.approx(7 * k * 8 / 1.25e9)
+
+
+@pytest.mark.parametrize(
+    "argv,field",
+    [
+        (["cost", "--ranks", "8", "--size", "64MiB", "--latency", "10us", "--bandwidth", "fast"], "bandwidth"),
+        (["cost", "--ranks", "8", "--size", "64MiB", "--latency", "10us", "--bandwidth", "-5Gbit/s"], "bandwidth"),
+        (["cost", "--ranks", "8", "--size", "64Mib/s", "--latency", "10us", "--bandwidth", "1Gbit/s"], "size"),
+        (["cost", "--ranks", "0", "--size", "1MiB", "--latency", "10us", "--bandwidth", "1Gbit/s"], "ranks"),
+        (["cost", "--ranks", "8", "--size", "1MiB", "--latency", "soon", "--bandwidth", "1Gbit/s"], "latency"),
+        (["cost", "--collective", "allscatter", "--ranks", "8", "--size", "1MiB", "--latency", "1us",
+          "--bandwidth", "1Gbit/s"], "collective"),
+        (["cost", "--algorithm", "butterfly", "--ranks", "8", "--size", "1MiB", "--latency", "1us",
+          "--bandwidth", "1Gbit/s"], "algorithm"),
+        (["cost", "--ranks", "8", "--size", "1MiB"], "bandwidth"),
+        (["cost", "--ranks", "8", "--size", "1MiB", "--cluster", "no-such-cluster"], "cluster"),
+        (["cost", "--ranks", "64", "--size", "1MiB", "--cluster", "8x1-10gbe"], "ranks"),
+        (["cost", "--ranks", "eight", "--size", "1MiB"], "ranks"),
+        (["whatif", "--index-dtype", "int33"], "index_dtype"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("flexcomm: error:") and field in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_malformed_cluster_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnodes: 2\ndevices_per_node: 1\ninter_link: {latency: 1us, bandwidth: lots}\n")
+    code, _, err = run_cli(capsys, "cost", "--ranks", "2", "--size", "1MiB", "--cluster", str(bad))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cluster" in err
+
+
+def test_whatif_writes_a_tidy_csv_and_maps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "whatif", "--out", str(tmp_path))
+    assert code == 0
+    table = pd.read_csv(tmp_path / "whatif.csv")
+    assert set(table["scheme"]) == {"dense", "topk-ag", "topk-ar"}
+    assert table["ranks"].min() == 2 and table["ranks"].max() == 1024
+    assert table["ratio"].max() == pytest.approx(0.1) and table["ratio"].min() == pytest.approx(1e-4)
+    assert table["bandwidth_gbit_s"].min() == pytest.approx(1) and table["bandwidth_gbit_s"].max() == pytest.approx(100)
+    # exactly one best scheme per configuration, and it is the fastest one
+    keys = ["model", "ratio", "bandwidth_Bps", "latency_s", "ranks"]
+    assert (table.groupby(keys)["is_best"].sum() == 1).all()
+    fastest = table.loc[table.groupby(keys)["seconds"].idxmin()]
+    assert fastest["is_best"].all()
+    for name in ["whatif_resnet50.png", "whatif_vgg16.png", "whatif_transformer-1.3b.png", "whatif_crossover.png"]:
+        assert (tmp_path / name).stat().st_size > 10_000
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["configurations"] * 3 == len(table)
+
+
+def test_whatif_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run_cli(capsys, "whatif", "--cluster", "4x8-a100-ib", "--out", str(tmp_path))
+    assert code == 0
+    table = pd.read_csv(tmp_path / "whatif.csv")
+    assert table["ranks"].max() == 32
+    assert (tmp_path / "whatif_cluster.png").exists()
+
+
+def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("flexcomm")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "experiments.cli"]
+    proc = subprocess.run([*cmd, "cost", "--ranks", "8", "--size", "1 parsec"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "size" in proc.stderr
