@@ -11,11 +11,14 @@ Decisions, and why:
   bytes, just like ``b``, so the two columns are collinear per algorithm and cannot be told apart
   from timings; the fitted ``beta`` is therefore an *effective* s/byte that includes reduction
   compute, and :meth:`CalibrationProfile.predict` prices ``b + g`` with it.
-* **Relative residuals** ``(predicted - measured) / measured``: message sizes span many decades,
-  and absolute residuals would let the largest sizes decide both parameters and ignore latency.
-* **Robust loss** (``soft_l1`` by default, via :func:`scipy.optimize.least_squares`) so a few
-  gross outliers (a noisy neighbour, a warm-up iteration) do not drag the fit; ``f_scale`` is the
-  relative error up to which a residual counts as an inlier (0.1 = 10 %).
+* **Log-ratio residuals** ``log(predicted / measured)``: message sizes span many decades, and
+  absolute residuals would let the largest sizes decide both parameters and ignore latency; the
+  log ratio (~ relative error for small errors) is also symmetric, so an outlier measured too fast
+  weighs no more than one measured too slow.
+* **Robust loss** (``cauchy`` by default, started from the ``soft_l1`` optimum; via
+  :func:`scipy.optimize.least_squares`) so a few gross outliers (a noisy neighbour, a warm-up
+  iteration) do not drag the fit; ``f_scale`` is the log-ratio (~ relative error) up to which a
+  residual counts as an inlier (0.1 = 10 %).
 * **Repetitions are medianed first** per (ranks, bytes): benchmark tools repeat small sizes far
   more often than large ones, and fitting every row would weight configurations by how often they
   were repeated; the median is also robust to slow repetitions by itself. The fit quality
@@ -30,8 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
@@ -42,6 +43,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
+from costmodel.atomic import write_text_atomic
 from costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
 from costmodel.errors import InputError
 
@@ -206,7 +208,11 @@ class FitResult:
 def _robust_fit(
     coef: np.ndarray, seconds: np.ndarray, loss: str, f_scale: float, key: str
 ) -> tuple[float, float]:
-    """Robust least squares on relative residuals with alpha, beta >= 0.
+    """Robust least squares on log-ratio residuals log(predicted / measured) with alpha, beta >= 0.
+
+    The log ratio is symmetric: a point measured 3x too fast weighs as much as one 3x too slow
+    (a plain relative error (pred - meas) / meas lets a too-fast outlier dominate, since its
+    residual is unbounded while a too-slow one's never exceeds 1).
 
     The problem is linear, so it is column-scaled (alpha ~1e-5 and beta ~1e-10 would otherwise
     make the Jacobian hopelessly ill-conditioned) and started from the ordinary least-squares
@@ -226,21 +232,34 @@ def _robust_fit(
     start, *_ = np.linalg.lstsq(zs, ones, rcond=None)
     tiny = 1e-9 * max(1.0, float(np.max(np.abs(start))))
     start = np.maximum(start, tiny)
-    result = least_squares(
-        lambda u: zs @ u - ones,
-        start,
-        jac=lambda u: zs,
-        bounds=(0.0, np.inf),
-        loss=loss,
-        f_scale=f_scale,
-        method="trf",
-        x_scale=1.0,
-        ftol=1e-12,
-        xtol=1e-12,
-        gtol=1e-12,
-        max_nfev=1000,
-    )
-    alpha, beta = np.maximum(result.x, 0.0) / scale
+    floor = 1e-12
+
+    def log_ratio(u: np.ndarray) -> np.ndarray:
+        return np.log(np.maximum(zs @ u, floor))
+
+    def log_ratio_jacobian(u: np.ndarray) -> np.ndarray:
+        return zs / np.maximum(zs @ u, floor)[:, None]
+
+    def solve(initial: np.ndarray, loss_name: str) -> np.ndarray:
+        return least_squares(
+            log_ratio,
+            initial,
+            jac=log_ratio_jacobian,
+            bounds=(0.0, np.inf),
+            loss=loss_name,
+            f_scale=f_scale,
+            method="trf",
+            x_scale=1.0,
+            ftol=1e-12,
+            xtol=1e-12,
+            gtol=1e-12,
+            max_nfev=1000,
+        ).x
+
+    # Cauchy's loss is not convex: start it from the convex soft_l1 optimum, not from the
+    # outlier-contaminated ordinary least-squares point, or it can settle in a wrong basin.
+    x = solve(np.maximum(solve(start, "soft_l1"), tiny), loss) if loss == "cauchy" else solve(start, loss)
+    alpha, beta = np.maximum(x, 0.0) / scale
     return float(alpha), float(beta)
 
 
@@ -275,7 +294,7 @@ def _fit_group(group: pd.DataFrame, key: tuple[str, str, str], loss: str, f_scal
 
 
 def fit(
-    measurements: str | Path | pd.DataFrame, loss: str = "soft_l1", f_scale: float = 0.1
+    measurements: str | Path | pd.DataFrame, loss: str = "cauchy", f_scale: float = 0.1
 ) -> CalibrationProfile:
     """Fit alpha and beta per (collective, algorithm, link_class) found in ``measurements``.
 
@@ -435,19 +454,7 @@ class CalibrationProfile:
 
         Readers never see a half-written profile, even if the process dies mid-write.
         """
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationProfile:

@@ -108,28 +108,24 @@ SEEDS = range(8)
 
 
 @pytest.mark.parametrize("pair", [("allreduce", "ring"), ("allgather", "bruck"), ("alltoall", "pairwise")])
-def test_robust_loss_resists_gross_outliers_and_linear_does_not(pair: tuple[str, str]) -> None:
-    """10 % of rows slowed x3..x10. Relative residuals already bound such a row's residual by 1, so
-
-    plain least squares is only biased (a few %), not ruined; the robust loss removes that bias."""
-    robust, linear = [], []
-    for seed in SEEDS:
-        data = synthetic_measurements(*pair, ALPHA, BETA, noise=0.05, outlier_fraction=0.1, seed=seed)
-        robust.append(param_error(only_fit(fit(data, loss="soft_l1"))))
-        linear.append(param_error(only_fit(fit(data, loss="linear"))))
-    assert max(robust) < 0.05
-    assert np.mean(linear) > 1.3 * np.mean(robust)
-
-    # With tight timing noise the outliers' bias dominates and the difference is unmistakable.
-    for seed in SEEDS:
-        data = synthetic_measurements(*pair, ALPHA, BETA, noise=0.01, outlier_fraction=0.1, seed=seed)
-        robust_error = param_error(only_fit(fit(data, loss="soft_l1")))
-        linear_error = param_error(only_fit(fit(data, loss="linear")))
-        assert robust_error < 0.01 < linear_error
-        assert linear_error > 2 * robust_error
+@pytest.mark.parametrize("outlier_range", [(3.0, 10.0), (0.1, 0.33)], ids=["slow", "fast"])
+def test_robust_loss_resists_gross_outliers_and_linear_does_not(
+    pair: tuple[str, str], outlier_range: tuple[float, float]
+) -> None:
+    """10 % of rows slowed x3..x10 (or sped up x3..x10). Log-ratio residuals weigh both alike:
+    plain least squares is pulled tens of percent off, the default robust loss stays close."""
+    for noise, bound in [(0.05, 0.04), (0.01, 0.01)]:
+        robust, linear = [], []
+        for seed in SEEDS:
+            data = synthetic_measurements(*pair, ALPHA, BETA, noise=noise, outlier_fraction=0.1, seed=seed,
+                                          outlier_range=outlier_range)
+            robust.append(param_error(only_fit(fit(data))))
+            linear.append(param_error(only_fit(fit(data, loss="linear"))))
+        assert max(robust) < bound
+        assert np.mean(linear) > 0.1 > 3 * np.mean(robust)
 
 
-@pytest.mark.parametrize("loss", ["huber", "cauchy"])
+@pytest.mark.parametrize("loss", ["huber", "soft_l1"])
 def test_other_robust_losses_also_recover(loss: str) -> None:
     data = synthetic_measurements("allreduce", "ring", ALPHA, BETA, outlier_fraction=0.1, seed=3)
     assert param_error(only_fit(fit(data, loss=loss))) < 0.05

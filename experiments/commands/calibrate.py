@@ -16,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("measurements", help="measurement CSV (e.g. from `flexcomm bench-collectives`)")
     parser.add_argument("-o", "--output", default="profile.json", help="profile JSON to write (default profile.json)")
-    parser.add_argument("--loss", default="soft_l1", choices=["linear", "huber", "soft_l1", "cauchy"],
-                        help="robust loss of the fit (default soft_l1)")
+    parser.add_argument("--loss", default="cauchy", choices=["linear", "huber", "soft_l1", "cauchy"],
+                        help="robust loss of the fit (default cauchy)")
     parser.add_argument("--json", action="store_true", help="print the fits as JSON")
     parser.set_defaults(handler=run)
 
