@@ -277,3 +277,26 @@ def formula(collective: str, algorithm: str) -> Formula:
     if (collective, algorithm) not in FORMULAS:
         raise InputError("algorithm", algorithm, f"for {collective} one of " + ", ".join(table[collective]))
     return FORMULAS[(collective, algorithm)]
+
+
+def predict(
+    collective: str,
+    algorithm: str,
+    nbytes: ArrayLike,
+    ranks: ArrayLike,
+    latency_s: ArrayLike,
+    bandwidth_Bps: ArrayLike,
+    gamma: ArrayLike = 0.0,
+) -> CostBreakdown:
+    """Vectorised prediction on a single link class: every argument may be a numpy array.
+
+    The fast path for sweeps (millions of configurations per second); :class:`costmodel.model.CostModel`
+    adds clusters, calibration profiles and the two-level hierarchical allreduce on top.
+    """
+    bandwidth = np.asarray(bandwidth_Bps, dtype=float)
+    if np.any(~(bandwidth > 0)):
+        raise InputError("bandwidth", bandwidth_Bps, "a positive bandwidth in bytes/s")
+    latency = np.asarray(latency_s, dtype=float)
+    if np.any(~(latency >= 0)):
+        raise InputError("latency", latency_s, "a non-negative latency in seconds")
+    return formula(collective, algorithm)(nbytes, ranks).time(latency, 1.0 / bandwidth, gamma)

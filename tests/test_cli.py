@@ -73,6 +73,8 @@ def test_cost_of_a_compressed_scheme(capsys: pytest.CaptureFixture[str]) -> None
         (["cost", "--ranks", "64", "--size", "1MiB", "--cluster", "8x1-10gbe"], "ranks"),
         (["cost", "--ranks", "eight", "--size", "1MiB"], "ranks"),
         (["whatif", "--index-dtype", "int33"], "index_dtype"),
+        (["whatif", "--shard", "4/4"], "shard"),
+        (["whatif", "--shard", "a/b"], "shard"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
@@ -125,3 +127,15 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
                           env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "size" in proc.stderr
+
+
+def test_whatif_shards_concatenate_to_the_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(capsys, "whatif", "--no-plots", "--out", str(tmp_path / "all"))[0] == 0
+    parts = []
+    for k in range(3):
+        assert run_cli(capsys, "whatif", "--shard", f"{k}/3", "--out", str(tmp_path / f"p{k}"))[0] == 0
+        parts.append(pd.read_csv(tmp_path / f"p{k}" / "whatif.csv"))
+    keys = ["model", "scheme", "ratio", "bandwidth_Bps", "latency_s", "ranks"]
+    whole = pd.read_csv(tmp_path / "all" / "whatif.csv").sort_values(keys).reset_index(drop=True)
+    merged = pd.concat(parts).sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(whole, merged)

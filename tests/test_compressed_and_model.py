@@ -122,3 +122,18 @@ def test_bad_ranks(ranks: float) -> None:
 def test_bad_link(latency: float, bandwidth: float, field: str) -> None:
     with pytest.raises(InputError, match=field):
         CostModel.from_link(latency, bandwidth)
+
+
+def test_predict_is_vectorised_over_links_and_matches_the_model() -> None:
+    from costmodel import predict
+
+    bandwidths = np.array([1.25e8, 1.25e9, 1.25e10])
+    latencies = np.array([[1e-6], [1e-3]])  # broadcasts against bandwidths: a 2 x 3 grid
+    grid = predict("allgather", "ring", 1e6, 16, latencies, bandwidths).total
+    assert grid.shape == (2, 3)
+    for i, lat in enumerate(latencies[:, 0]):
+        for j, bw in enumerate(bandwidths):
+            single = CostModel.from_link(lat, bw).collective("allgather", "ring", 1e6, 16).total
+            assert grid[i, j] == pytest.approx(float(single))
+    with pytest.raises(InputError, match="bandwidth"):
+        predict("allreduce", "ring", 1e6, 8, 1e-6, np.array([1e9, 0.0]))

@@ -40,7 +40,9 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
         return CostModel.from_profile(profile)
     if not args.bandwidth or args.latency is None:
         missing = "bandwidth" if not args.bandwidth else "latency"
-        raise InputError(missing, None, "--latency and --bandwidth (e.g. 10us, 10Gbit/s), or --cluster NAME|FILE")
+        raise InputError(
+            missing, "(missing)", "--latency and --bandwidth (e.g. 10us, 10Gbit/s), or --cluster NAME|FILE"
+        )
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         raise InputError("ranks-per-node", args.ranks_per_node, "an integer >= 1")
     return CostModel.from_link(

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from costmodel.errors import InputError
 from costmodel.units import parse_bandwidth
 
 
@@ -24,8 +25,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "
                         "e.g. 100GB/s (default: reductions are free)")
+    parser.add_argument("--compress-throughput", type=float, default=0.75e9,
+                        help="Top-k selection speed in gradient elements/s (default 0.75e9, V100 layer-wise "
+                        "Top-k from Tyagi & Swany 2023); 0 makes compression free")
+    parser.add_argument("--shard", default="0/1", help="K/N: price only shard K of N (for splitting a sweep "
+                        "over machines; plots are skipped, concatenate the CSVs)")
     parser.add_argument("--no-plots", action="store_true", help="write the CSV only")
     parser.set_defaults(handler=run)
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise InputError("shard", text, "K/N with integers 0 <= K < N, e.g. 0/4") from None
+    if not 0 <= index < count:
+        raise InputError("shard", text, "K/N with integers 0 <= K < N, e.g. 0/4")
+    return index, count
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,18 +54,21 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster) if args.cluster else None
     payload = SparsePayload(index_dtype=args.index_dtype)
     payload.index_bytes  # validate the dtype name before any work  # noqa: B018
-    grid = WhatIfGrid(payload=payload)
+    if not args.compress_throughput >= 0:
+        raise InputError("compress-throughput", args.compress_throughput, "elements per second >= 0")
+    grid = WhatIfGrid(payload=payload, compress_elements_per_s=args.compress_throughput)
     if args.reduce_bandwidth:
         grid.reduce_gamma_s_per_byte = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth")
+    shard = _parse_shard(args.shard)
     out = Path(args.out)
     started = time.perf_counter()
-    table = run_whatif(grid, cluster)
+    table = run_whatif(grid, cluster, shard)
     priced = time.perf_counter() - started
     best = winners(table)
     write_csv_atomic(table, out / "whatif.csv")
     write_csv_atomic(best, out / "whatif_winners.csv")
     figures = []
-    if not args.no_plots:
+    if not args.no_plots and shard[1] == 1:
         if cluster is None:
             figures += whatif_plots.plot_link_sweep(table, out)
             figures.append(whatif_plots.plot_crossover(table, out))

@@ -1,0 +1,576 @@
+"""Flow-level network of the discrete-event simulator: coflows sharing links max-min fairly.
+
+Links
+    Every directed edge of :meth:`costmodel.cluster.Cluster.to_graph` (NICs, leaf uplinks, ring
+    cables, ``between`` overrides) plus, for traffic inside a node, one out-edge and one in-edge
+    per *device*: ``dev{r}->fabric{i}`` and ``fabric{i}->dev{r}`` with the cluster's
+    ``intra_link`` bandwidth and half its latency each. The fabric itself is non-blocking (an
+    NVSwitch-like crossbar), so intra-node traffic contends only at the devices' own ports.
+    Inter-node traffic from device r goes straight onto its node's route (:meth:`Cluster.path`):
+    the intra hop from the device to the NIC is not modelled (GPU-direct RDMA), so the q devices
+    of a node share its NIC edges. The latencies along a route add up to
+    :meth:`Cluster.path_link`'s, so a flow sees exactly what the cost model prices.
+    A full-duplex link has one capacity per direction; a half-duplex one (``Link.duplex ==
+    "half"``) is *one* resource that both directions' flows share.
+
+Coflows
+    A transfer is a *coflow*: flows ``(src_rank, dst_rank)`` that all carry the same bytes and
+    advance at one common rate. The steps of a collective are synchronous (a step ends when its
+    slowest flow ends), so coupling the rates changes no step time and keeps the simulation at one
+    rate per step instead of one per flow. Bandwidth is shared max-min fairly between coflows by
+    progressive filling, where a coflow's demand on a link is (its flows crossing that link) x its
+    rate, i.e. flows are treated fairly one by one, as TCP-like transports do. Rates are
+    recomputed only when a coflow starts or ends or a link changes, and only the next completion
+    is scheduled (one simpy timeout, not a process per flow).
+
+Latency
+    A coflow's bytes start to move after its latency: the largest route latency of its flows
+    (or ``latency_s`` when the caller gives one, e.g. k steps aggregated into one coflow pay
+    k latencies). On an uncontended link a coflow of n bytes per flow therefore takes exactly
+    ``alpha + n beta``, the cost model's step.
+
+Dynamics (:mod:`sim.dynamics`) change a link's bandwidth through :meth:`Network.set_bandwidth`
+(absolute, e.g. a trace) or a multiplicative *factor slot* (:meth:`add_factor_slot`,
+:meth:`set_factors`, e.g. jitter, congestion, a fault taking a link down with factor 0); the
+capacity is base x product of the factors, so several sources compose. Latency changes
+(:meth:`set_latency`) apply to coflows that start afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+from simpy.events import Event, Timeout
+
+from costmodel.cluster import Cluster, load_cluster
+from costmodel.errors import InputError
+from sim.records import CoflowRecord, Recorder
+
+#: A coflow is finished when less than this fraction of its bytes is left (float round-off).
+_DONE_FRACTION = 1e-9
+#: Links whose fair share is within this relative distance of the bottleneck's freeze together.
+_TIE = 1e-12
+
+_LINK_FORM = (
+    "an edge such as node0->switch (or node0<->switch for both directions), a vertex such as node0 or "
+    "dev3 (every edge touching it), * (every inter-node link) or intra (every device port)"
+)
+
+
+class CountingEnvironment(simpy.Environment):
+    """A simpy Environment that counts the events it processes (for benchmarks)."""
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+class Pattern:
+    """A set of flows (src, dst ranks) routed once: the links they cross and how many of them cross each.
+
+    Built by :meth:`Network.pattern` and reusable for any number of transfers (the p-1 steps of a
+    ring all use one pattern), so routing is paid once.
+    """
+
+    __slots__ = (
+        "_net", "src", "dst", "n_flows", "res", "cnt", "_edges", "_lat", "_lat_version",
+        "_solo_version", "_solo",
+    )
+
+    def __init__(self, net: Network, src: np.ndarray, dst: np.ndarray, edges: np.ndarray) -> None:
+        self._net = net
+        self.src = src
+        self.dst = dst
+        self.n_flows = len(src)
+        self._edges = edges  # (flows, hops) edge ids, padded with the zero-latency pad edge
+        counts = np.bincount(net._edge_res[edges].ravel(), minlength=net.n_resources + 1)[: net.n_resources]
+        self.res = np.flatnonzero(counts)
+        self.cnt = counts[self.res].astype(float)
+        self._lat = 0.0
+        self._lat_version = -1
+        self._solo_version = -1
+        self._solo: tuple[float, int, float, float] = (0.0, -1, 0.0, 0.0)
+
+    def latency(self) -> float:
+        """The largest route latency among the flows, at the network's current latencies."""
+        net = self._net
+        if self._lat_version != net._lat_version:
+            self._lat = float(net._edge_lat[self._edges].sum(axis=1).max()) if self.n_flows else 0.0
+            self._lat_version = net._lat_version
+        return self._lat
+
+    def solo_rate(self) -> tuple[float, int, float, float]:
+        """Rate per flow, bottleneck resource, its capacity and its flow count when this runs alone."""
+        net = self._net
+        if self._solo_version != net._cap_version:
+            share = net._cap[self.res] / self.cnt
+            j = int(share.argmin())
+            res = int(self.res[j])
+            self._solo = (float(share[j]), res, float(net._cap[res]), float(self.cnt[j]))
+            self._solo_version = net._cap_version
+        return self._solo
+
+    def links(self) -> list[str]:
+        """Names of the links (resources) the pattern crosses."""
+        return [self._net.link_names[i] for i in self.res]
+
+
+class _Coflow:
+    __slots__ = (
+        "net", "pattern", "nbytes", "remaining", "tag", "event", "start", "lat_end", "rate",
+        "bneck", "bcap", "bflows", "binfo",
+    )
+
+    def __init__(self, net: Network, pattern: Pattern, nbytes: float, tag: str, event: Event, start: float) -> None:
+        self.net = net
+        self.pattern = pattern
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.tag = tag
+        self.event = event
+        self.start = start
+        self.lat_end = start
+        self.rate = 0.0
+        self.bneck = -1
+        self.bcap = 0.0
+        self.bflows = 0.0
+        self.binfo: dict[int, list[float]] = {}
+
+    def activate(self, _event: Event | None = None) -> None:
+        self.net._activate(self)
+
+
+class Network:
+    """Links of a cluster, the coflows on them and their max-min fair rates (see the module doc).
+
+    ``dynamics`` is one object or a sequence of objects with an ``attach(network)`` method
+    (:mod:`sim.dynamics`); ``recorder`` collects one :class:`~sim.records.CoflowRecord` per
+    finished coflow (a fresh :class:`~sim.records.Recorder` if not given).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cluster: Cluster | str,
+        dynamics: Any = None,
+        recorder: Recorder | None = None,
+    ) -> None:
+        self.env = env
+        self.cluster = load_cluster(cluster)
+        self.recorder = recorder if recorder is not None else Recorder()
+        self._build()
+        self._active: list[_Coflow] = []
+        self._last = env.now
+        self._gen = 0
+        self._timer_at: float | None = None
+        self._on_timer_cb = self._on_timer
+        self._patterns: dict[Any, Pattern] = {}
+        self._lat_version = 0
+        self._cap_version = 0
+        if dynamics is not None:
+            for source in dynamics if isinstance(dynamics, (list, tuple)) else [dynamics]:
+                source.attach(self)
+
+    # --- construction -------------------------------------------------------------------------
+    def _build(self) -> None:
+        cluster = self.cluster
+        graph = cluster.to_graph()
+        names: list[str] = []
+        uv: list[tuple[str, str]] = []
+        bandwidth: list[float] = []
+        latency: list[float] = []
+        duplex: list[str] = []
+        for u, v, data in graph.edges(data=True):
+            uv.append((u, v))
+            names.append(data.get("name", f"{u}->{v}"))
+            bandwidth.append(float(data["bandwidth_Bps"]))
+            latency.append(float(data["latency_s"]))
+            duplex.append(data.get("duplex", "full"))
+        self.n_inter_edges = len(uv)
+        intra = cluster.intra_link
+        dpn = cluster.devices_per_node
+        world = cluster.world_size
+        for r in range(world):
+            fabric = f"fabric{r // dpn}"
+            for u, v in ((f"dev{r}", fabric), (fabric, f"dev{r}")):
+                uv.append((u, v))
+                names.append(f"{u}->{v}")
+                bandwidth.append(float(intra.bandwidth_Bps))
+                latency.append(float(intra.latency_s) / 2)
+                duplex.append(intra.duplex)
+        n_edges = len(uv)
+        edge_id = {pair: i for i, pair in enumerate(uv)}
+        edge_res = np.empty(n_edges + 1, dtype=np.int64)
+        res_names: list[str] = []
+        res_bw: list[float] = []
+        for i, (u, v) in enumerate(uv):
+            twin = edge_id.get((v, u))
+            if duplex[i] == "half" and twin is not None and twin < i:
+                edge_res[i] = edge_res[twin]
+                continue
+            edge_res[i] = len(res_names)
+            res_names.append(f"{u}<->{v}" if duplex[i] == "half" and twin is not None else names[i])
+            res_bw.append(bandwidth[i])
+        self.n_resources = len(res_names)
+        edge_res[n_edges] = self.n_resources  # the pad edge maps to a pad resource, never counted
+        self._pad_edge = n_edges
+        self._edge_res = edge_res
+        self._edge_lat = np.array([*latency, 0.0])
+        self._edge_id = edge_id
+        self.edge_names = names
+        self.link_names = res_names
+        self._link_index = {name: i for i, name in enumerate(res_names)}
+        self._edge_index = {name: i for i, name in enumerate(names)}
+        self._base = np.array(res_bw, dtype=float)
+        self._factors: list[np.ndarray] = []
+        self._cap = self._base.copy()
+        self.world_size = world
+        self._nodes = cluster.nodes
+        self._node_of = np.arange(world, dtype=np.int64) // dpn
+        self._dev_out = self.n_inter_edges + 2 * np.arange(world, dtype=np.int64)
+        self._dev_in = self._dev_out + 1
+        # routes between nodes, filled lazily: dense table of route ids where it is small enough
+        self._routes: list[tuple[int, ...]] = []
+        self._route_width = 2
+        self._route_mat = np.full((0, 2), n_edges, dtype=np.int64)
+        n = self._nodes
+        self._route_table = np.full(n * n, -1, dtype=np.int64) if n * n <= 1 << 22 else None
+        self._route_dict: dict[int, int] = {}
+        self._vertex_edges: dict[str, list[int]] = {}
+        for i, (u, v) in enumerate(uv):
+            self._vertex_edges.setdefault(u, []).append(i)
+            self._vertex_edges.setdefault(v, []).append(i)
+
+    def _route_id(self, key: int) -> int:
+        a, b = divmod(key, self._nodes)
+        route = tuple(self._edge_id[e] for e in self.cluster.path(a, b))
+        rid = len(self._routes)
+        self._routes.append(route)
+        if len(route) > self._route_width:
+            self._route_width = len(route)
+        return rid
+
+    def _route_rows(self, keys: np.ndarray) -> np.ndarray:
+        """Padded edge-id rows (len(keys), width) of the routes node_a*N+node_b in ``keys``."""
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        if self._route_table is not None:
+            ids = self._route_table[uniq]
+            for j in np.flatnonzero(ids < 0):
+                ids[j] = self._route_table[uniq[j]] = self._route_id(int(uniq[j]))
+        else:
+            table = self._route_dict
+            ids = np.empty(len(uniq), dtype=np.int64)
+            for j, key in enumerate(uniq.tolist()):
+                rid = table.get(key)
+                if rid is None:
+                    rid = table[key] = self._route_id(key)
+                ids[j] = rid
+        if len(self._routes) > len(self._route_mat) or self._route_mat.shape[1] < self._route_width:
+            mat = np.full((max(len(self._routes), 2 * len(self._route_mat)), self._route_width), self._pad_edge,
+                          dtype=np.int64)
+            for i, route in enumerate(self._routes):
+                mat[i, : len(route)] = route
+            self._route_mat = mat
+        return self._route_mat[ids][inverse]
+
+    # --- flows --------------------------------------------------------------------------------
+    def pattern(self, pairs: Sequence[tuple[int, int]] | np.ndarray | Pattern, key: Any = None) -> Pattern:
+        """Route the flows ``pairs`` (src_rank, dst_rank) once; with ``key``, cache the result under it."""
+        if isinstance(pairs, Pattern):
+            return pairs
+        if key is not None:
+            cached = self._patterns.get(key)
+            if cached is not None:
+                return cached
+        arr = np.asarray(pairs, dtype=np.int64)
+        if arr.size == 0:
+            arr = arr.reshape(0, 2)
+        if arr.ndim != 2 or arr.shape[1] != 2:
+            raise InputError("pairs", pairs, "a sequence of (src_rank, dst_rank) pairs")
+        src, dst = arr[:, 0].copy(), arr[:, 1].copy()
+        if len(src) == 0:
+            raise InputError("pairs", [], "at least one (src_rank, dst_rank) pair")
+        bad = (src < 0) | (src >= self.world_size) | (dst < 0) | (dst >= self.world_size)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise InputError("pairs", (int(src[j]), int(dst[j])),
+                             f"ranks 0..{self.world_size - 1} of cluster {self.cluster.name}")
+        if (src == dst).any():
+            j = int(np.flatnonzero(src == dst)[0])
+            raise InputError("pairs", (int(src[j]), int(dst[j])), "a flow between two different ranks")
+        sn, dn = self._node_of[src], self._node_of[dst]
+        inter = sn != dn
+        width = 2
+        rows = None
+        if inter.any():
+            rows = self._route_rows(sn[inter] * self._nodes + dn[inter])
+            width = max(2, rows.shape[1])
+        edges = np.full((len(src), width), self._pad_edge, dtype=np.int64)
+        if rows is not None:
+            edges[inter, : rows.shape[1]] = rows
+        intra = ~inter
+        edges[intra, 0] = self._dev_out[src[intra]]
+        edges[intra, 1] = self._dev_in[dst[intra]]
+        pattern = Pattern(self, src, dst, edges)
+        if key is not None:
+            self._patterns[key] = pattern
+        return pattern
+
+    def cached(self, key: Any) -> Pattern | None:
+        """The pattern cached under ``key`` by :meth:`pattern`, or None."""
+        return self._patterns.get(key)
+
+    def transfer(
+        self,
+        pairs: Sequence[tuple[int, int]] | np.ndarray | Pattern,
+        nbytes: float,
+        tag: str = "",
+        latency_s: float | None = None,
+    ) -> Event:
+        """Start a coflow of ``nbytes`` per flow; the returned event fires with its :class:`CoflowRecord`.
+
+        ``latency_s`` replaces the flows' route latency (the largest one) that is paid before any
+        byte moves.
+        """
+        pattern = pairs if isinstance(pairs, Pattern) else self.pattern(pairs)
+        nbytes = float(nbytes)
+        if not nbytes >= 0 or not math.isfinite(nbytes):
+            raise InputError("nbytes", nbytes, "non-negative finite bytes per flow")
+        env = self.env
+        latency = pattern.latency() if latency_s is None else float(latency_s)
+        if not latency >= 0:
+            raise InputError("latency_s", latency_s, "a non-negative latency")
+        event = Event(env)
+        coflow = _Coflow(self, pattern, nbytes, tag, event, env.now)
+        if latency > 0:
+            Timeout(env, latency).callbacks.append(coflow.activate)
+        else:
+            self._activate(coflow)
+        return event
+
+    # --- the rate engine ------------------------------------------------------------------------
+    def _activate(self, coflow: _Coflow) -> None:
+        now = self.env.now
+        coflow.lat_end = now
+        if coflow.nbytes <= 0:
+            self._finish(coflow, now)
+            return
+        self._advance(now)
+        self._active.append(coflow)
+        self._reallocate()
+        self._reschedule()
+
+    def _advance(self, now: float) -> None:
+        dt = now - self._last
+        self._last = now
+        if dt <= 0:
+            return
+        for c in self._active:
+            moved = c.rate * dt
+            if moved > 0:
+                c.remaining -= moved
+                info = c.binfo.get(c.bneck)
+                if info is None:
+                    c.binfo[c.bneck] = [moved, c.bcap, c.bflows]
+                else:
+                    info[0] += moved
+                    if c.bcap < info[1]:
+                        info[1] = c.bcap
+                    if c.bflows > info[2]:
+                        info[2] = c.bflows
+
+    def _reallocate(self) -> None:
+        active = self._active
+        if not active:
+            return
+        if len(active) == 1:
+            c = active[0]
+            c.rate, c.bneck, c.bcap, c.bflows = c.pattern.solo_rate()
+            return
+        self._fill(active)
+
+    def _fill(self, active: list[_Coflow]) -> None:
+        """Max-min fair rates by progressive filling over the links the active coflows cross."""
+        n = len(active)
+        res_all = np.concatenate([c.pattern.res for c in active])
+        cnt_all = np.concatenate([c.pattern.cnt for c in active])
+        rows = np.repeat(np.arange(n), [len(c.pattern.res) for c in active])
+        touched, cols = np.unique(res_all, return_inverse=True)
+        remaining = self._cap[touched].copy()
+        load = np.bincount(cols, weights=cnt_all, minlength=len(touched))
+        load0 = load.copy()
+        rate = np.zeros(n)
+        bneck = np.full(n, -1, dtype=np.int64)
+        live = np.ones(n, dtype=bool)
+        entry_live = np.ones(len(rows), dtype=bool)
+        share = np.empty(len(touched))
+        while live.any():
+            share.fill(np.inf)
+            np.divide(remaining, load, out=share, where=load > 0)
+            level = float(share.min())
+            if not math.isfinite(level):  # pragma: no cover - every live coflow crosses a loaded link
+                rate[live] = np.inf
+                break
+            tight = share <= level * (1 + _TIE)
+            hit = entry_live & tight[cols]
+            hit_rows, first = np.unique(rows[hit], return_index=True)
+            rate[hit_rows] = level
+            bneck[hit_rows] = cols[np.flatnonzero(hit)[first]]
+            frozen = np.zeros(n, dtype=bool)
+            frozen[hit_rows] = True
+            leaving = entry_live & frozen[rows]
+            dec = np.bincount(cols[leaving], weights=cnt_all[leaving], minlength=len(touched))
+            remaining -= dec * level
+            np.maximum(remaining, 0.0, out=remaining)
+            load -= dec
+            live &= ~frozen
+            entry_live &= ~leaving
+        cap = self._cap
+        for k, c in enumerate(active):
+            col = int(bneck[k])
+            c.rate = float(rate[k])
+            c.bneck = int(touched[col])
+            c.bcap = float(cap[c.bneck])
+            c.bflows = float(load0[col])
+
+    def _reschedule(self) -> None:
+        best = math.inf
+        for c in self._active:
+            if c.rate > 0:
+                t = c.remaining / c.rate
+                if t < best:
+                    best = t
+        if best == math.inf:
+            self._gen += 1  # nothing can finish (links down): invalidate any pending timer
+            self._timer_at = None
+            return
+        if best < 0:
+            best = 0.0
+        at = self.env.now + best
+        if at == self._timer_at:
+            return
+        self._gen += 1
+        self._timer_at = at
+        Timeout(self.env, best, self._gen).callbacks.append(self._on_timer_cb)
+
+    def _on_timer(self, event: Event) -> None:
+        if event._value != self._gen:
+            return  # superseded by a later reallocation
+        self._timer_at = None
+        now = self.env.now
+        self._advance(now)
+        active = self._active
+        done = [c for c in active if c.remaining <= _DONE_FRACTION * c.nbytes]
+        if not done:  # round-off left a sliver on the coflow the timer was for: finish the closest
+            done = [min((c for c in active if c.rate > 0), key=lambda c: c.remaining / c.rate)]
+        self._active = [c for c in active if c not in done] if len(done) < len(active) else []
+        for c in done:
+            c.remaining = 0.0
+            self._finish(c, now)
+        if self._active:
+            self._reallocate()
+            self._reschedule()
+
+    def _finish(self, c: _Coflow, now: float) -> None:
+        if c.binfo:
+            res, info = max(c.binfo.items(), key=lambda item: item[1][0])
+            name, cap, flows = self.link_names[res], info[1], info[2]
+        else:  # no byte moved (zero-byte coflow): name the pattern's own narrowest link
+            _, res, cap, flows = c.pattern.solo_rate()
+            name = self.link_names[res] if c.nbytes > 0 else ""
+        record = CoflowRecord(c.tag, c.start, c.lat_end, now, c.nbytes, c.pattern.n_flows, name, cap, flows)
+        self.recorder.add(record)
+        c.event.succeed(record)
+
+    # --- link state for dynamics and faults ---------------------------------------------------
+    def edges(self, spec: str | Iterable[str]) -> np.ndarray:
+        """Edge ids named by a link spec (see ``_LINK_FORM``) or a list of specs."""
+        if not isinstance(spec, str):
+            parts = [self.edges(s) for s in spec]
+            return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+        text = spec.strip()
+        if text == "*":
+            return np.arange(self.n_inter_edges, dtype=np.int64)
+        if text == "intra":
+            return np.arange(self.n_inter_edges, len(self.edge_names), dtype=np.int64)
+        if text in self._edge_index:
+            return np.array([self._edge_index[text]], dtype=np.int64)
+        if "<->" in text:
+            u, _, v = text.partition("<->")
+            ids = [self._edge_id[p] for p in ((u.strip(), v.strip()), (v.strip(), u.strip())) if p in self._edge_id]
+            if ids:
+                return np.array(sorted(ids), dtype=np.int64)
+        if text in self._vertex_edges:
+            return np.array(sorted(self._vertex_edges[text]), dtype=np.int64)
+        raise InputError("link", spec, _LINK_FORM)
+
+    def resources(self, spec: str | Iterable[str]) -> np.ndarray:
+        """Link (resource) ids named by a link spec: what :meth:`set_bandwidth` and factors act on."""
+        return np.unique(self._edge_res[self.edges(spec)])
+
+    def bandwidth(self, spec: str | Iterable[str]) -> np.ndarray:
+        """Current capacities (bytes/s) of the links named by ``spec``."""
+        return self._cap[self.resources(spec)].copy()
+
+    def base_bandwidth(self, spec: str | Iterable[str]) -> np.ndarray:
+        """Capacities before multiplicative factors (the cluster's, or a trace's last value)."""
+        return self._base[self.resources(spec)].copy()
+
+    def latency(self, spec: str | Iterable[str]) -> np.ndarray:
+        """Current latencies (s) of the edges named by ``spec``."""
+        return self._edge_lat[self.edges(spec)].copy()
+
+    def set_bandwidth(self, spec: str | Iterable[str] | np.ndarray, bandwidth_Bps: float | np.ndarray) -> None:
+        """Set the base capacity of links (by spec or resource ids); rates are recomputed now."""
+        ids = spec if isinstance(spec, np.ndarray) else self.resources(spec)
+        value = np.asarray(bandwidth_Bps, dtype=float)
+        if np.any(~np.isfinite(value)) or np.any(value < 0):
+            raise InputError("bandwidth", bandwidth_Bps, "a non-negative finite bandwidth in bytes/s")
+        self._base[ids] = value
+        self._capacity_changed(ids)
+
+    def set_latency(self, spec: str | Iterable[str] | np.ndarray, latency_s: float | np.ndarray) -> None:
+        """Set the latency of edges (by spec or edge ids); coflows starting from now on see it."""
+        ids = spec if isinstance(spec, np.ndarray) else self.edges(spec)
+        value = np.asarray(latency_s, dtype=float)
+        if np.any(~np.isfinite(value)) or np.any(value < 0):
+            raise InputError("latency", latency_s, "a non-negative finite latency in seconds")
+        self._edge_lat[ids] = value
+        self._lat_version += 1
+
+    def add_factor_slot(self) -> int:
+        """A new multiplicative factor per link (all 1.0) for one source of dynamics; returns its index."""
+        self._factors.append(np.ones(self.n_resources))
+        return len(self._factors) - 1
+
+    def set_factors(self, slot: int, ids: np.ndarray, factors: float | np.ndarray) -> None:
+        """Set slot ``slot``'s factor of resources ``ids``; rates are recomputed now."""
+        self._factors[slot][ids] = factors
+        self._capacity_changed(ids)
+
+    def _capacity_changed(self, ids: np.ndarray) -> None:
+        cap = self._base[ids].copy()
+        for factor in self._factors:
+            cap *= factor[ids]
+        self._cap[ids] = cap
+        self._cap_version += 1
+        if self._active:
+            self._advance(self.env.now)
+            self._reallocate()
+            self._reschedule()
+
+    @property
+    def active_coflows(self) -> int:
+        """Coflows moving bytes now (not those still paying their latency)."""
+        return len(self._active)
+
+    def node_of(self, rank: int) -> int:
+        return int(self._node_of[rank])
