@@ -70,8 +70,8 @@ def eca_kernel_size(channels: int, gamma: int = 2, b: int = 1) -> int:
     ``t = int(abs((log2(C) + b) / gamma)); k = t if t % 2 else t + 1`` -- truncate, then round an
     even result *up*. The two agree except where the formula lands exactly on an even integer
     (C = 128 gives 4, C = 2048 gives 6), where "nearest odd" is a tie and the code picks the larger
-    kernel. We follow the code: 64 -> 3, 128..1024 -> 5, 2048 -> 7, and every width below 64 -> 3
-    or less (1 for C < 4).
+    kernel. We follow the code: 64 -> 3, 128..1024 -> 5, 2048 -> 7; 8..127 -> 3 and 1..7 -> 1, so
+    the 16/32/64-wide toy ResNets here all get k = 3.
     """
     _positive_int("channels", channels)
     _positive_int("gamma", gamma)
