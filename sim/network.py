@@ -29,6 +29,15 @@ Latency
     k latencies). On an uncontended link a coflow of n bytes per flow therefore takes exactly
     ``alpha + n beta``, the cost model's step.
 
+Speed
+    Routing happens once per :class:`Pattern` (cache it with ``key``; the collectives do), so a
+    step of a 1024-rank ring costs a few simpy events and no numpy work when it runs alone (its
+    rate is cached per capacity version). With several coflows, links only one of them crosses
+    collapse into one virtual link per coflow and the filling runs as a heap over the shared
+    links in plain Python (numpy above ``_SMALL_FILL`` entries). A capacity change on links that
+    are nobody's bottleneck and still carry their load keeps the rates (they stay max-min fair),
+    so most congestion flips cost no reallocation.
+
 Dynamics (:mod:`sim.dynamics`) change a link's bandwidth through :meth:`Network.set_bandwidth`
 (absolute, e.g. a trace) or a multiplicative *factor slot* (:meth:`add_factor_slot`,
 :meth:`set_factors`, e.g. jitter, congestion, a fault taking a link down with factor 0); the
@@ -38,6 +47,7 @@ capacity is base x product of the factors, so several sources compose. Latency c
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,6 +64,8 @@ from sim.records import CoflowRecord, Recorder
 _DONE_FRACTION = 1e-9
 #: Links whose fair share is within this relative distance of the bottleneck's freeze together.
 _TIE = 1e-12
+#: Below this many (coflow, link) pairs rates are filled in plain Python, above it with numpy.
+_SMALL_FILL = 256
 
 _LINK_FORM = (
     "an edge such as node0->switch (or node0<->switch for both directions), a vertex such as node0 or "
@@ -82,7 +94,7 @@ class Pattern:
 
     __slots__ = (
         "_net", "src", "dst", "n_flows", "res", "cnt", "_edges", "_lat", "_lat_version",
-        "_solo_version", "_solo",
+        "_solo_version", "_solo", "_lists",
     )
 
     def __init__(self, net: Network, src: np.ndarray, dst: np.ndarray, edges: np.ndarray) -> None:
@@ -98,6 +110,7 @@ class Pattern:
         self._lat_version = -1
         self._solo_version = -1
         self._solo: tuple[float, int, float, float] = (0.0, -1, 0.0, 0.0)
+        self._lists: tuple[list[int], list[float]] | None = None
 
     def latency(self) -> float:
         """The largest route latency among the flows, at the network's current latencies."""
@@ -118,6 +131,12 @@ class Pattern:
             self._solo_version = net._cap_version
         return self._solo
 
+    def lists(self) -> tuple[list[int], list[float]]:
+        """The resources and counts as Python lists (for the small-problem filling loop)."""
+        if self._lists is None:
+            self._lists = (self.res.tolist(), self.cnt.tolist())
+        return self._lists
+
     def links(self) -> list[str]:
         """Names of the links (resources) the pattern crosses."""
         return [self._net.link_names[i] for i in self.res]
@@ -126,7 +145,7 @@ class Pattern:
 class _Coflow:
     __slots__ = (
         "net", "pattern", "nbytes", "remaining", "tag", "event", "start", "lat_end", "rate",
-        "bneck", "bcap", "bflows", "binfo",
+        "bneck", "bcap", "bflows", "binfo", "sh", "sh_lists", "pv", "pv_version", "pv_min",
     )
 
     def __init__(self, net: Network, pattern: Pattern, nbytes: float, tag: str, event: Event, start: float) -> None:
@@ -143,6 +162,12 @@ class _Coflow:
         self.bcap = 0.0
         self.bflows = 0.0
         self.binfo: dict[int, list[float]] = {}
+        # links shared with other active coflows, and the private rest (set by Network._reallocate)
+        self.sh: tuple[np.ndarray, np.ndarray] = (pattern.res, pattern.cnt)
+        self.sh_lists: tuple[list[int], list[float]] = ([], [])
+        self.pv: tuple[np.ndarray, np.ndarray] | None = None
+        self.pv_version = -1
+        self.pv_min: tuple[float, int, float] = (0.0, -1, 0.0)
 
     def activate(self, _event: Event | None = None) -> None:
         self.net._activate(self)
@@ -175,6 +200,8 @@ class Network:
         self._patterns: dict[Any, Pattern] = {}
         self._lat_version = 0
         self._cap_version = 0
+        self._struct_version = 0
+        self._split_version = -1
         if dynamics is not None:
             for source in dynamics if isinstance(dynamics, (list, tuple)) else [dynamics]:
                 source.attach(self)
@@ -241,6 +268,7 @@ class Network:
         self._routes: list[tuple[int, ...]] = []
         self._route_width = 2
         self._route_mat = np.full((0, 2), n_edges, dtype=np.int64)
+        self._route_filled = 0
         n = self._nodes
         self._route_table = np.full(n * n, -1, dtype=np.int64) if n * n <= 1 << 22 else None
         self._route_dict: dict[int, int] = {}
@@ -273,12 +301,17 @@ class Network:
                 if rid is None:
                     rid = table[key] = self._route_id(key)
                 ids[j] = rid
-        if len(self._routes) > len(self._route_mat) or self._route_mat.shape[1] < self._route_width:
-            mat = np.full((max(len(self._routes), 2 * len(self._route_mat)), self._route_width), self._pad_edge,
-                          dtype=np.int64)
-            for i, route in enumerate(self._routes):
+        if len(self._routes) > self._route_filled:
+            mat = self._route_mat
+            if len(self._routes) > len(mat) or mat.shape[1] < self._route_width:
+                mat = np.full((max(len(self._routes), 2 * len(mat)), self._route_width), self._pad_edge,
+                              dtype=np.int64)
+                mat[: self._route_filled, : self._route_mat.shape[1]] = self._route_mat[: self._route_filled]
+                self._route_mat = mat
+            for i in range(self._route_filled, len(self._routes)):
+                route = self._routes[i]
                 mat[i, : len(route)] = route
-            self._route_mat = mat
+            self._route_filled = len(self._routes)
         return self._route_mat[ids][inverse]
 
     # --- flows --------------------------------------------------------------------------------
@@ -365,6 +398,7 @@ class Network:
             return
         self._advance(now)
         self._active.append(coflow)
+        self._struct_version += 1
         self._reallocate()
         self._reschedule()
 
@@ -388,6 +422,13 @@ class Network:
                         info[2] = c.bflows
 
     def _reallocate(self) -> None:
+        """Max-min fair rates of the active coflows (progressive filling).
+
+        Links that only one active coflow crosses cannot be shared, so each coflow's private links
+        collapse into one virtual link carrying its private minimum (capacity / its flows there);
+        filling then runs over the links coflows really share plus one virtual link per coflow,
+        which keeps a 1024-rank ring plus a few background flows a problem of a few dozen links.
+        """
         active = self._active
         if not active:
             return
@@ -395,16 +436,132 @@ class Network:
             c = active[0]
             c.rate, c.bneck, c.bcap, c.bflows = c.pattern.solo_rate()
             return
-        self._fill(active)
+        if sum(len(c.pattern.res) for c in active) <= _SMALL_FILL:
+            self._fill_small(active, split=False)  # small enough as it is
+            return
+        if self._split_version != self._struct_version:  # coflows came or went: who shares what
+            users = np.bincount(np.concatenate([c.pattern.res for c in active]), minlength=self.n_resources)
+            for c in active:
+                res, cnt = c.pattern.res, c.pattern.cnt
+                shared = users[res] > 1
+                if shared.all():
+                    c.sh = (res, cnt)
+                    c.pv = None
+                else:
+                    c.sh = (res[shared], cnt[shared])
+                    c.pv = (res[~shared], cnt[~shared])
+                c.sh_lists = (c.sh[0].tolist(), c.sh[1].tolist())
+                c.pv_version = -1
+            self._split_version = self._struct_version
+        if sum(len(c.sh[0]) for c in active) + len(active) <= _SMALL_FILL:
+            self._fill_small(active, split=True)
+        else:
+            self._fill(active)
+
+    def _private_min(self, c: _Coflow) -> tuple[float, int, float] | None:
+        """(fair share, link, flows there) of the coflow's narrowest private link, or None."""
+        if c.pv is None:
+            return None
+        if c.pv_version != self._cap_version:
+            res, cnt = c.pv
+            share = self._cap[res] / cnt
+            j = int(share.argmin())
+            c.pv_min = (float(share[j]), int(res[j]), float(cnt[j]))
+            c.pv_version = self._cap_version
+        return c.pv_min
+
+    def _set_rate(self, c: _Coflow, level: float, key: int, meta: dict, load0: float) -> None:
+        c.rate = level
+        if key < 0:  # a coflow's virtual link: name its narrowest private link
+            _, res, flows = meta[key]
+            c.bneck, c.bcap, c.bflows = res, float(self._cap[res]), flows
+        else:
+            c.bneck, c.bcap, c.bflows = key, float(self._cap[key]), load0
+
+    def _fill_small(self, active: list[_Coflow], split: bool) -> None:
+        """Progressive filling in plain Python: faster than numpy for a few dozen links.
+
+        ``split``: use the coflows' shared links plus one virtual link for their private ones
+        (see :meth:`_reallocate`); otherwise every link of every coflow.
+        """
+        cap = self._cap
+        remaining: dict[int, float] = {}
+        load: dict[int, float] = {}  # only links with live coflows left on them
+        meta: dict[int, tuple[float, int, float]] = {}
+        entries: list[tuple[list[int], list[float]]] = []
+        users: dict[int, list[int]] = {}
+        for k, c in enumerate(active):
+            keys, counts = c.sh_lists if split else c.pattern.lists()
+            for r, n in zip(keys, counts, strict=True):
+                if r in load:
+                    load[r] += n
+                    users[r].append(k)
+                else:
+                    load[r] = n
+                    remaining[r] = float(cap[r])
+                    users[r] = [k]
+            private = self._private_min(c) if split else None
+            if private is not None:
+                key = -1 - k
+                remaining[key], load[key], meta[key] = private[0], 1.0, private
+                users[key] = [k]
+                keys, counts = [*keys, key], [*counts, 1.0]
+            entries.append((keys, counts))
+        load0 = dict(load)
+        # Pop links in order of fair share; a link's share never drops below the level already
+        # reached (rem >= level * load before, so (rem - n level) / (load - n) >= level), so a heap
+        # of (share, link) with stale entries skipped is exact: O(entries log links), not
+        # O(levels x links).
+        heap = [(remaining[r] / n, r) for r, n in load.items()]
+        heapq.heapify(heap)
+        frozen = [False] * len(active)
+        level = 0.0
+        while heap:
+            share, link = heapq.heappop(heap)
+            n = load.get(link)
+            if n is None or share != remaining[link] / n:
+                continue  # drained, or an outdated entry of a link that changed since
+            if share > level:
+                level = share
+            for k in users[link]:
+                if frozen[k]:
+                    continue
+                frozen[k] = True
+                self._set_rate(active[k], level, link, meta, load0[link])
+                keys, counts = entries[k]
+                for r, m in zip(keys, counts, strict=True):
+                    left = load[r] - m
+                    if left > 0:
+                        load[r] = left
+                        rest = remaining[r] - m * level
+                        remaining[r] = rest if rest > 0 else 0.0
+                        if r != link:
+                            heapq.heappush(heap, (remaining[r] / left, r))
+                    else:
+                        del load[r]
 
     def _fill(self, active: list[_Coflow]) -> None:
-        """Max-min fair rates by progressive filling over the links the active coflows cross."""
+        """Progressive filling with numpy, for many shared links (e.g. concurrent collectives)."""
         n = len(active)
-        res_all = np.concatenate([c.pattern.res for c in active])
-        cnt_all = np.concatenate([c.pattern.cnt for c in active])
-        rows = np.repeat(np.arange(n), [len(c.pattern.res) for c in active])
-        touched, cols = np.unique(res_all, return_inverse=True)
-        remaining = self._cap[touched].copy()
+        meta: dict[int, tuple[float, int, float]] = {}
+        key_parts: list[np.ndarray] = []
+        cnt_parts: list[np.ndarray] = []
+        for k, c in enumerate(active):
+            keys, counts = c.sh
+            private = self._private_min(c)
+            if private is not None:
+                meta[-1 - k] = private
+                keys, counts = np.append(keys, -1 - k), np.append(counts, 1.0)
+            key_parts.append(keys)
+            cnt_parts.append(counts)
+        keys_all = np.concatenate(key_parts)
+        cnt_all = np.concatenate(cnt_parts)
+        rows = np.repeat(np.arange(n), [len(p) for p in key_parts])
+        touched, cols = np.unique(keys_all, return_inverse=True)
+        remaining = np.empty(len(touched))
+        real = touched >= 0
+        remaining[real] = self._cap[touched[real]]
+        remaining[~real] = [meta[int(key)][0] for key in touched[~real]]
         load = np.bincount(cols, weights=cnt_all, minlength=len(touched))
         load0 = load.copy()
         rate = np.zeros(n)
@@ -416,9 +573,6 @@ class Network:
             share.fill(np.inf)
             np.divide(remaining, load, out=share, where=load > 0)
             level = float(share.min())
-            if not math.isfinite(level):  # pragma: no cover - every live coflow crosses a loaded link
-                rate[live] = np.inf
-                break
             tight = share <= level * (1 + _TIE)
             hit = entry_live & tight[cols]
             hit_rows, first = np.unique(rows[hit], return_index=True)
@@ -433,13 +587,9 @@ class Network:
             load -= dec
             live &= ~frozen
             entry_live &= ~leaving
-        cap = self._cap
         for k, c in enumerate(active):
             col = int(bneck[k])
-            c.rate = float(rate[k])
-            c.bneck = int(touched[col])
-            c.bcap = float(cap[c.bneck])
-            c.bflows = float(load0[col])
+            self._set_rate(c, float(rate[k]), int(touched[col]), meta, float(load0[col]))
 
     def _reschedule(self) -> None:
         best = math.inf
@@ -472,6 +622,7 @@ class Network:
         if not done:  # round-off left a sliver on the coflow the timer was for: finish the closest
             done = [min((c for c in active if c.rate > 0), key=lambda c: c.remaining / c.rate)]
         self._active = [c for c in active if c not in done] if len(done) < len(active) else []
+        self._struct_version += 1
         for c in done:
             c.remaining = 0.0
             self._finish(c, now)
@@ -562,10 +713,35 @@ class Network:
             cap *= factor[ids]
         self._cap[ids] = cap
         self._cap_version += 1
-        if self._active:
-            self._advance(self.env.now)
-            self._reallocate()
-            self._reschedule()
+        if not self._active or (len(ids) <= 4 and self._still_fair(ids)):
+            return
+        self._advance(self.env.now)
+        self._reallocate()
+        self._reschedule()
+
+    def _still_fair(self, ids: np.ndarray) -> bool:
+        """Whether the current rates stay max-min fair after links ``ids`` changed capacity.
+
+        True when none of them is a coflow's bottleneck and each still carries what crosses it:
+        every coflow is then still saturated at its unchanged bottleneck with the largest rate
+        there, which characterises the (unique) max-min fair allocation. Saves a reallocation
+        for most changes on links with slack or unused (a congestion flip, a trace on an idle path).
+        """
+        active = self._active
+        bottlenecks = {c.bneck for c in active}
+        cap = self._cap
+        for link in ids.tolist():
+            if link in bottlenecks:
+                return False
+            carried = 0.0
+            for c in active:
+                res = c.pattern.res
+                j = int(np.searchsorted(res, link))
+                if j < len(res) and res[j] == link:
+                    carried += c.pattern.cnt[j] * c.rate
+            if carried > cap[link] * (1 + _TIE):
+                return False
+        return True
 
     @property
     def active_coflows(self) -> int:

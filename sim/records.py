@@ -25,7 +25,7 @@ COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CoflowRecord:
     """One finished coflow. ``bytes`` is per flow; ``mean_rate_Bps`` is per flow after the latency."""
 
@@ -103,9 +103,16 @@ def bottleneck_summary(flows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def explain(flows: pd.DataFrame, seconds: float | None = None, predicted: float | None = None) -> str:
-    """A few lines saying where the time went (and how far it is from a prediction, if given)."""
+def explain(flows: pd.DataFrame, seconds: float | None = None, predicted: float | None = None,
+            exclude: tuple[str, ...] = ("cross-traffic",)) -> str:
+    """A few lines saying where the time went (and how far it is from a prediction, if given).
+
+    Coflows whose tag starts with one of ``exclude`` (background traffic) are left out of the
+    summary; their effect shows as the sharing (``shared by up to N flows``) of the links they use.
+    """
     lines: list[str] = []
+    if exclude and not flows.empty:
+        flows = flows[~flows["tag"].str.startswith(exclude)]
     if seconds is not None:
         line = f"simulated {format_time(seconds)}"
         if predicted is not None and predicted > 0:

@@ -139,3 +139,12 @@ def test_whatif_shards_concatenate_to_the_whole(tmp_path: Path, capsys: pytest.C
     whole = pd.read_csv(tmp_path / "all" / "whatif.csv").sort_values(keys).reset_index(drop=True)
     merged = pd.concat(parts).sort_values(keys).reset_index(drop=True)
     pd.testing.assert_frame_equal(whole, merged)
+
+
+def test_allgather_bus_bandwidth_follows_nccl_tests(capsys: pytest.CaptureFixture[str]) -> None:
+    """Allgather of m per rank over a 1.25 GB/s link: the bandwidth term is (p-1) m / B, and
+    nccl-tests' bus bandwidth (p-1)/p * (p m) / t then equals the link bandwidth exactly."""
+    code, out, _ = run_cli(capsys, "cost", "--collective", "allgather", "--ranks", "8", "--size", "8MiB",
+                           "--latency", "0s", "--bandwidth", "10Gbit/s", "--json")
+    assert code == 0
+    assert json.loads(out)["bus_bandwidth_Bps"] == pytest.approx(1.25e9)

@@ -235,8 +235,8 @@ class LSTMClassifier(nn.Module):
         self, vocab_size: int, num_classes: int, embed: int = 32, hidden: int = 64, num_layers: int = 1
     ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("num_classes", num_classes), ("embed", embed),
-                            ("hidden", hidden), ("num_layers", num_layers)):
+        sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "embed": embed, "hidden": hidden}
+        for name, value in {**sizes, "num_layers": num_layers}.items():
             _positive_int(name, value)
         self.embed = nn.Embedding(vocab_size, embed)
         self.layers = nn.ModuleList(
@@ -288,12 +288,13 @@ class TransformerClassifier(nn.Module):
         ffn: int = 64,
     ) -> None:
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("num_classes", num_classes), ("max_len", max_len),
-                            ("d_model", d_model), ("heads", heads), ("num_layers", num_layers), ("ffn", ffn)):
+        sizes = {"vocab_size": vocab_size, "num_classes": num_classes, "max_len": max_len, "d_model": d_model}
+        for name, value in {**sizes, "heads": heads, "num_layers": num_layers, "ffn": ffn}.items():
             _positive_int(name, value)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.pos = nn.Parameter(torch.zeros(1, max_len, d_model))
-        nn.init.normal_(self.pos, std=0.02)
+        # Position codes on the token embeddings' scale (N(0, 1)): at GPT's std 0.02 the order of
+        # tokens, which the motif task is all about, is drowned out and nothing is learnt.
+        self.pos = nn.Parameter(torch.randn(1, max_len, d_model))
         self.blocks = nn.ModuleList(_EncoderBlock(d_model, heads, ffn) for _ in range(num_layers))
         self.ln = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, num_classes)

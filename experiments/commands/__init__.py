@@ -1,5 +1,5 @@
 """Sub-commands of the ``flexcomm`` CLI; each module has ``register(subparsers)``."""
 
-from experiments.commands import calibrate, clusters, cost, whatif
+from experiments.commands import bench_collectives, calibrate, clusters, cost, launch, testbed, whatif
 
-COMMANDS = [cost, whatif, calibrate, clusters]
+COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed]

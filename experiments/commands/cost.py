@@ -55,12 +55,15 @@ def run(args: argparse.Namespace) -> int:
         cost = model.collective(collective, algorithm, nbytes, args.ranks)
         what = f"{collective}/{algorithm}"
     seconds = float(cost.total)
-    bus = float(BUS_BANDWIDTH_FACTOR[collective](np.float64(args.ranks))) * nbytes / seconds if seconds > 0 else 0.0
+    # nccl-tests' convention: algorithm bandwidth = S / t with S the allgather's *output* (p x m)
+    algorithm_bytes = nbytes * args.ranks if collective == "allgather" else nbytes
+    factor = float(BUS_BANDWIDTH_FACTOR[collective](np.float64(args.ranks)))
+    bus = factor * algorithm_bytes / seconds if seconds > 0 else 0.0
     if args.json:
         print_json({
             "collective": collective, "algorithm": algorithm, "scheme": args.scheme,
             "ranks": args.ranks, "bytes": nbytes, **cost.as_dict(),
-            "algorithm_bandwidth_Bps": nbytes / seconds if seconds > 0 else None,
+            "algorithm_bandwidth_Bps": algorithm_bytes / seconds if seconds > 0 else None,
             "bus_bandwidth_Bps": bus if not args.scheme else None,
         })
         return 0

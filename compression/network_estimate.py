@@ -1,0 +1,235 @@
+"""Online estimate of the network's latency alpha and per-byte cost beta from measured collective times.
+
+Why: the scheme choice (Allgather vs Allreduce-compatible Top-k) and the compression ratio both depend on
+(alpha, beta), and on a shared or shaped network those move. Every collective a step issues is priced by
+the cost model as ``a * alpha + b * beta (+ g * gamma)`` with coefficients known from what was sent
+(:func:`record_coefficients`); its measured seconds are one linear observation of (alpha, beta).
+
+The fit is an exponentially forgetting, windowed, **non-negative** least squares on *relative* residuals
+(a 30 ms and a 300 us collective count alike), anchored by a weak ridge prior at the cost model's link:
+
+    minimise  sum_i w_i (a_i alpha + b_i beta - t_i)^2 / t_i^2  +  lam [((alpha-alpha0)/alpha0)^2 + ((beta-beta0)/beta0)^2]
+
+* With fewer than ``min_points`` observations :meth:`NetworkEstimator.estimate` returns the prior.
+* When the window's (a, b) directions are *diverse* (an allreduce next to a broadcast, several ratios,
+  or a latency probe) both parameters are identified and the prior's pull is negligible.
+* When they are collinear (a run that only ever sends one allgather of one size) only the combination
+  ``a alpha + b beta`` is measured; the tiny ridge then moves the estimate along that line by the
+  smallest relative correction, i.e. it splits a surprise between alpha and beta in proportion to their
+  predicted share. That predicts the observed collective exactly but may mis-attribute the change, so
+  :meth:`NetworkEstimator.wants_probe` asks the caller for a tiny latency probe (a 4-byte allgather)
+  whenever the window is not identified or the last observation surprised the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.optimize import nnls
+
+from compression.comm import CollectiveRecord
+from costmodel.collectives import formula
+from costmodel.errors import InputError
+
+if TYPE_CHECKING:
+    from compression.base import StepStats
+    from costmodel.model import CostModel
+
+
+def record_coefficients(record: CollectiveRecord, world_size: int, price_scale: float = 1.0) -> tuple[float, float, float]:
+    """(a, b, g) of one collective call: its time is ``a*alpha + b*beta + g*gamma``.
+
+    ``price_scale`` multiplies the bytes of *payload* records only (an emulation may price a small
+    model's exchange as if its gradient were larger; control and measurement messages keep their size).
+    """
+    nbytes = float(record.nbytes) * (price_scale if record.purpose == "payload" else 1.0)
+    coef = formula(record.collective, record.algorithm)(nbytes, float(world_size))
+    return float(coef.alpha), float(coef.beta), float(coef.gamma)
+
+
+def timed_records(stats: StepStats) -> list[CollectiveRecord]:
+    """The collectives a step really costs on a cluster: payload and control (not gain measurement)."""
+    return list(stats.collectives) + [r for r in stats.overhead if r.purpose == "control"]
+
+
+def step_coefficients(stats: StepStats, price_scale: float = 1.0) -> tuple[float, float, float]:
+    """(a, b, g) of a whole step's payload, summed over ``StepStats.parts()``."""
+    a = b = g = 0.0
+    for _, _, coef in stats.parts():
+        a += float(coef.alpha)
+        b += float(coef.beta) * price_scale
+        g += float(coef.gamma) * price_scale
+    return a, b, g
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured collective (or step): coefficients and seconds; ``probe`` marks a latency probe."""
+
+    a: float
+    b: float
+    seconds: float
+    g: float = 0.0
+    probe: bool = False
+
+
+class NetworkEstimator:
+    """Sliding-window, exponentially weighted NNLS estimate of (alpha, beta); see the module docstring.
+
+    ``forgetting`` (per observation) and ``window`` bound how much history counts, so a step change in
+    the network is tracked within a few dozen observations. ``gamma`` (reduction cost) is taken as known.
+    """
+
+    def __init__(
+        self,
+        prior_alpha: float,
+        prior_beta: float,
+        *,
+        window: int = 48,
+        forgetting: float = 0.9,
+        min_points: int = 3,
+        prior_weight: float = 1e-3,
+        condition_limit: float = 1e4,
+        surprise: float = 0.25,
+        probe_interval: int = 8,
+        gamma: float = 0.0,
+    ) -> None:
+        for name, value in (("prior_alpha", prior_alpha), ("prior_beta", prior_beta), ("gamma", gamma)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise InputError(name, value, "a finite non-negative number")
+        if not (isinstance(window, int) and window >= 2):
+            raise InputError("window", window, "an integer >= 2")
+        if not 0 < forgetting <= 1:
+            raise InputError("forgetting", forgetting, "a factor in (0, 1]")
+        if not (isinstance(min_points, int) and min_points >= 1):
+            raise InputError("min_points", min_points, "an integer >= 1")
+        if not prior_weight > 0:
+            raise InputError("prior_weight", prior_weight, "a positive weight")
+        self.prior = (float(prior_alpha), float(prior_beta))
+        # unknowns are scaled by the prior so both columns are O(1); a zero prior gets a typical scale
+        self._scale = (self.prior[0] or 1e-5, self.prior[1] or 1e-9)
+        self.window = window
+        self.forgetting = float(forgetting)
+        self.min_points = min_points
+        self.prior_weight = float(prior_weight)
+        self.condition_limit = float(condition_limit)
+        self.surprise = float(surprise)
+        self.probe_interval = int(probe_interval)
+        self.gamma = float(gamma)
+        self.observations: deque[Observation] = deque(maxlen=window)
+        self._estimate = self.prior
+        self._identified = False
+        self._surprised = False
+        self._since_probe = probe_interval  # a probe is allowed at once
+        self._reference = self.prior
+        self.count = 0
+
+    @classmethod
+    def from_cost_model(cls, model: CostModel, ranks: int, **options: float | int) -> NetworkEstimator:
+        """Prior = the link the cost model gives a group of ``ranks`` (the cluster's slowest link in it)."""
+        _, link = model.group_link(int(ranks))
+        return cls(link.alpha, link.beta, gamma=model.gamma, **options)  # type: ignore[arg-type]
+
+    # --- observations ---------------------------------------------------------------------------
+    def observe(self, a: float, b: float, seconds: float, g: float = 0.0, *, probe: bool = False) -> None:
+        """Add one measurement ``seconds ~ a*alpha + b*beta + g*gamma`` and refit."""
+        if not (math.isfinite(seconds) and seconds > 0) or a < 0 or b < 0 or (a == 0 and b == 0):
+            return  # an instantaneous or free call carries no information about the link
+        predicted = a * self._estimate[0] + b * self._estimate[1] + g * self.gamma
+        self._surprised = abs(predicted - seconds) > self.surprise * seconds
+        self.observations.append(Observation(float(a), float(b), float(seconds), float(g), probe))
+        self.count += 1
+        self._since_probe = 0 if probe else self._since_probe + 1
+        self._refit()
+
+    def observe_records(
+        self, records: Iterable[CollectiveRecord], seconds: Sequence[float], world_size: int,
+        price_scale: float = 1.0,
+    ) -> None:
+        """One observation per collective call (more diverse than one per step: a broadcast and an
+        allreduce of the same step have different latency/bandwidth mixes)."""
+        for record, t in zip(records, seconds, strict=True):
+            a, b, g = record_coefficients(record, world_size, price_scale)
+            self.observe(a, b, t, g, probe=record.purpose == "control" and record.nbytes <= 8)
+
+    # --- the fit --------------------------------------------------------------------------------
+    def _refit(self) -> None:
+        obs = list(self.observations)
+        if len(obs) < self.min_points:
+            self._estimate, self._identified = self.prior, False
+            return
+        n = len(obs)
+        w = np.sqrt(self.forgetting ** np.arange(n - 1, -1, -1, dtype=float))
+        t = np.array([o.seconds - o.g * self.gamma for o in obs])
+        secs = np.array([o.seconds for o in obs])
+        design = np.array([[o.a * self._scale[0], o.b * self._scale[1]] for o in obs]) / secs[:, None]
+        design *= w[:, None]
+        target = w * t / secs
+        self._identified = self._is_identified(design)
+        lam = math.sqrt(self.prior_weight)
+        prior_x = np.array([self.prior[0] / self._scale[0], self.prior[1] / self._scale[1]])
+        design = np.vstack([design, lam * np.eye(2)])
+        target = np.concatenate([target, lam * prior_x])
+        x, _ = nnls(design, target)
+        self._estimate = (float(x[0] * self._scale[0]), float(x[1] * self._scale[1]))
+
+    def _is_identified(self, design: np.ndarray) -> bool:
+        norms = np.linalg.norm(design, axis=0)
+        if np.any(norms == 0):
+            return False
+        s = np.linalg.svd(design / norms, compute_uv=False)
+        return bool(s[-1] > 0 and s[0] / s[-1] < self.condition_limit)
+
+    # --- queries --------------------------------------------------------------------------------
+    def estimate(self) -> tuple[float, float]:
+        """Current (alpha seconds/message, beta seconds/byte)."""
+        return self._estimate
+
+    @property
+    def identified(self) -> bool:
+        """True when the window's observations pin down alpha and beta separately."""
+        return self._identified
+
+    def predict(self, a: float | np.ndarray, b: float | np.ndarray, g: float | np.ndarray = 0.0) -> np.ndarray:
+        """Seconds of coefficients (a, b, g) under the current estimate (vectorised)."""
+        alpha, beta = self._estimate
+        return np.asarray(a) * alpha + np.asarray(b) * beta + np.asarray(g) * self.gamma
+
+    def wants_probe(self) -> bool:
+        """Whether a latency probe would help: window not identified, or the last point surprised us."""
+        if self.probe_interval <= 0 or self._since_probe < self.probe_interval:
+            return False
+        return not self._identified or self._surprised
+
+    def mark(self) -> tuple[float, float]:
+        """Remember the estimate a decision was taken with (what :meth:`moved` compares against)."""
+        self._reference = self._estimate
+        return self._reference
+
+    def moved(self, threshold: float = 0.1) -> bool:
+        """True when alpha or beta changed by more than ``threshold`` (relative) since :meth:`mark`."""
+        for now, then in zip(self._estimate, self._reference, strict=True):
+            if then == 0:
+                if now > 0:
+                    return True
+            elif abs(now - then) > threshold * then:
+                return True
+        return False
+
+    def reset(self) -> None:
+        """Forget every observation (back to the prior)."""
+        self.observations.clear()
+        self._estimate, self._identified, self._surprised = self.prior, False, False
+        self._since_probe = self.probe_interval
+        self._reference = self.prior
+        self.count = 0
+
+    def __repr__(self) -> str:
+        a, b = self._estimate
+        return (f"NetworkEstimator(alpha={a:.3g}s, bandwidth={1 / b if b else math.inf:.3g}B/s, "
+                f"n={len(self.observations)}, identified={self._identified})")

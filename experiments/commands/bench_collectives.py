@@ -1,0 +1,61 @@
+"""``flexcomm bench-collectives``: nccl-tests-like sweep of real collectives into a calibration CSV."""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.errors import InputError
+from costmodel.units import parse_time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "bench-collectives",
+        help="time real torch.distributed collectives and append them to a calibration CSV",
+        description="Sweep message sizes (doubling from MIN to MAX) for each collective: warm-up, then timed "
+        "repetitions (barrier before each; time = max over ranks). Every repetition is appended to --out as "
+        "it is measured (calibration columns plus rep, backend, algbw_Bps, busbw_Bps, implementation), so a "
+        "crash loses nothing measured. Sizes: allreduce, broadcast and reduce-scatter take the whole vector, "
+        "allgather each rank's contribution. Fit the result with `flexcomm calibrate`.",
+    )
+    parser.add_argument("--nproc", type=int, help="ranks (default 2 locally, all ranks of --testbed)")
+    parser.add_argument("--sizes", default="1KiB:64MiB", help="MIN:MAX[:FACTOR] or a comma list (default 1KiB:64MiB)")
+    parser.add_argument("--collectives", default="allreduce,allgather,broadcast,reduce-scatter",
+                        help="comma list of allreduce, allgather, broadcast, reduce-scatter (default all)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed operations per size (default 5)")
+    parser.add_argument("--iters", type=int, default=20, help="timed repetitions per size (default 20)")
+    parser.add_argument("--out", default="measurements.csv", help="CSV to append to (default measurements.csv)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    parser.add_argument("--testbed", metavar="ID", help="run inside this shaped testbed (`flexcomm testbed up`)")
+    parser.add_argument("--link-class", help="link_class column (default intra locally, inter on a testbed)")
+    parser.add_argument("--timeout", default="2h", help="wall-clock limit of the whole sweep (default 2h)")
+    parser.add_argument("--op-timeout", default="120s", help="limit of one collective; a dead peer is "
+                        "reported after at most this (default 120s)")
+    parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from real_backend.bench import parse_collectives, parse_sizes, run_benchmark
+    from real_backend.launch import sigterm_as_exit
+
+    sizes = parse_sizes(args.sizes)
+    collectives = parse_collectives(args.collectives)
+    if args.nproc is not None and args.nproc < 1:
+        raise InputError("nproc", args.nproc, "an integer >= 1")
+    timeout = parse_time(args.timeout, "timeout")
+    op_timeout = parse_time(args.op_timeout, "op-timeout")
+    if timeout <= 0 or op_timeout <= 0:
+        raise InputError("timeout", f"{args.timeout}/{args.op_timeout}", "positive times such as 2h and 120s")
+    testbed = None
+    if args.testbed:
+        from real_backend.testbed import Testbed
+
+        testbed = Testbed.load(args.testbed)
+    with sigterm_as_exit():
+        result = run_benchmark(args.nproc, sizes, args.out, collectives, args.warmup, args.iters,
+                               backend=args.backend, testbed=testbed, link_class=args.link_class,
+                               timeout_s=timeout, op_timeout_s=op_timeout, log_dir=args.log_dir)
+    if result.returncode == 0:
+        print(f"appended to {args.out}; fit it with: flexcomm calibrate {args.out} -o profile.json")
+    return result.returncode

@@ -1,0 +1,49 @@
+"""``flexcomm launch``: start N local ranks with torchrun's environment, bounded and fail-fast."""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.errors import InputError
+from costmodel.units import parse_time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "launch",
+        help="start N local ranks of a torch.distributed program (torchrun's environment)",
+        description="Start N rank processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1 and a free "
+        "MASTER_PORT set, as torchrun does (so `torchrun --nproc-per-node N --nnodes M ...` runs the same worker on "
+        "several machines). If a rank fails the others are stopped and its exit code returned; a run past --timeout "
+        "is stopped and returns 124. Example: flexcomm launch --nproc 2 -- python -m my.module ARGS",
+    )
+    parser.add_argument("--nproc", type=int, required=True, help="number of ranks (>= 1)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"],
+                        help="backend the workers should use (FLEXCOMM_BACKEND; default: nccl with CUDA, else gloo)")
+    parser.add_argument("--timeout", default="1h", help="wall-clock limit of the whole run, e.g. 10min (default 1h)")
+    parser.add_argument("--dist-timeout",
+                        help="per-collective/rendezvous timeout for the workers (FLEXCOMM_DIST_TIMEOUT_S), e.g. 60s")
+    parser.add_argument("--master-port", type=int, help="rendezvous port (default: a free one)")
+    parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log instead of this terminal")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- then the worker: `python -m module ...`, `script.py ...` or any executable")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from real_backend.launch import launch, sigterm_as_exit
+
+    if args.nproc < 1:
+        raise InputError("nproc", args.nproc, "an integer >= 1")
+    timeout = parse_time(args.timeout, "timeout")
+    if timeout <= 0:
+        raise InputError("timeout", args.timeout, "a positive time such as 10min")
+    dist_timeout = parse_time(args.dist_timeout, "dist-timeout") if args.dist_timeout else None
+    if dist_timeout is not None and dist_timeout <= 0:
+        raise InputError("dist-timeout", args.dist_timeout, "a positive time such as 60s")
+    if args.master_port is not None and not 0 < args.master_port < 65536:
+        raise InputError("master-port", args.master_port, "a TCP port 1..65535")
+    with sigterm_as_exit():
+        result = launch(args.command, args.nproc, backend=args.backend, timeout_s=timeout,
+                        master_port=args.master_port, dist_timeout_s=dist_timeout, log_dir=args.log_dir)
+    return result.returncode

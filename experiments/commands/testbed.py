@@ -1,0 +1,150 @@
+"""``flexcomm testbed up|down|status|run``: a shaped-network testbed of network namespaces (root only)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from costmodel.errors import InputError
+from costmodel.units import parse_time
+from experiments.commands.common import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "testbed",
+        help="N network namespaces joined by tc-shaped links, to run ranks on a real network",
+        description="Build a testbed of N network namespaces (fxc-ID-r0..), each with a veth into a bridge in its "
+        "own namespace (fxc-ID-br), private addresses 10.213.X.0/24 that exist only inside them, and tc tbf on both "
+        "ends of every veth. Needs root, ip and tc. Ranks run inside with `testbed run` or "
+        "`bench-collectives --testbed ID`.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+
+    up = actions.add_parser("up", help="create a testbed and print its id (it stays until `testbed down`)")
+    _add_shape_arguments(up, required=True)
+    up.add_argument("--json", action="store_true", help="print the testbed as JSON")
+    up.set_defaults(handler=run_up)
+
+    down = actions.add_parser("down", help="remove a testbed (or every fxc- namespace with --all)")
+    down.add_argument("id", nargs="?", help="testbed id (from `testbed up` or `testbed status`)")
+    down.add_argument("--id", dest="id_option", help="same as the positional id")
+    down.add_argument("--all", action="store_true", help="remove every fxc- namespace and state file")
+    down.set_defaults(handler=run_down)
+
+    status = actions.add_parser("status", help="list testbeds and any stray fxc- namespaces")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=run_status)
+
+    run = actions.add_parser(
+        "run",
+        help="run a command as ranks inside a testbed (--id), or in a one-shot testbed removed afterwards",
+        description="Rank r runs under `ip netns exec fxc-ID-r<r>` with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR "
+        "(rank 0's address), MASTER_PORT and GLOO_SOCKET_IFNAME set. Without --id, --ranks and --bandwidth make a "
+        "testbed for this run only, removed however the run ends.",
+    )
+    run.add_argument("--id", help="an existing testbed")
+    _add_shape_arguments(run, required=False)
+    run.add_argument("--nproc", type=int, help="ranks to start (default: all of the testbed's)")
+    run.add_argument("--backend", choices=["gloo", "nccl"], help="FLEXCOMM_BACKEND for the workers")
+    run.add_argument("--timeout", default="1h", help="wall-clock limit of the run (default 1h)")
+    run.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
+    run.set_defaults(handler=run_run)
+
+
+def _add_shape_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--ranks", type=int, required=required, help="number of rank namespaces")
+    parser.add_argument("--bandwidth", required=required, help="tc rate of every link, e.g. 100Mbit/s")
+    parser.add_argument("--per-link", help="other rates for some ranks' links, e.g. 1=10Mbit/s,3=1Gbit/s")
+    parser.add_argument("--delay", default="0", help="one-way delay through the middle namespace, e.g. 5ms "
+                        "(a userspace delay line: the kernel has no netem)")
+
+
+def _fail(error: Exception) -> int:
+    print(f"flexcomm: error: testbed: {error}", file=sys.stderr)
+    return 1
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from real_backend.testbed import Testbed, TestbedError
+
+    try:
+        testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True)
+    except TestbedError as error:
+        return _fail(error)
+    if args.json:
+        print_json(testbed.to_dict())
+    else:
+        print(testbed.describe())
+        print(f"id {testbed.id}: run ranks with `flexcomm testbed run --id {testbed.id} -- CMD`, "
+              f"remove with `flexcomm testbed down {testbed.id}`")
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from real_backend.testbed import Testbed, TestbedError, down_all, require_privileges
+
+    require_privileges()
+    testbed_id = args.id or args.id_option
+    if bool(testbed_id) == bool(args.all):
+        raise InputError("down", testbed_id or "(none)", "a testbed id or --all (one of them)")
+    try:
+        if args.all:
+            removed = down_all()
+            print(f"removed {len(removed)} namespaces" + (": " + " ".join(removed) if removed else ""))
+        else:
+            testbed = Testbed.load(testbed_id)
+            testbed.down()
+            print(f"removed testbed {testbed.id}")
+    except TestbedError as error:
+        return _fail(error)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from real_backend.testbed import list_namespaces, list_testbeds
+
+    testbeds = list_testbeds()
+    namespaces = set(list_namespaces())
+    known = {n for t in testbeds for n in [*t.namespaces, t.bridge_namespace]}
+    stray = sorted(namespaces - known)
+    if args.json:
+        print_json({
+            "testbeds": [{**t.to_dict(), "alive": all(n in namespaces for n in t.namespaces)} for t in testbeds],
+            "stray_namespaces": stray,
+        })
+        return 0
+    if not testbeds and not stray:
+        print("no testbeds")
+    for testbed in testbeds:
+        alive = all(n in namespaces for n in [*testbed.namespaces, testbed.bridge_namespace])
+        print(testbed.describe() + ("" if alive else "\n  (incomplete: some namespaces are gone; `testbed down` it)"))
+    if stray:
+        print("stray fxc- namespaces (no state file; `flexcomm testbed down --all` removes them): " + " ".join(stray))
+    return 0
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from real_backend.launch import sigterm_as_exit
+    from real_backend.testbed import Testbed, TestbedError, run_in_testbed
+
+    timeout = parse_time(args.timeout, "timeout")
+    if timeout <= 0:
+        raise InputError("timeout", args.timeout, "a positive time such as 10min")
+    launch_args = {"nproc": args.nproc, "timeout_s": timeout, "backend": args.backend, "log_dir": args.log_dir}
+    try:
+        with sigterm_as_exit():
+            if args.id:
+                if args.ranks is not None or args.bandwidth is not None:
+                    raise InputError("id", args.id, "either --id or --ranks/--bandwidth, not both")
+                result = Testbed.load(args.id).launch(args.command, **launch_args)
+            else:
+                if args.ranks is None or args.bandwidth is None:
+                    raise InputError("testbed", "(none)", "--id ID, or --ranks N --bandwidth BW for a one-shot testbed")
+                result = run_in_testbed(args.command, args.ranks, args.bandwidth, args.per_link, args.delay,
+                                        **launch_args)
+    except TestbedError as error:
+        return _fail(error)
+    return result.returncode

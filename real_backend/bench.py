@@ -1,0 +1,423 @@
+"""Collective benchmark in the manner of nccl-tests, writing calibration-ready measurements.
+
+The parent side (:func:`run_benchmark`, ``flexcomm bench-collectives``) validates the request and
+starts the ranks through :mod:`real_backend.launch` (or inside a shaped testbed); the worker side
+(``python -m real_backend.bench``, :func:`worker_main`) measures. Per collective and size: a few
+warm-up operations, then timed repetitions, each preceded by a barrier; a repetition's time is
+the **maximum over ranks** (an ``allreduce(MAX)`` of every rank's own time, as nccl-tests does),
+since a collective is done when its slowest rank is.
+
+Rank 0 appends one row per repetition to the CSV **as it is measured** and flushes it (fsync at
+least every :data:`FSYNC_EVERY_S`), so a crash or a killed peer loses nothing already measured;
+the header is written once, and a rerun appends to a file with the same columns. The columns are
+the calibration format (``collective, algorithm, ranks, bytes, seconds, link_class``) plus
+``rep, backend, algbw_Bps, busbw_Bps, implementation``.
+
+Sizes follow the cost model's conventions: allreduce, broadcast and reduce-scatter take the whole
+vector each rank holds, allgather each rank's contribution. Tensors are float32, so a size is
+rounded down to whole elements (and reduce-scatter to a multiple of the ranks); the CSV holds the
+bytes actually sent. ``algbw = S / t`` and ``busbw = algbw * BUS_BANDWIDTH_FACTOR[collective](p)``
+with nccl-tests' ``S``: the vector for every collective except allgather, where it is the gathered
+output ``p * m`` (so busbw of a ring allgather approaches the link bandwidth, as in nccl-tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from costmodel.collectives import BUS_BANDWIDTH_FACTOR
+from costmodel.errors import InputError
+from costmodel.units import format_bandwidth, format_size, format_time, parse_size
+
+FSYNC_EVERY_S = 1.0
+ELEMENT_BYTES = 4  # float32
+CSV_COLUMNS = (
+    "collective", "algorithm", "ranks", "bytes", "seconds", "link_class",
+    "rep", "backend", "algbw_Bps", "busbw_Bps", "implementation",
+)
+MAX_SIZES = 64
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """Which cost-model algorithm a backend's collective is recorded as, and what it really runs.
+
+    What gloo (torch 2.13) runs, read from ProcessGroupGloo.cpp and gloo's sources, and checked
+    against shaped-testbed timings:
+
+    * allreduce: ``gloo::allreduce`` with no algorithm set, which gloo maps to its **ring**
+      (reduce-scatter then allgather around a ring, in segments) for every size. Shaped runs
+      match 2(p-1)/p n/B within 1-5% from 256 KiB up.
+    * allgather: ``all_gather_into_tensor`` becomes ``allgather_coalesced`` -> ``gloo::allgather``,
+      a **ring** (p-1 steps of one contribution); measured ~1.5x the ring's time at p = 2.
+    * broadcast: ``gloo::broadcast``, a **binomial** tree (within 1% of lg p n/B at p = 2, ~1.45x
+      at p = 4 because the root feeds two children over one uplink).
+    * reduce-scatter: ``reduce_scatter_tensor_coalesced`` runs a **full ring allreduce** of the
+      input and keeps this rank's chunk, so it moves 2(p-1)/p n, twice a real ring reduce-scatter.
+      It is recorded as ``ring`` (the only reduce-scatter the cost model has); its fitted beta
+      then comes out ~2x the link's s/byte, which is what gloo's reduce-scatter really costs.
+
+    Calibration fits alpha and beta per (collective, algorithm), so each label carries its own
+    effective parameters; the ``implementation`` column keeps the truth next to the label.
+    NCCL chooses ring or tree itself (``NCCL_ALGO=Ring`` pins the ring the labels assume).
+    """
+
+    algorithm: str
+    gloo: str
+    nccl: str
+
+
+COLLECTIVES: dict[str, CollectiveSpec] = {
+    "allreduce": CollectiveSpec("ring", "gloo ring allreduce", "nccl allreduce (NCCL_ALGO decides)"),
+    "allgather": CollectiveSpec("ring", "gloo ring allgather", "nccl allgather (ring)"),
+    "broadcast": CollectiveSpec("binomial", "gloo binomial-tree broadcast", "nccl broadcast (pipelined ring)"),
+    "reduce-scatter": CollectiveSpec(
+        "ring", "gloo ring allreduce then local chunk (2x ring reduce-scatter bytes)", "nccl reduce-scatter (ring)"
+    ),
+}
+DEFAULT_COLLECTIVES = tuple(COLLECTIVES)
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def parse_sizes(spec: str, field: str = "sizes") -> list[int]:
+    """Bytes from ``MIN:MAX`` (doubling, both ends included), ``MIN:MAX:FACTOR`` or ``A,B,C``."""
+    expected = "MIN:MAX (doubling, e.g. 1KiB:256MiB), MIN:MAX:FACTOR or a comma list such as 4KiB,1MiB"
+    text = str(spec).strip()
+    if not text:
+        raise InputError(field, spec, expected)
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise InputError(field, spec, expected)
+        low, high = (parse_size(p, field) for p in parts[:2])
+        factor = 2.0
+        if len(parts) == 3:
+            try:
+                factor = float(parts[2])
+            except ValueError:
+                raise InputError(field, spec, expected) from None
+            if not (math.isfinite(factor) and factor > 1):
+                raise InputError(field, spec, "a FACTOR > 1 in MIN:MAX:FACTOR")
+        if low <= 0 or high < low:
+            raise InputError(field, spec, "0 < MIN <= MAX in MIN:MAX")
+        sizes, size = [], low
+        while size <= high * (1 + 1e-12):
+            sizes.append(int(size))
+            size *= factor
+    else:
+        sizes = [int(parse_size(p, field)) for p in text.split(",") if p.strip()]
+        if not sizes or any(s <= 0 for s in sizes):
+            raise InputError(field, spec, "sizes > 0: " + expected)
+    if any(s < ELEMENT_BYTES for s in sizes):
+        raise InputError(field, spec, f"sizes >= {ELEMENT_BYTES} bytes (one float32)")
+    if len(sizes) > MAX_SIZES:
+        raise InputError(field, spec, f"at most {MAX_SIZES} sizes (use a larger FACTOR)")
+    return sorted(set(sizes))
+
+
+def parse_collectives(spec: str | Sequence[str]) -> list[str]:
+    """Validated collective names from ``allreduce,allgather`` (``reduce_scatter`` also accepted)."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    names = [c.strip().lower().replace("_", "-") for c in items if c.strip()]
+    if not names:
+        raise InputError("collectives", spec, "one or more of " + ", ".join(COLLECTIVES))
+    for name in names:
+        if name not in COLLECTIVES:
+            raise InputError("collectives", name, "one or more of " + ", ".join(COLLECTIVES))
+    return list(dict.fromkeys(names))
+
+
+# --- sizes and bandwidths ---------------------------------------------------------------------
+
+
+def element_count(collective: str, nbytes: int, ranks: int) -> int:
+    """float32 elements for a requested size (reduce-scatter: a multiple of the ranks)."""
+    numel = max(1, nbytes // ELEMENT_BYTES)
+    if collective == "reduce-scatter":
+        numel = max(ranks, numel - numel % ranks)
+    return numel
+
+
+def algorithm_bytes(collective: str, nbytes: float, ranks: int) -> float:
+    """nccl-tests' ``S`` of algbw = S / t: the gathered output for allgather, else the vector."""
+    return nbytes * ranks if collective == "allgather" else nbytes
+
+
+def bandwidths(collective: str, nbytes: float, ranks: int, seconds: float) -> tuple[float, float]:
+    """(algbw, busbw) in bytes/s, busbw via :data:`costmodel.collectives.BUS_BANDWIDTH_FACTOR`."""
+    algbw = algorithm_bytes(collective, nbytes, ranks) / seconds
+    factor = float(BUS_BANDWIDTH_FACTOR[collective](np.float64(ranks)))
+    return algbw, algbw * factor
+
+
+# --- the CSV ----------------------------------------------------------------------------------
+
+
+def check_output(path: str | Path) -> Path:
+    """The output path, refused if it exists with other columns (appending would corrupt it)."""
+    out = Path(path)
+    if out.is_dir():
+        raise InputError("out", str(out), "a CSV file path, not a directory")
+    if out.exists() and out.stat().st_size > 0:
+        with open(out, newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        if tuple(h.strip() for h in header) != CSV_COLUMNS:
+            raise InputError("out", str(out), "a new file or one written by bench-collectives (same columns)")
+    return out
+
+
+class MeasurementWriter:
+    """Appends rows and flushes each one at once; fsyncs at most every ``fsync_every_s``.
+
+    Why row by row: a benchmark that dies (a peer killed, a timeout) keeps every repetition it
+    measured, and a long sweep can be watched (``tail -f``) while it runs.
+    """
+
+    def __init__(self, path: str | Path, fsync_every_s: float = FSYNC_EVERY_S) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(self.path, "a", newline="", encoding="utf-8")  # closed in close()
+        self._csv = csv.writer(self._handle, lineterminator="\n")
+        self._fsync_every_s = fsync_every_s
+        self._last_sync = time.monotonic()
+        self.rows = 0
+        if self._handle.tell() == 0:
+            self._csv.writerow(CSV_COLUMNS)
+            self._sync()
+
+    def write(self, row: dict[str, object]) -> None:
+        self._csv.writerow([_cell(row[c]) for c in CSV_COLUMNS])
+        self._handle.flush()
+        self.rows += 1
+        if time.monotonic() - self._last_sync >= self._fsync_every_s:
+            self._sync()
+
+    def _sync(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self._sync()
+            self._handle.close()
+
+
+def _cell(value: object) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+# --- the worker -------------------------------------------------------------------------------
+
+
+def _operation(collective: str, numel: int, info: object):  # -> Callable[[], None]
+    """A closure running one ``collective`` on preallocated buffers (no allocation while timed)."""
+    import torch
+    import torch.distributed as dist
+
+    device, world = info.device, info.world_size  # type: ignore[attr-defined]
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    data = torch.ones(numel, dtype=torch.float32, device=device)
+    if collective == "allreduce":
+        return lambda: dist.all_reduce(data)
+    if collective == "broadcast":
+        return lambda: dist.broadcast(data, src=0)
+    if collective == "allgather":
+        out = torch.empty(numel * world, dtype=torch.float32, device=device)
+        return lambda: gather(out, data)
+    if collective == "reduce-scatter":
+        out = torch.empty(numel // world, dtype=torch.float32, device=device)
+        return lambda: scatter(out, data)
+    raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m real_backend.bench", description="benchmark worker (one rank)")
+    parser.add_argument("--sizes", required=True, help="MIN:MAX or comma list of sizes")
+    parser.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES))
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--link-class", default="intra")
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--op-timeout", type=float, default=None, help="seconds per collective (gloo timeout)")
+    parser.add_argument("--quiet", action="store_true", help="no table on stdout")
+    return parser
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """One rank of the benchmark; rank 0 writes the CSV and prints the table."""
+    import torch
+    import torch.distributed as dist
+
+    from real_backend.dist import Watchdog, init_from_env, shutdown
+
+    args = _worker_parser().parse_args(argv)
+    sizes = parse_sizes(args.sizes)
+    collectives = parse_collectives(args.collectives)
+    info = init_from_env(backend=args.backend, timeout_s=args.op_timeout)
+    rank, world = info.rank, info.world_size
+    label = f"flexcomm bench: rank {rank}"
+    # Slightly longer than the backend's own timeout, so gloo's error (clearer) usually comes first.
+    watchdog = Watchdog(info.timeout_s + 10.0, label=label)
+    writer = MeasurementWriter(args.out) if rank == 0 else None
+    sync = torch.cuda.synchronize if info.backend == "nccl" else (lambda: None)
+    barrier_args = {"device_ids": [info.device.index]} if info.backend == "nccl" else {}  # type: ignore[attr-defined]
+    step = "rendezvous"
+    status = 0
+    try:
+        if rank == 0 and not args.quiet:
+            print(f"# flexcomm bench-collectives: {world} ranks, backend {info.backend}, "
+                  f"warmup {args.warmup}, iters {args.iters}; time = median over iters of max over ranks")
+            print(f"# {'collective':<15}{'algorithm':<10}{'size':>10}{'elements':>12}{'time':>11}"
+                  f"{'algbw':>15}{'busbw':>15}")
+        for collective in collectives:
+            spec = COLLECTIVES[collective]
+            impl = spec.nccl if info.backend == "nccl" else spec.gloo
+            for requested in sizes:
+                numel = element_count(collective, requested, world)
+                nbytes = numel * ELEMENT_BYTES
+                step = f"{collective} of {format_size(nbytes)}"
+                op = _operation(collective, numel, info)
+                for _ in range(args.warmup):
+                    with watchdog.guard(f"warm-up {step}"):
+                        op()
+                        sync()
+                times = []
+                elapsed = torch.zeros(1, dtype=torch.float64, device=info.device)
+                for rep in range(args.iters):
+                    with watchdog.guard(step):
+                        dist.barrier(**barrier_args)
+                        start = time.perf_counter()
+                        op()
+                        sync()
+                        elapsed.fill_(time.perf_counter() - start)
+                        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+                    seconds = float(elapsed.item())
+                    times.append(seconds)
+                    if writer is not None:
+                        algbw, busbw = bandwidths(collective, nbytes, world, seconds)
+                        writer.write({
+                            "collective": collective, "algorithm": spec.algorithm, "ranks": world,
+                            "bytes": nbytes, "seconds": seconds, "link_class": args.link_class, "rep": rep,
+                            "backend": info.backend, "algbw_Bps": algbw, "busbw_Bps": busbw,
+                            "implementation": impl,
+                        })
+                if rank == 0 and times and not args.quiet:
+                    median = statistics.median(times)
+                    algbw, busbw = bandwidths(collective, nbytes, world, median)
+                    print(f"  {collective:<15}{spec.algorithm:<10}{format_size(nbytes):>10}{numel:>12}"
+                          f"{format_time(median):>11}{format_bandwidth(algbw):>15}{format_bandwidth(busbw):>15}",
+                          flush=True)
+        step = "shutdown"
+    except Exception as exc:  # a dead peer surfaces here as a RuntimeError from the backend
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"{label}: {step} failed ({type(exc).__name__}: {first}); a peer probably died or timed out",
+              file=sys.stderr, flush=True)
+        status = 1
+    finally:
+        if writer is not None:
+            writer.close()
+    if status == 0:
+        with watchdog.guard("shutdown", timeout_s=30.0):
+            shutdown()
+    watchdog.close()
+    return status
+
+
+# --- the parent -------------------------------------------------------------------------------
+
+
+def worker_command(
+    sizes: Sequence[int],
+    collectives: Sequence[str],
+    warmup: int,
+    iters: int,
+    out: str | Path,
+    link_class: str,
+    backend: str | None = None,
+    op_timeout_s: float | None = None,
+    quiet: bool = False,
+) -> list[str]:
+    """The ``python -m real_backend.bench ...`` command line every rank runs."""
+    cmd = [sys.executable, "-m", "real_backend.bench", "--sizes", ",".join(str(int(s)) for s in sizes),
+           "--collectives", ",".join(collectives), "--warmup", str(warmup), "--iters", str(iters),
+           "--out", str(Path(out).resolve()), "--link-class", link_class]
+    if backend:
+        cmd += ["--backend", backend]
+    if op_timeout_s is not None:
+        cmd += ["--op-timeout", repr(float(op_timeout_s))]
+    if quiet:
+        cmd.append("--quiet")
+    return cmd
+
+
+def run_benchmark(
+    nproc: int | None,
+    sizes: str | Sequence[int],
+    out: str | Path,
+    collectives: str | Sequence[str] = DEFAULT_COLLECTIVES,
+    warmup: int = 5,
+    iters: int = 20,
+    backend: str | None = None,
+    testbed: object | None = None,
+    link_class: str | None = None,
+    timeout_s: float | None = None,
+    op_timeout_s: float | None = None,
+    quiet: bool = False,
+    log_dir: str | Path | None = None,
+):  # -> real_backend.launch.LaunchResult
+    """Benchmark collectives on ``nproc`` local ranks (or inside ``testbed``); rows go to ``out``.
+
+    ``link_class`` defaults to ``intra`` for local ranks (one host) and ``inter`` on a testbed.
+    """
+    from real_backend.launch import launch
+
+    size_list = parse_sizes(sizes) if isinstance(sizes, str) else [int(s) for s in sizes]
+    names = parse_collectives(collectives)
+    if not isinstance(warmup, int) or warmup < 0:
+        raise InputError("warmup", warmup, "an integer >= 0")
+    if not isinstance(iters, int) or iters < 1:
+        raise InputError("iters", iters, "an integer >= 1")
+    if op_timeout_s is not None and not op_timeout_s > 0:
+        raise InputError("op-timeout", op_timeout_s, "seconds > 0")
+    klass = (link_class or ("inter" if testbed is not None else "intra")).strip().lower()
+    if not klass:
+        raise InputError("link-class", link_class, "a non-empty name such as intra or inter")
+    path = check_output(out)
+    if testbed is not None:
+        ranks = testbed.ranks  # type: ignore[attr-defined]
+        count = ranks if nproc is None else nproc
+        if not 1 <= count <= ranks:
+            raise InputError("nproc", nproc, f"1..{ranks} (the testbed's ranks)")
+    else:
+        count = 2 if nproc is None else nproc
+        if count < 1:
+            raise InputError("nproc", nproc, "an integer >= 1")
+    cmd = worker_command(size_list, names, warmup, iters, path, klass, backend, op_timeout_s, quiet)
+    if testbed is not None:
+        return testbed.launch(cmd, nproc=count, timeout_s=timeout_s, backend=backend,  # type: ignore[attr-defined]
+                              log_dir=log_dir)
+    return launch(cmd, count, backend=backend, timeout_s=timeout_s, log_dir=log_dir)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(worker_main())
+    except InputError as error:
+        print(f"flexcomm bench: error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,225 @@
+"""A userspace delay line: adds a fixed one-way delay to every packet crossing a testbed.
+
+Why userspace: this kernel has no ``sch_netem``, and ``tbf`` shapes rate only. Instead, the
+testbed's middle namespace *routes* (instead of bridging) and policy routing sends every packet
+arriving from a rank into one TUN device; this process reads each packet, holds it for the delay
+and writes it back into the TUN, from where the kernel routes it out of the destination rank's
+veth (through that veth's tbf). One process, one TUN, a FIFO: with a constant delay the FIFO is
+already in due order.
+
+The TUN is opened with ``IFF_VNET_HDR`` and TSO/checksum offloads when the kernel allows, so a
+64 KiB TCP segment crosses as one read and one write instead of ~45: that keeps a Python loop
+fast enough for 100 Mbit/s-class links (at 1 Gbit/s and more, the loop, not the link, may
+become the limit; check ``busbw`` against the rate). The device disappears with the process,
+taking its routes along, so nothing is left behind.
+
+The process stops by itself when the testbed's state file is removed, when its owner process
+(``--owner-pid``) is gone, or on SIGTERM/SIGINT; ``Testbed.down`` also kills it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import fcntl
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TUNSETIFF = 0x400454CA
+TUNSETOFFLOAD = 0x400454D0
+IFF_TUN = 0x0001
+IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6 = 0x01, 0x02, 0x04
+TUN_NAME = "fxdly"
+ROUTE_TABLE = "213"
+READ_BYTES = 65536 + 256
+MAX_QUEUED_BYTES = 256 * 2**20
+
+
+def open_tun(name: str = TUN_NAME, offload: bool = True) -> tuple[int, bool]:
+    """Create TUN ``name`` in this process's network namespace; (fd, whether GSO offload is on)."""
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    flags = IFF_TUN | IFF_NO_PI | (IFF_VNET_HDR if offload else 0)
+    try:
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags))
+    except OSError:
+        os.close(fd)
+        raise
+    if offload:
+        try:
+            fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)
+        except OSError:  # no offload: reopen plainly, every packet then crosses on its own
+            os.close(fd)
+            return open_tun(name, offload=False)
+    return fd, offload
+
+
+def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5) -> None:
+    """Read packets from ``fd`` and write each back ``delay_s`` later, until ``should_stop()``."""
+    queue: collections.deque[tuple[float, bytes]] = collections.deque()
+    queued = 0
+    next_check = time.monotonic() + check_every_s
+    while True:
+        now = time.monotonic()
+        if now >= next_check:
+            if should_stop():
+                return
+            next_check = now + check_every_s
+        wait = min(next_check - now, queue[0][0] - now if queue else check_every_s)
+        readable, _, _ = select.select([fd], [], [], max(0.0, wait))
+        if readable:
+            arrived = time.monotonic()
+            while True:
+                try:
+                    packet = os.read(fd, READ_BYTES)
+                except BlockingIOError:
+                    break
+                if queued + len(packet) > MAX_QUEUED_BYTES:
+                    continue  # a full line drops, as a router's queue would
+                queue.append((arrived + delay_s, packet))
+                queued += len(packet)
+        now = time.monotonic()
+        while queue and queue[0][0] <= now:
+            _, packet = queue.popleft()
+            queued -= len(packet)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.write(fd, packet)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run inside the middle namespace (``ip netns exec NS python -m real_backend.delayline ...``)."""
+    parser = argparse.ArgumentParser(prog="python -m real_backend.delayline")
+    parser.add_argument("--delay", type=float, required=True, help="one-way delay in seconds")
+    parser.add_argument("--name", default=TUN_NAME)
+    parser.add_argument("--state-file", help="stop when this file is removed")
+    parser.add_argument("--owner-pid", type=int, help="stop when this process is gone")
+    args = parser.parse_args(argv)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    fd, offload = open_tun(args.name)
+    subprocess.run(["ip", "link", "set", args.name, "up"], check=True)
+    print(json.dumps({"ready": True, "pid": os.getpid(), "offload": offload}), flush=True)
+    state = Path(args.state_file) if args.state_file else None
+
+    def should_stop() -> bool:
+        return bool(stopping) or (state is not None and not state.exists()) or (
+            args.owner_pid is not None and not _alive(args.owner_pid))
+
+    try:
+        relay(fd, args.delay, should_stop)
+    finally:
+        os.close(fd)
+    return 0
+
+
+# --- wiring it into a testbed -----------------------------------------------------------------
+
+
+def _ip(*argv: str) -> None:
+    from real_backend.testbed import _run
+
+    _run(["ip", *argv])
+
+
+def _mac(namespace: str, device: str) -> str:
+    from real_backend.testbed import _run
+
+    return json.loads(_run(["ip", "-n", namespace, "-j", "link", "show", "dev", device]).stdout)[0]["address"]
+
+
+def _sysctl(namespace: str, assignments: dict[str, str]) -> None:
+    from real_backend.testbed import _run
+
+    script = "; ".join(f"echo {value} > /proc/sys/{key.replace('.', '/')}" for key, value in assignments.items())
+    _run(["ip", "netns", "exec", namespace, "sh", "-c", script])
+
+
+def setup_routed_core(testbed) -> None:
+    """Make the middle namespace a router whose every forwarded packet goes through the TUN.
+
+    Static neighbours everywhere (each rank reaches every peer through the router's port MAC, the
+    router each rank through its MAC), so no ARP is needed across a router that has no addresses.
+    """
+    from real_backend.testbed import BRIDGE_PORT_IF
+
+    core = testbed.bridge_namespace
+    ports = [BRIDGE_PORT_IF.format(r) for r in range(testbed.ranks)]
+    settings = {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0",
+                "net.ipv4.conf.default.rp_filter": "0", "net.ipv4.conf.all.send_redirects": "0"}
+    settings.update({f"net.ipv4.conf.{port}.rp_filter": "0" for port in ports})
+    _sysctl(core, settings)
+    for r, (namespace, inside, port) in enumerate(zip(testbed.namespaces, testbed.interfaces, ports, strict=True)):
+        rank_mac, port_mac = _mac(namespace, inside), _mac(core, port)
+        _ip("-n", core, "neigh", "replace", testbed.addresses[r], "lladdr", rank_mac, "dev", port, "nud", "permanent")
+        _ip("-n", core, "route", "add", f"{testbed.addresses[r]}/32", "dev", port)
+        _ip("-n", core, "rule", "add", "iif", port, "lookup", ROUTE_TABLE)
+        for peer, address in enumerate(testbed.addresses):
+            if peer != r:
+                _ip("-n", namespace, "neigh", "replace", address, "lladdr", port_mac, "dev", inside, "nud", "permanent")
+
+
+def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 20.0) -> int:
+    """Start the delay line in the middle namespace, route through it, and return its pid.
+
+    Its stderr goes to ``<state dir>/testbed-ID.delayline.log`` (removed with the testbed).
+    """
+    from real_backend.testbed import TestbedError, _state_path
+
+    state = _state_path(testbed.id)
+    log_path = state.with_suffix(".delayline.log")
+    cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "real_backend.delayline",
+           "--delay", repr(float(testbed.delay_s)), "--state-file", str(state)]
+    if owner_pid is not None:
+        cmd += ["--owner-pid", str(owner_pid)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                start_new_session=True, text=True)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline() if ready else ""
+    proc.stdout.close()  # it prints nothing after the ready line
+    if not line.startswith("{"):
+        proc.kill()
+        proc.wait(timeout=5)
+        err = log_path.read_text(errors="replace").strip().splitlines()
+        raise TestbedError(f"the delay line did not start: {err[-1] if err else 'no ready line'}")
+    _ip("-n", testbed.bridge_namespace, "route", "add", "default", "dev", TUN_NAME, "table", ROUTE_TABLE)
+    _STARTED[proc.pid] = proc
+    return proc.pid
+
+
+#: Delay lines started by this process, so stopping one also reaps it (no zombie left behind).
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+def stop_delay_line(pid: int) -> None:
+    """SIGKILL the delay line ``pid`` (it holds nothing that needs a graceful stop) and reap it if ours."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    proc = _STARTED.pop(pid, None)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,457 @@
+"""A shaped-network testbed on one Linux host: N network namespaces joined by rate-limited links.
+
+Loopback timings on a small machine are noise (run-to-run medians differ by 15-46%); a link
+shaped well below what the CPUs can move makes the network the bottleneck again, and timings
+then land within a few percent of the cost model. Layout, for testbed ``ID`` (6 hex digits)::
+
+    fxc-ID-r0 [fxr0 10.213.X.1/24] ==veth== [fxp0]-+
+    fxc-ID-r1 [fxr1 10.213.X.2/24] ==veth== [fxp1]-+- bridge fxbr in namespace fxc-ID-br
+    ...
+
+* Every name starts with :data:`PREFIX`; nothing is created in the host's own namespace, and the
+  private addresses exist only inside these namespaces, so no traffic can leave the testbed.
+* ``tc tbf`` (rate R, burst max(R/250, 64 KiB), latency 100 ms) on **both** ends of every veth:
+  the rank's end shapes what it sends, the bridge's end what it receives (so incast is shaped too).
+* Goodput through tbf is ~:data:`GOODPUT_FACTOR` x the rate (TCP/IP headers: 1448 of 1514 bytes
+  per frame); :attr:`Testbed.effective_bandwidth_Bps` is that B to price the cost model with.
+* One-way delay (``delay_s``): the kernel here has no netem, so it is a userspace delay line
+  (:mod:`real_backend.delayline`): the middle namespace then routes instead of bridging, sending
+  every packet through a TUN device where one process holds it for the delay.
+* The state (every name made) is written to ``STATE_DIR/testbed-ID.json`` *before* anything is
+  created, so :meth:`Testbed.down` (and ``flexcomm testbed down``) removes exactly what ``up``
+  made, even after a half-finished ``up``; :func:`down_all` removes every ``fxc-`` namespace.
+  A testbed made from Python is also removed at interpreter exit unless ``keep=True``.
+
+Ranks run inside with ``ip netns exec`` (:meth:`Testbed.launch`), with ``MASTER_ADDR`` = rank 0's
+address and ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` = the rank's veth.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from costmodel.atomic import write_text_atomic
+from costmodel.errors import InputError
+from costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
+
+PREFIX = "fxc-"
+FORMAT = "flexcomm-testbed/1"
+#: TCP goodput over a tbf-shaped veth, as a fraction of the tc rate (measured 0.956-0.97).
+GOODPUT_FACTOR = 0.956
+MIN_BURST_BYTES = 64 * 1024
+TBF_LATENCY = "100ms"
+MAX_RANKS = 250
+RANK_IF = "fxr{}"
+BRIDGE_PORT_IF = "fxp{}"
+BRIDGE_IF = "fxbr"
+_ID_RE = re.compile(r"^[0-9a-f]{6}$")
+#: ``ip netns exec NS`` bind-mounts the files in /etc/netns/NS over /etc: a hosts file there names
+#: every testbed address, so reverse lookups (torch's c10d does them) are answered locally and
+#: no DNS query is even attempted from inside the testbed.
+NETNS_ETC = Path("/etc/netns")
+
+
+class TestbedError(RuntimeError):
+    """A system command building or tearing down the testbed failed (not bad user input)."""
+
+
+def state_dir() -> Path:
+    """Where testbed state files live: ``FLEXCOMM_TESTBED_DIR``, else /run/flexcomm (root's tmpfs)."""
+    return Path(os.environ.get("FLEXCOMM_TESTBED_DIR", "/run/flexcomm"))
+
+
+def require_privileges() -> None:
+    """Raise a one-line :class:`InputError` unless we are root with ``ip`` and ``tc`` available."""
+    if os.geteuid() != 0:
+        raise InputError("testbed", f"uid {os.geteuid()}",
+                         "root: network namespaces and tc need CAP_NET_ADMIN (run it with sudo)")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise InputError("testbed", f"{tool} not found", "iproute2's ip and tc on PATH (apt install iproute2)")
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise InputError("testbed", "`ip netns` unavailable", f"network namespace support ({probe.stderr.strip()})")
+
+
+def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        message = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[0]
+        raise TestbedError(f"`{' '.join(argv)}` failed: {message}")
+    return proc
+
+
+def burst_bytes(rate_Bps: float) -> int:
+    """tbf bucket size: at least rate/250 (4 ms of traffic at full rate) and 64 KiB, which measured
+    full rate at 100 Mbit/s and 1 Gbit/s; a smaller bucket throttles TCP below the rate."""
+    return int(max(rate_Bps / 250.0, MIN_BURST_BYTES))
+
+
+def parse_per_link(spec: str | Mapping[int, object] | None, ranks: int) -> dict[int, float]:
+    """``"1=10Mbit/s,3=1Gbit/s"`` (or a mapping) -> {rank: bytes/s}, validated against ``ranks``."""
+    if not spec:
+        return {}
+    items = spec.items() if isinstance(spec, Mapping) else (
+        tuple(part.split("=", 1)) if "=" in part else (part, None) for part in str(spec).split(",") if part.strip()
+    )
+    result: dict[int, float] = {}
+    for key, value in items:
+        try:
+            rank = int(str(key).strip())
+        except ValueError:
+            raise InputError("per-link", spec, "RANK=BANDWIDTH pairs such as 1=10Mbit/s,2=1Gbit/s") from None
+        if value is None:
+            raise InputError("per-link", spec, "RANK=BANDWIDTH pairs such as 1=10Mbit/s,2=1Gbit/s")
+        if not 0 <= rank < ranks:
+            raise InputError("per-link", rank, f"a rank 0..{ranks - 1}")
+        result[rank] = parse_bandwidth(value if not isinstance(value, str) else value.strip(), f"per-link[{rank}]")
+    return result
+
+
+def _new_id() -> str:
+    existing = set(list_namespaces())
+    for _ in range(100):
+        candidate = secrets.token_hex(3)
+        taken = any(name.startswith(f"{PREFIX}{candidate}-") for name in existing)
+        if not taken and not _state_path(candidate).exists():
+            return candidate
+    raise TestbedError("could not find an unused testbed id")
+
+
+def _state_path(testbed_id: str) -> Path:
+    return state_dir() / f"testbed-{testbed_id}.json"
+
+
+def list_namespaces() -> list[str]:
+    """Names of the flexcomm (``fxc-``) network namespaces that exist now."""
+    if shutil.which("ip") is None:
+        return []
+    proc = _run(["ip", "netns", "list"], check=False)
+    names = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    return sorted(n for n in names if n.startswith(PREFIX))
+
+
+def _kill_namespace_processes(namespace: str) -> None:
+    """SIGKILL everything still running inside ``namespace`` (a namespace lives on while they do)."""
+    proc = _run(["ip", "netns", "pids", namespace], check=False)
+    for token in proc.stdout.split():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.kill(int(token), signal.SIGKILL)
+
+
+def _remove_empty_dir(path: Path) -> None:
+    """rmdir ``path`` if nothing is left in it (up may have created it; others' files stay)."""
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def _delete_namespace(namespace: str) -> str | None:
+    """Delete one namespace (killing its processes first); the error text, or None on success."""
+    _kill_namespace_processes(namespace)
+    proc = _run(["ip", "netns", "del", namespace], check=False)
+    if proc.returncode != 0 and namespace in list_namespaces():
+        return proc.stderr.strip() or f"exit {proc.returncode}"
+    return None
+
+
+@dataclass
+class Testbed:
+    """One shaped testbed: its names, addresses and rates, as recorded in its state file."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    id: str
+    ranks: int
+    bandwidth_Bps: float
+    per_link: dict[int, float] = field(default_factory=dict)
+    delay_s: float = 0.0
+    subnet: str = ""
+    bridge_namespace: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    created: str = ""
+    owner_pid: int = 0
+    delay_pid: int | None = None
+
+    # --- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def plan(cls, ranks: int, bandwidth: str | float, per_link: str | Mapping[int, object] | None = None,
+             delay: str | float = 0.0, testbed_id: str | None = None) -> Testbed:
+        """Validate the request and name everything, creating nothing yet."""
+        if not isinstance(ranks, int) or isinstance(ranks, bool) or not 1 <= ranks <= MAX_RANKS:
+            raise InputError("ranks", ranks, f"an integer 1..{MAX_RANKS}")
+        rate = parse_bandwidth(bandwidth, "bandwidth")
+        links = parse_per_link(per_link, ranks)
+        delay_s = parse_time(delay, "delay")
+        if delay_s > 1.0:
+            raise InputError("delay", delay, "a one-way delay of at most 1s")
+        tid = testbed_id or _new_id()
+        if not _ID_RE.match(tid):
+            raise InputError("id", tid, "6 lowercase hex digits")
+        octet = int(tid[:2], 16)
+        return cls(
+            id=tid,
+            ranks=ranks,
+            bandwidth_Bps=rate,
+            per_link=links,
+            delay_s=delay_s,
+            subnet=f"10.213.{octet}.0/24",
+            bridge_namespace=f"{PREFIX}{tid}-br",
+            namespaces=[f"{PREFIX}{tid}-r{r}" for r in range(ranks)],
+            addresses=[f"10.213.{octet}.{r + 1}" for r in range(ranks)],
+            interfaces=[RANK_IF.format(r) for r in range(ranks)],
+        )
+
+    @classmethod
+    def up(cls, ranks: int, bandwidth: str | float, per_link: str | Mapping[int, object] | None = None,
+           delay: str | float = 0.0, keep: bool = False) -> Testbed:
+        """Create a testbed; removed at interpreter exit unless ``keep`` (the CLI's ``testbed up``).
+
+        Use it as a context manager to remove it as soon as the block ends, however it ends.
+        """
+        require_privileges()
+        testbed = cls.plan(ranks, bandwidth, per_link, delay)
+        testbed.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        testbed.owner_pid = os.getpid()
+        testbed.save()  # first, so a failure half-way can still be cleaned up by id
+        if not keep:
+            atexit.register(testbed._down_at_exit)
+        try:
+            testbed._create(owner_pid=None if keep else os.getpid())
+        except BaseException:
+            testbed.down()
+            raise
+        testbed.save()
+        return testbed
+
+    def link_rate_Bps(self, rank: int) -> float:
+        """tc rate of ``rank``'s link (both directions)."""
+        return self.per_link.get(rank, self.bandwidth_Bps)
+
+    @property
+    def effective_bandwidth_Bps(self) -> float:
+        """TCP goodput B of the slowest link: what to price the cost model's beta with."""
+        return GOODPUT_FACTOR * min(self.link_rate_Bps(r) for r in range(self.ranks))
+
+    def _create(self, owner_pid: int | None = None) -> None:
+        br = self.bridge_namespace
+        hosts = self._hosts_file()
+        for namespace in [br, *self.namespaces]:
+            _run(["ip", "netns", "add", namespace])
+            _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+            (NETNS_ETC / namespace).mkdir(parents=True, exist_ok=True)
+            (NETNS_ETC / namespace / "hosts").write_text(hosts, encoding="utf-8")
+        routed = self.delay_s > 0
+        if not routed:
+            _run(["ip", "-n", br, "link", "add", BRIDGE_IF, "type", "bridge"])
+            _run(["ip", "-n", br, "link", "set", BRIDGE_IF, "up"])
+        for r, namespace in enumerate(self.namespaces):
+            inside, port = self.interfaces[r], BRIDGE_PORT_IF.format(r)
+            _run(["ip", "-n", br, "link", "add", port, "type", "veth", "peer", "name", inside, "netns", namespace])
+            _run(["ip", "-n", namespace, "addr", "add", f"{self.addresses[r]}/24", "dev", inside])
+            _run(["ip", "-n", namespace, "link", "set", inside, "up"])
+            if routed:
+                _run(["ip", "-n", br, "link", "set", port, "up"])
+            else:
+                _run(["ip", "-n", br, "link", "set", port, "master", BRIDGE_IF, "up"])
+            rate = self.link_rate_Bps(r)
+            for ns, dev in ((namespace, inside), (br, port)):
+                _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                      f"{int(round(rate * 8))}bit", "burst", str(burst_bytes(rate)), "latency", TBF_LATENCY])
+        if routed:
+            from real_backend.delayline import setup_routed_core, start_delay_line
+
+            setup_routed_core(self)
+            self.delay_pid = start_delay_line(self, owner_pid)
+
+    def _hosts_file(self) -> str:
+        try:
+            base = Path("/etc/hosts").read_text(encoding="utf-8")
+        except OSError:
+            base = "127.0.0.1 localhost\n"
+        # The v4-mapped form too: c10d's store listens dual-stack and looks peers up as ::ffff:a.b.c.d.
+        pairs = zip(self.addresses, self.namespaces, strict=True)
+        lines = [f"{prefix}{address} {namespace}" for address, namespace in pairs for prefix in ("", "::ffff:")]
+        return base.rstrip("\n") + "\n# flexcomm testbed " + self.id + "\n" + "\n".join(lines) + "\n"
+
+    # --- persistence --------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, object]:
+        document = asdict(self)
+        document["per_link"] = {str(k): v for k, v in self.per_link.items()}
+        return {"format": FORMAT, **document}
+
+    def save(self) -> Path:
+        path = _state_path(self.id)
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, testbed_id: str) -> Testbed:
+        """The testbed ``testbed_id`` from its state file (InputError naming what exists if absent)."""
+        tid = str(testbed_id).strip()
+        if tid.startswith(PREFIX):  # accept a namespace name too
+            tid = tid[len(PREFIX):].split("-")[0]
+        path = _state_path(tid)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            known = ", ".join(t.id for t in list_testbeds()) or "none"
+            raise InputError("testbed", testbed_id, f"the id of a running testbed ({known})") from None
+        except json.JSONDecodeError as exc:
+            raise InputError("testbed", str(path), f"a valid state file ({exc})") from None
+        if not isinstance(document, dict) or document.pop("format", None) != FORMAT:
+            raise InputError("testbed", str(path), f"a {FORMAT} state file")
+        document["per_link"] = {int(k): float(v) for k, v in document.get("per_link", {}).items()}
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in document.items() if k in names})
+
+    # --- teardown -----------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Remove every namespace (and so every veth, bridge and qdisc) this testbed made, and its state.
+
+        Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
+        """
+        if self.delay_pid:
+            from real_backend.delayline import stop_delay_line
+
+            stop_delay_line(self.delay_pid)
+        errors = []
+        existing = set(list_namespaces())
+        for namespace in [*self.namespaces, self.bridge_namespace]:
+            if namespace and namespace in existing:
+                error = _delete_namespace(namespace)
+                if error:
+                    errors.append(f"{namespace}: {error}")
+            if namespace:
+                shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
+        _remove_empty_dir(NETNS_ETC)
+        _state_path(self.id).unlink(missing_ok=True)
+        _state_path(self.id).with_suffix(".delayline.log").unlink(missing_ok=True)
+        if errors:
+            raise TestbedError("could not remove " + "; ".join(errors))
+
+    def _down_at_exit(self) -> None:
+        if os.getpid() == self.owner_pid:  # not in a forked child
+            with contextlib.suppress(Exception):
+                self.down()
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+        atexit.unregister(self._down_at_exit)
+
+    # --- running inside -----------------------------------------------------------------------
+
+    def exec_prefix(self, rank: int) -> list[str]:
+        """``ip netns exec`` prefix running a command as ``rank``."""
+        return ["ip", "netns", "exec", self.namespaces[rank]]
+
+    def rank_env(self, rank: int) -> dict[str, str]:
+        """Per-rank environment: which interface gloo/NCCL must use, and where the testbed is."""
+        return {
+            "GLOO_SOCKET_IFNAME": self.interfaces[rank],
+            "NCCL_SOCKET_IFNAME": self.interfaces[rank],
+            "FLEXCOMM_TESTBED": self.id,
+        }
+
+    def launch(self, command: Sequence[str], env: Mapping[str, str] | None = None, nproc: int | None = None,
+               timeout_s: float | None = None, backend: str | None = None, log_dir: str | Path | None = None,
+               grace_s: float = 0.0, dist_timeout_s: float | None = None):  # -> LaunchResult
+        """Run ``command`` as ``nproc`` (default: all) ranks, rank r inside namespace r."""
+        from real_backend.launch import launch
+
+        count = self.ranks if nproc is None else nproc
+        if not isinstance(count, int) or not 1 <= count <= self.ranks:
+            raise InputError("nproc", nproc, f"1..{self.ranks} (the testbed's ranks)")
+        missing = [n for n in self.namespaces[:count] if n not in set(list_namespaces())]
+        if missing:
+            raise InputError("testbed", self.id, f"a testbed whose namespaces exist (missing {', '.join(missing)})")
+        # The namespaces are private, so any port is free there; a random one keeps two runs
+        # on the same testbed from colliding.
+        port = random.randint(20000, 40000)
+        result = launch(command, count, backend=backend, timeout_s=timeout_s, master_addr=self.addresses[0],
+                        master_port=port, env=env, rank_prefix=self.exec_prefix, rank_env=self.rank_env,
+                        dist_timeout_s=dist_timeout_s, log_dir=log_dir, grace_s=grace_s)
+        result.testbed = self.id
+        return result
+
+    def describe(self) -> str:
+        """One line per rank: namespace, address, interface, rate."""
+        lines = [f"testbed {self.id}: {self.ranks} ranks, {format_bandwidth(self.bandwidth_Bps)}"
+                 + (f", one-way delay {format_time(self.delay_s)}" if self.delay_s else "")
+                 + f", subnet {self.subnet}, middle namespace {self.bridge_namespace}"]
+        for r in range(self.ranks):
+            lines.append(f"  rank {r}: {self.namespaces[r]} {self.addresses[r]} dev {self.interfaces[r]} "
+                         f"{format_bandwidth(self.link_rate_Bps(r))} (burst {burst_bytes(self.link_rate_Bps(r))} B)")
+        return "\n".join(lines)
+
+
+def list_testbeds() -> list[Testbed]:
+    """Every testbed with a state file (running or half-removed)."""
+    found = []
+    directory = state_dir()
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.glob("testbed-*.json")):
+        with contextlib.suppress(InputError, TypeError, ValueError):
+            found.append(Testbed.load(path.stem.removeprefix("testbed-")))
+    return found
+
+
+def down_all() -> list[str]:
+    """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
+    for testbed in list_testbeds():
+        if testbed.delay_pid:
+            from real_backend.delayline import stop_delay_line
+
+            stop_delay_line(testbed.delay_pid)
+    removed, errors = [], []
+    for namespace in list_namespaces():
+        error = _delete_namespace(namespace)
+        (errors.append(f"{namespace}: {error}") if error else removed.append(namespace))
+    for leftover in NETNS_ETC.glob(f"{PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    _remove_empty_dir(NETNS_ETC)
+    directory = state_dir()
+    if directory.is_dir():
+        for path in [*directory.glob("testbed-*.json"), *directory.glob("testbed-*.delayline.log")]:
+            path.unlink(missing_ok=True)
+    if errors:
+        raise TestbedError("could not remove " + "; ".join(errors))
+    return removed
+
+
+def run_in_testbed(command: Sequence[str], ranks: int, bandwidth: str | float,
+                   per_link: str | Mapping[int, object] | None = None, delay: str | float = 0.0,
+                   **launch_args: object):  # -> LaunchResult
+    """Create a testbed, run ``command`` in it, and remove it whatever happens (the one-shot form)."""
+    from real_backend.launch import resolve_command
+
+    resolve_command(command)  # bad commands are refused before anything is built
+    with Testbed.up(ranks, bandwidth, per_link, delay) as testbed:
+        print(testbed.describe(), file=sys.stderr, flush=True)
+        started = time.monotonic()
+        result = testbed.launch(command, **launch_args)  # type: ignore[arg-type]
+        result.elapsed_s = time.monotonic() - started
+        return result
