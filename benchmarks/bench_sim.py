@@ -14,10 +14,16 @@ network, so the times include routing the flows):
   engine works hardest (many coflows at once, a reallocation per change);
 * growth: the same ring allreduce from 8 to 4096 ranks (p/8 nodes), and the fitted exponent k of
   wall ~ ranks^k per granularity.
+* training (:mod:`sim.training`): 100 iterations of ResNet-50 on 64 ranks (8 nodes x 8 GPUs, flat
+  200 Gbit/s network) with 25 gradient buckets each, against the analytical per-iteration model
+  (the same buckets and overlap recurrence priced by CostModel, one evaluation) and against the
+  same job with 1 bucket; plus stragglers with compute jitter, network jitter (step granularity)
+  and a node failure with elastic restart. Reports wall time, simulated events, events/s and how
+  far the simulated iteration is from the analytical one.
 
 Run: ``.venv/bin/python benchmarks/bench_sim.py`` (``--quick`` for fewer repeats and sizes,
-``--json PATH`` to save the tables). Sets the BLAS/OpenMP thread variables to 1 and pins itself
-to one CPU where the OS allows (``--no-pin`` to skip).
+``--json PATH`` to save the tables, ``--only training|collectives`` for one part). Sets the
+BLAS/OpenMP thread variables to 1 and pins itself to one CPU where the OS allows (``--no-pin`` to skip).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
@@ -149,15 +156,82 @@ def growth(ranks_list: list[int], repeats: int) -> tuple[list[dict], dict[str, f
     return rows, fits
 
 
+def flat(nodes: int) -> Cluster:
+    """nodes x 8 GPUs (NVLink 300 GB/s, 3 us) behind one non-blocking switch (200 Gbit/s NICs, 5 us)."""
+    return Cluster.from_dict({
+        "name": f"bench-{nodes}x8-flat", "nodes": nodes, "devices_per_node": 8,
+        "device": {"name": "gpu", "peak_flops": "312TFLOP/s", "memory": "80GiB"},
+        "intra_link": {"latency": "3us", "bandwidth": "300GB/s"},
+        "inter_link": {"latency": "5us", "bandwidth": "200Gbit/s"}, "topology": "flat",
+    })
+
+
+def training(repeats: int, iterations: int = 100) -> list[dict]:
+    """The training-job benchmark: see the module doc."""
+    from sim.dynamics import JitterDynamics
+    from sim.faults import FaultPolicy
+    from sim.training import TrainingConfig, analytical_iteration, simulate_training
+
+    cluster = flat(8)
+    base = TrainingConfig(workload="resnet50", iterations=iterations, bucket_count=25, record_flows=False)
+    analytical_s, predicted = _median_time(lambda: analytical_iteration(cluster, base), repeats)
+    rows = [{"run": "analytical per-iteration model (baseline)", "wall_s": analytical_s, "cpu_s": _CPU[0],
+             "events": 0, "events_per_s": float("nan"), "job_s": predicted["time_s"] * iterations,
+             "iteration_s": predicted["time_s"], "vs_model": 0.0}]
+    failure_at = 0.4 * predicted["time_s"] * iterations
+    runs = [
+        ("sim, 1 bucket", {"bucket_count": 1}, {}),
+        ("sim, 25 buckets", {}, {}),
+        ("sim, 25 buckets, straggler + compute jitter", {"stragglers": {5: 1.2}, "compute_jitter": 0.05}, {}),
+        ("sim, 25 buckets, network jitter (steps)", {}, {"dynamics": [JitterDynamics(0.1, 1e-3, seed=1)]}),
+        ("sim, 25 buckets, node failure + elastic", {},
+         {"faults": [f"node3@{failure_at:.6f}s"],
+          "policy": FaultPolicy(checkpoint_every=20, elastic=True, repair_s=5.0, restart_s=2.0, timeout_s=1.0)}),
+    ]
+    for name, config, extra in runs:
+        wall, result = _median_time(lambda c=config, e=extra: simulate_training(cluster, base, **e, **c), repeats)
+        cpu = _CPU[0]
+        median = result.summary()["median_time_s"]
+        ideal = analytical_iteration(cluster, replace(base, **config))["time_s"]  # same buckets, no noise
+        rows.append({"run": name, "wall_s": wall, "cpu_s": cpu, "events": result.sim_events,
+                     "events_per_s": result.sim_events / wall, "job_s": result.job_time_s, "iteration_s": median,
+                     "vs_model": median / ideal - 1})
+    return rows
+
+
+def print_training(rows: list[dict], repeats: int) -> None:
+    base, one = rows[0]["wall_s"], rows[1]["wall_s"]
+    print(f"\n100 training iterations, ResNet-50, 64 ranks (flat 8x8, 200 Gbit/s), 25 buckets; median of {repeats}")
+    print(f"{'run':45s} {'wall':>9s} {'events':>8s} {'events/s':>9s} {'sim job':>9s} {'iteration':>10s} "
+          f"{'vs model':>9s} {'x analytical':>13s} {'x 1 bucket':>11s}")
+    for r in rows:
+        rate = "" if np.isnan(r["events_per_s"]) else _fmt_rate(r["events_per_s"])
+        print(f"{r['run']:45s} {r['wall_s']:9.4g} {r['events']:8d} {rate:>9s} {r['job_s']:8.3f}s "
+              f"{r['iteration_s'] * 1e3:8.2f}ms {r['vs_model']:+9.2%} {r['wall_s'] / base:13.0f} "
+              f"{r['wall_s'] / one:11.2f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
     parser.add_argument("--quick", action="store_true", help="3 repeats, growth up to 1024 ranks")
     parser.add_argument("--json", type=Path, help="also write the tables here")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to one CPU")
+    parser.add_argument("--only", choices=("all", "collectives", "training"), default="all",
+                        help="run one part (default all)")
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
     cpu = None if args.no_pin else _pin_one_cpu()
+
+    train_rows = training(repeats) if args.only in ("all", "training") else []
+    if train_rows:
+        print_training(train_rows, repeats)
+    if args.only == "training":
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"training": train_rows, "repeats": repeats, "cpu": cpu,
+                                             "python": platform.python_version()}, indent=2, default=float))
+        return 0
 
     rows = headline(repeats)
     base = rows[0]["wall_s"]
@@ -186,7 +260,7 @@ def main() -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "headline": rows, "growth": grow, "exponents": fits, "repeats": repeats, "cpu": cpu,
+            "headline": rows, "growth": grow, "exponents": fits, "training": train_rows, "repeats": repeats, "cpu": cpu,
             "python": platform.python_version(), "numpy": np.__version__,
         }, indent=2, default=float))
     return 0 if slowest < TARGET_S else 1

@@ -5,18 +5,18 @@ Why: the scheme choice (Allgather vs Allreduce-compatible Top-k) and the compres
 the cost model as ``a * alpha + b * beta (+ g * gamma)`` with coefficients known from what was sent
 (:func:`record_coefficients`); its measured seconds are one linear observation of (alpha, beta).
 
-The fit is an exponentially forgetting, windowed, **non-negative** least squares on *relative* residuals
-(a 30 ms and a 300 us collective count alike), anchored by a weak ridge prior at the cost model's link:
+The fit is an exponentially forgetting, windowed least squares on *relative* residuals (a 30 ms and a
+300 us collective count alike) over positive (alpha, beta), anchored by a weak prior at the cost model's
+link, in log space so that a network 1000x slower than the prior is not held back by it:
 
-    minimise  sum_i w_i (a_i alpha + b_i beta - t_i)^2 / t_i^2  +  lam [((alpha-alpha0)/alpha0)^2 + ((beta-beta0)/beta0)^2]
+    minimise  sum_i w_i (a_i alpha + b_i beta - t_i)^2 / t_i^2  +  lam [log(alpha/alpha0)^2 + log(beta/beta0)^2]
 
 * With fewer than ``min_points`` observations :meth:`NetworkEstimator.estimate` returns the prior.
 * When the window's (a, b) directions are *diverse* (an allreduce next to a broadcast, several ratios,
   or a latency probe) both parameters are identified and the prior's pull is negligible.
 * When they are collinear (a run that only ever sends one allgather of one size) only the combination
-  ``a alpha + b beta`` is measured; the tiny ridge then moves the estimate along that line by the
-  smallest relative correction, i.e. it splits a surprise between alpha and beta in proportion to their
-  predicted share. That predicts the observed collective exactly but may mis-attribute the change, so
+  ``a alpha + b beta`` is measured; the weak anchor then picks the point of that line nearest the prior
+  in (log alpha, log beta). That predicts the observed collective exactly but may mis-attribute a change, so
   :meth:`NetworkEstimator.wants_probe` asks the caller for a tiny latency probe (a 4-byte allgather)
   whenever the window is not identified or the last observation surprised the estimate.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 from compression.comm import CollectiveRecord
 from costmodel.collectives import formula
@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from costmodel.model import CostModel
 
 
-def record_coefficients(record: CollectiveRecord, world_size: int, price_scale: float = 1.0) -> tuple[float, float, float]:
+def record_coefficients(
+    record: CollectiveRecord, world_size: int, price_scale: float = 1.0
+) -> tuple[float, float, float]:
     """(a, b, g) of one collective call: its time is ``a*alpha + b*beta + g*gamma``.
 
     ``price_scale`` multiplies the bytes of *payload* records only (an emulation may price a small
@@ -79,10 +81,12 @@ class Observation:
 
 
 class NetworkEstimator:
-    """Sliding-window, exponentially weighted NNLS estimate of (alpha, beta); see the module docstring.
+    """Sliding-window, exponentially weighted, prior-anchored estimate of (alpha, beta); see the module docstring.
 
-    ``forgetting`` (per observation) and ``window`` bound how much history counts, so a step change in
-    the network is tracked within a few dozen observations. ``gamma`` (reduction cost) is taken as known.
+    ``forgetting`` (per observation) and ``window`` bound how much history counts. ``reset_after``
+    consecutive observations off the prediction by more than ``surprise`` (relative) are taken as a change
+    point: the window is cut back to them, so a step change is tracked within a few observations instead of
+    a few dozen. ``gamma`` (reduction cost) is taken as known.
     """
 
     def __init__(
@@ -91,12 +95,13 @@ class NetworkEstimator:
         prior_beta: float,
         *,
         window: int = 48,
-        forgetting: float = 0.9,
+        forgetting: float = 0.95,
         min_points: int = 3,
         prior_weight: float = 1e-3,
         condition_limit: float = 1e4,
         surprise: float = 0.25,
         probe_interval: int = 8,
+        reset_after: int = 3,
         gamma: float = 0.0,
     ) -> None:
         for name, value in (("prior_alpha", prior_alpha), ("prior_beta", prior_beta), ("gamma", gamma)):
@@ -120,14 +125,17 @@ class NetworkEstimator:
         self.condition_limit = float(condition_limit)
         self.surprise = float(surprise)
         self.probe_interval = int(probe_interval)
+        self.reset_after = int(reset_after)
         self.gamma = float(gamma)
         self.observations: deque[Observation] = deque(maxlen=window)
         self._estimate = self.prior
         self._identified = False
         self._surprised = False
+        self._surprises = 0
         self._since_probe = probe_interval  # a probe is allowed at once
         self._reference = self.prior
         self.count = 0
+        self.changes = 0  #: change points detected (window cut back to the surprising points)
 
     @classmethod
     def from_cost_model(cls, model: CostModel, ranks: int, **options: float | int) -> NetworkEstimator:
@@ -142,7 +150,15 @@ class NetworkEstimator:
             return  # an instantaneous or free call carries no information about the link
         predicted = a * self._estimate[0] + b * self._estimate[1] + g * self.gamma
         self._surprised = abs(predicted - seconds) > self.surprise * seconds
+        self._surprises = self._surprises + 1 if self._surprised else 0
         self.observations.append(Observation(float(a), float(b), float(seconds), float(g), probe))
+        if self.reset_after and self._surprises >= self.reset_after:
+            # a change point: the old regime would only drag the fit, keep the surprising recent points
+            recent = list(self.observations)[-self.reset_after:]
+            self.observations.clear()
+            self.observations.extend(recent)
+            self.changes += 1
+            self._since_probe = max(self._since_probe, self.probe_interval)  # re-identify at once
         self.count += 1
         self._since_probe = 0 if probe else self._since_probe + 1
         self._refit()
@@ -165,17 +181,23 @@ class NetworkEstimator:
             return
         n = len(obs)
         w = np.sqrt(self.forgetting ** np.arange(n - 1, -1, -1, dtype=float))
-        t = np.array([o.seconds - o.g * self.gamma for o in obs])
         secs = np.array([o.seconds for o in obs])
+        target = w * np.array([o.seconds - o.g * self.gamma for o in obs]) / secs
         design = np.array([[o.a * self._scale[0], o.b * self._scale[1]] for o in obs]) / secs[:, None]
         design *= w[:, None]
-        target = w * t / secs
         self._identified = self._is_identified(design)
+        prior = np.log(np.array([self.prior[0] / self._scale[0], self.prior[1] / self._scale[1]]).clip(1e-12))
         lam = math.sqrt(self.prior_weight)
-        prior_x = np.array([self.prior[0] / self._scale[0], self.prior[1] / self._scale[1]])
-        design = np.vstack([design, lam * np.eye(2)])
-        target = np.concatenate([target, lam * prior_x])
-        x, _ = nnls(design, target)
+
+        def residuals(theta: np.ndarray) -> np.ndarray:
+            return np.concatenate([design @ np.exp(theta) - target, lam * (theta - prior)])
+
+        # start from the unregularised NNLS optimum when it is interior, else from the last estimate
+        x_nnls, _ = nnls(design, target)
+        last = np.log(np.array([self._estimate[0] / self._scale[0], self._estimate[1] / self._scale[1]]).clip(1e-12))
+        starts = [last] + ([np.log(x_nnls)] if np.all(x_nnls > 0) else [])
+        best = min((least_squares(residuals, x0, method="lm", xtol=1e-10) for x0 in starts), key=lambda r: r.cost)
+        x = np.exp(best.x)
         self._estimate = (float(x[0] * self._scale[0]), float(x[1] * self._scale[1]))
 
     def _is_identified(self, design: np.ndarray) -> bool:
@@ -211,8 +233,21 @@ class NetworkEstimator:
         self._reference = self._estimate
         return self._reference
 
-    def moved(self, threshold: float = 0.1) -> bool:
-        """True when alpha or beta changed by more than ``threshold`` (relative) since :meth:`mark`."""
+    def moved(self, threshold: float = 0.1, coefficients: Sequence[tuple[float, float]] | None = None) -> bool:
+        """True when alpha or beta changed by more than ``threshold`` (relative) since :meth:`mark`.
+
+        With ``coefficients`` [(a, b), ...] it is the predicted seconds ``a*alpha + b*beta`` of any of them
+        that must move: a parameter the decision hardly depends on (beta when latency dominates) is
+        poorly identified and noisy, and should not trigger a re-decision by itself.
+        """
+        if coefficients is not None:
+            for a, b in coefficients:
+                then = a * self._reference[0] + b * self._reference[1]
+                now = a * self._estimate[0] + b * self._estimate[1]
+                changed = abs(now - then) > threshold * then if then > 0 else now > 0
+                if changed:
+                    return True
+            return False
         for now, then in zip(self._estimate, self._reference, strict=True):
             if then == 0:
                 if now > 0:
@@ -225,9 +260,11 @@ class NetworkEstimator:
         """Forget every observation (back to the prior)."""
         self.observations.clear()
         self._estimate, self._identified, self._surprised = self.prior, False, False
+        self._surprises = 0
         self._since_probe = self.probe_interval
         self._reference = self.prior
         self.count = 0
+        self.changes = 0
 
     def __repr__(self) -> str:
         a, b = self._estimate

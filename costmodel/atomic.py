@@ -15,6 +15,7 @@ def write_atomic(path: str | Path, write: Callable[[IO], None], mode: str = "w")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results should be as readable as any file
         with os.fdopen(fd, mode, **({} if "b" in mode else {"newline": ""})) as handle:
             write(handle)
             handle.flush()
@@ -24,6 +25,12 @@ def write_atomic(path: str | Path, write: Callable[[IO], None], mode: str = "w")
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

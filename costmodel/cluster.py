@@ -374,7 +374,7 @@ class _Network:
             self.edges[(_host(a), _host(b))] = self.edges[(_host(b), _host(a))] = edge
             self.virtual.update({(a, b), (b, a)})
         self.path_cache: dict[tuple[int, int], Link] = {}
-        self.group_cache: dict[frozenset[int], tuple[str, Link]] = {}
+        self.group_cache: dict[object, tuple[str, Link]] = {}  # frozenset of nodes, or ("ring", ranks)
         # Per-node arrays for row(): NIC half-latency and bandwidth, leaf, ring cable a -> a+1.
         self.half_latency = np.array([lat / 2 for _, lat in self.nic])
         self.nic_bandwidth = np.array([bw for bw, _ in self.nic])
@@ -672,6 +672,44 @@ class Cluster(_Model):
             assert net.uplink_Bps is not None
             bandwidth = min(bandwidth, net.uplink_Bps / max(per_leaf.values()))
         return "inter", Link(latency_s=latency, bandwidth_Bps=bandwidth, duplex=self.inter_link.duplex)
+
+    def ring_link(self, ranks: Iterable[int] | None = None) -> tuple[str, Link]:
+        """The link a ring over ``ranks`` (in that order, closing back to the first) actually sees.
+
+        A ring only talks to neighbours, so unlike :meth:`group_link` it is priced on the hops it
+        uses: latency = the slowest hop's, bandwidth = min over every edge of capacity / number of
+        the ring's flows crossing it (a packed ring puts one flow on each NIC and on each leaf
+        uplink per direction; a half-duplex edge carries both directions). This is what the
+        simulator's max-min sharing gives a ring, so the two agree on oversubscribed and ring
+        topologies too.
+        """
+        order = list(range(self.world_size)) if ranks is None else [self._check_rank(r) for r in ranks]
+        if not order:
+            raise InputError("ranks", order, f"a non-empty list of ranks 0..{self.world_size - 1}")
+        key = ("ring", tuple(order))
+        net = self._network
+        if key in net.group_cache:
+            return net.group_cache[key]
+        hops = [(self.node_of(a), self.node_of(b)) for a, b in zip(order, order[1:] + order[:1], strict=True)]
+        node_hops = [(a, b) for a, b in hops if a != b]
+        if not node_hops:
+            result = ("intra", self.intra_link)
+        else:
+            half = self.inter_link.duplex == "half"
+            flows: Counter = Counter()
+            capacity: dict[object, float] = {}
+            for a, b in node_hops:
+                for u, v in net.route(a, b):
+                    edge_key = frozenset((u, v)) if half else (u, v)
+                    flows[edge_key] += 1
+                    capacity[edge_key] = net.edges[(u, v)].bandwidth_Bps
+            bandwidth = min(capacity[e] / flows[e] for e in flows)
+            if len(node_hops) < len(hops):  # some hops stay inside a node
+                bandwidth = min(bandwidth, self.intra_link.bandwidth_Bps)
+            latency = max(self.path_link(a, b).latency_s for a, b in node_hops)
+            result = ("inter", Link(latency_s=latency, bandwidth_Bps=bandwidth, duplex=self.inter_link.duplex))
+        net.group_cache[key] = result
+        return result
 
     def to_graph(self) -> nx.DiGraph:
         """Hosts ``node{i}`` and switches (``switch``, or ``leaf{j}`` + ``spine``) joined by directed edges.

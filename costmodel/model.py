@@ -25,6 +25,11 @@ from costmodel.compressed import (
 )
 from costmodel.errors import InputError
 
+#: Algorithms whose every step only talks to ring neighbours (priced on the ring's own hops).
+NEIGHBOUR_ALGORITHMS = frozenset({
+    ("allreduce", "ring"), ("allgather", "ring"), ("reduce-scatter", "ring"), ("broadcast", "pipelined-ring"),
+})
+
 if TYPE_CHECKING:
     from costmodel.calibration import CalibrationProfile
     from costmodel.cluster import Cluster
@@ -61,7 +66,7 @@ class CostModel:
     cluster: Cluster | None = None
     profile: CalibrationProfile | None = None
     ranks_per_node: int | None = None
-    _group_cache: dict[int, tuple[str, LinkParams]] = field(default_factory=dict, repr=False)
+    _group_cache: dict[tuple[int, bool], tuple[str, LinkParams]] = field(default_factory=dict, repr=False)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -102,14 +107,32 @@ class CostModel:
             )
         return p
 
-    def group_link(self, ranks: int) -> tuple[str, LinkParams]:
-        """Link class and parameters seen by a collective over ranks 0..ranks-1."""
+    def group_link(self, ranks: int, algorithm: tuple[str, str] | None = None) -> tuple[str, LinkParams]:
+        """Link class and parameters seen by ``algorithm`` over ranks 0..ranks-1.
+
+        Ring algorithms only talk to neighbours, so they see :meth:`Cluster.ring_link` (the hops
+        they use, each shared by the ring's own flows); the others see the group's slowest link.
+        """
         if self.cluster is None:
             return "inter", self.links["inter"]
-        if ranks not in self._group_cache:
-            link_class, link = self.cluster.group_link(list(range(int(ranks))))
-            self._group_cache[ranks] = (link_class, LinkParams(link.alpha, link.beta))
-        return self._group_cache[ranks]
+        ring = algorithm in NEIGHBOUR_ALGORITHMS
+        key = (int(ranks), ring)
+        if key not in self._group_cache:
+            members = list(range(int(ranks)))
+            link_class, link = self.cluster.ring_link(members) if ring else self.cluster.group_link(members)
+            self._group_cache[key] = (link_class, LinkParams(link.alpha, link.beta))
+        return self._group_cache[key]
+
+    def _inter_node_link(self, nodes: int, q: int, algorithm: str) -> LinkParams:
+        """Link of the hierarchical allreduce's inter-node phase: one rank per node (0, q, 2q, ...)."""
+        if self.cluster is None:
+            return self.links["inter"]
+        leaders = [node * q for node in range(nodes)]
+        if ("allreduce", algorithm) in NEIGHBOUR_ALGORITHMS:
+            _, link = self.cluster.ring_link(leaders)
+        else:
+            _, link = self.cluster.group_link(leaders)
+        return LinkParams(link.alpha, link.beta)
 
     def _params(
         self, collective: str, algorithm: str, p: np.ndarray
@@ -120,7 +143,7 @@ class CostModel:
         beta = np.empty_like(p, dtype=float)
         gamma = np.full_like(p, self.gamma, dtype=float)
         for value in unique:
-            link_class, link = self.group_link(int(value))
+            link_class, link = self.group_link(int(value), (collective, algorithm))
             mask = p == value
             fit = self.profile.get(collective, algorithm, link_class) if self.profile is not None else None
             if fit is not None:
@@ -164,9 +187,8 @@ class CostModel:
         inter = np.empty_like(p)
         inter_alpha = np.empty_like(p)
         for value in np.unique(nodes * q):
-            _, link = self.group_link(int(min(value, self.cluster.world_size))) if self.cluster else (
-                "inter", self.links["inter"])
             mask = nodes * q == value
+            link = self._inter_node_link(int(np.max(nodes[mask])), int(np.max(q[mask])), inter_algorithm)
             inter[mask] = link.beta
             inter_alpha[mask] = link.alpha
         rs = formula("reduce-scatter", "ring")(n, q).time(intra.alpha, intra.beta, self.gamma)

@@ -137,3 +137,19 @@ def test_predict_is_vectorised_over_links_and_matches_the_model() -> None:
             assert grid[i, j] == pytest.approx(float(single))
     with pytest.raises(InputError, match="bandwidth"):
         predict("allreduce", "ring", 1e6, 8, 1e-6, np.array([1e9, 0.0]))
+
+
+def test_atomic_write_replaces_whole_files_with_normal_permissions(tmp_path) -> None:
+    import os
+    import stat
+
+    from costmodel.atomic import write_text_atomic
+
+    target = tmp_path / "out.json"
+    write_text_atomic(target, "first\n")
+    write_text_atomic(target, "second\n")
+    assert target.read_text() == "second\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temporary file left behind
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask

@@ -151,3 +151,22 @@ def test_every_step_is_recorded_with_its_latency() -> None:
     assert np.allclose(flows["bytes"], 1e6)
     assert set(flows["tag"]) == {"allreduce/ring:reduce-scatter", "allreduce/ring:allgather"}
     assert math.isclose(flows["end"].max(), result.seconds)
+
+
+@pytest.mark.parametrize("cluster_name", ["16x8-h100-2to1", "8x1-ring-1g", "8x1-10gbe-slow-node", "4x8-a100-ib"])
+@pytest.mark.parametrize(
+    "collective,algorithm",
+    [("allreduce", "ring"), ("allgather", "ring"), ("reduce-scatter", "ring"), ("allreduce", "hierarchical")],
+)
+def test_ring_algorithms_agree_on_heterogeneous_and_oversubscribed_clusters(
+    cluster_name: str, collective: str, algorithm: str
+) -> None:
+    """Rings are priced on their own hops (Cluster.ring_link): one hop of latency on a ring topology,
+    the NIC rate under an oversubscribed uplink, the slow node's rate: exactly what the flows see."""
+    cluster = load_cluster(cluster_name)
+    if algorithm == "hierarchical" and cluster.devices_per_node == 1:
+        pytest.skip("hierarchical needs several ranks per node")
+    n = 64 * 2.0**20
+    simulated = simulate_collective(cluster, collective, algorithm, n).seconds
+    predicted = float(CostModel.from_cluster(cluster).collective(collective, algorithm, n, cluster.world_size).total)
+    assert simulated == pytest.approx(predicted, rel=0.01)

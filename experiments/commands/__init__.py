@@ -1,5 +1,18 @@
 """Sub-commands of the ``flexcomm`` CLI; each module has ``register(subparsers)``."""
 
-from experiments.commands import bench_collectives, calibrate, clusters, cost, launch, testbed, whatif
+from experiments.commands import (
+    bench_collectives,
+    calibrate,
+    clusters,
+    cost,
+    launch,
+    simulate,
+    testbed,
+    train_ddp,
+    train_emulated,
+    validate,
+    whatif,
+)
 
-COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed]
+COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed, train_ddp, validate, train_emulated,
+            simulate]

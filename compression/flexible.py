@@ -1,0 +1,367 @@
+"""Flexible communication: per step, exchange with whichever scheme the cost model says is fastest *now*.
+
+Tyagi & Swany (2023) switch between Top-k over Allgather (latency lg N, bandwidth (N-1) k) and
+Allreduce-compatible Top-k (latency 2(N-1) + lg N on a ring, bandwidth ~2k + k lg N) as the network
+changes: Allgather wins at high latency and small payloads, the allreduce as bandwidth gets scarce or
+N grows. :class:`FlexibleCompressor` makes that choice online:
+
+* **prediction**: ``predicted = coefficients(scheme, numel, ratio, N) . (alpha, beta, gamma) + compression``,
+  the coefficients from :func:`costmodel.compressed.scheme_coefficients` with the communicator's own
+  algorithm hints (what ``StepStats.parts()`` prices afterwards), (alpha, beta) from a
+  :class:`~compression.network_estimate.NetworkEstimator` fed with measured collective times.
+* **hysteresis**: the scheme in use changes only when another is predicted faster by more than
+  ``hysteresis`` (relative) on ``patience`` consecutive decisions, so noise near the crossover does not
+  make it flap (each flip costs a warm-up of caches/buffers on a real cluster and muddles the estimate).
+  Far from the crossover waiting is pure loss, so a candidate faster by more than ``urgent`` (default
+  50%) is taken at once (``urgent=None`` always waits).
+* **one residual per worker**: the sparse schemes run as inner compressors that *share* this object's
+  ``residuals`` and ``steps`` dicts, so error feedback carries across a switch: the residual is the
+  worker's, not the scheme's. Switching to ``dense`` flushes the residual into that dense exchange.
+* **log**: every decision (step, key, ratio, estimate used, each candidate's predicted seconds, the
+  choice, the measured communication seconds when a clock or real timings exist) is kept in
+  :attr:`FlexibleCompressor.decisions`; :meth:`FlexibleCompressor.decisions_frame` returns a DataFrame.
+
+It is a :class:`~compression.base.Compressor`, so it plugs in wherever one does (emulation, DDP hooks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from compression.base import Compressor, ExchangeResult, StepContext, StepStats, check_ratio
+from compression.comm import CollectiveRecord, Communicator
+from compression.compressors import make_compressor
+from compression.network_estimate import NetworkEstimator, timed_records
+from costmodel.compressed import (
+    DEFAULT_ALGORITHMS,
+    DEFAULT_PAYLOAD,
+    SchemeAlgorithms,
+    SparsePayload,
+    scheme_coefficients,
+)
+from costmodel.errors import InputError
+from costmodel.model import CostModel
+
+FLEXIBLE_CANDIDATES = ("dense", "topk-ag", "topk-ar")
+
+#: Top-k selection speed on a V100 (Tyagi & Swany 2023: ~14 ms layer-wise Top-k for ResNet-18's 11.7M).
+V100_TOPK_ELEMENTS_PER_S = 0.75e9
+
+#: (record, world_size) -> seconds that call took (a simulated network, or None to use measured times).
+Clock = Callable[[CollectiveRecord, int], float]
+
+
+@dataclass(frozen=True)
+class TopkTimeModel:
+    """Compression seconds of one exchange: Top-k selection at a fixed element rate, constant in the ratio.
+
+    The paper measured compression time nearly constant in c, so only the element count matters;
+    ``dense`` costs nothing. ``elements_per_s = 0`` makes compression free.
+    """
+
+    elements_per_s: float = V100_TOPK_ELEMENTS_PER_S
+
+    def __call__(self, scheme: str, numel: float) -> float:
+        if scheme == "dense" or self.elements_per_s <= 0:
+            return 0.0
+        return float(numel) / self.elements_per_s
+
+
+class SchemePredictor:
+    """Predicted seconds of each scheme under the estimator's current (alpha, beta): shared by the
+    per-step scheme choice and the compression-ratio optimizer so both price the same way."""
+
+    def __init__(
+        self,
+        estimator: NetworkEstimator,
+        *,
+        algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
+        payload: SparsePayload = DEFAULT_PAYLOAD,
+        price_scale: float = 1.0,
+        compress_time: Callable[[str, float], float] | None = None,
+    ) -> None:
+        if not (math.isfinite(price_scale) and price_scale > 0):
+            raise InputError("price_scale", price_scale, "a positive factor")
+        self.estimator = estimator
+        self.algorithms = algorithms
+        self.payload = payload
+        self.price_scale = float(price_scale)
+        self.compress_time = compress_time
+
+    def comm_seconds(self, scheme: str, numel: int, ratio: float | np.ndarray, ranks: int) -> np.ndarray:
+        """Communication seconds (vectorised over ``ratio``)."""
+        coef = scheme_coefficients(scheme, numel, ratio, ranks, self.payload, self.algorithms)
+        s = self.price_scale
+        return self.estimator.predict(coef.alpha, coef.beta * s, coef.gamma * s)
+
+    def compress_seconds(self, scheme: str, numel: int) -> float:
+        return 0.0 if self.compress_time is None else float(self.compress_time(scheme, numel * self.price_scale))
+
+    def seconds(self, scheme: str, numel: int, ratio: float | np.ndarray, ranks: int) -> np.ndarray:
+        """Communication + compression seconds of one exchange."""
+        return self.comm_seconds(scheme, numel, ratio, ranks) + self.compress_seconds(scheme, numel)
+
+    def best_sparse_seconds(
+        self, numel: int, ratios: np.ndarray, ranks: int, schemes: Sequence[str] = ("topk-ag", "topk-ar")
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per ratio, the fastest sparse scheme's seconds and its index into ``schemes``."""
+        table = np.vstack([np.broadcast_to(self.seconds(s, numel, ratios, ranks), np.shape(ratios))
+                           for s in schemes])
+        return table.min(axis=0), table.argmin(axis=0)
+
+
+@dataclass
+class _KeyState:
+    current: str | None = None
+    target: str | None = None
+    streak: int = 0
+
+
+class FlexibleCompressor(Compressor):
+    """Chooses dense / topk-ag / topk-ar per exchange by predicted time, with hysteresis; see the module.
+
+    ``estimator`` (or ``cost_model``, whose link for the group becomes the prior) supplies (alpha, beta).
+    ``clock(record, world_size) -> seconds`` measures each collective (a simulated network); without one,
+    a real communicator's recorded wall times are used, averaged over ranks every ``agree_every`` exchanges
+    (one small allreduce) so that every rank decides alike, and an emulated one gives no measurement.
+    ``latency_probe`` lets the compressor send a 4-byte allgather (purpose ``control``) when the
+    estimator cannot separate alpha from beta (see :mod:`compression.network_estimate`).
+    ``price_scale`` prices payload bytes as if the gradient were that many times larger (emulation).
+    """
+
+    name = "flexible"
+    needs_ratio = True
+
+    def __init__(
+        self,
+        ratio: float | None = None,
+        *,
+        estimator: NetworkEstimator | None = None,
+        cost_model: CostModel | None = None,
+        candidates: Sequence[str] = ("topk-ag", "topk-ar"),
+        hysteresis: float = 0.1,
+        patience: int = 3,
+        urgent: float | None = 0.5,
+        owner: str = "star",
+        index_dtype: str | None = None,
+        compress_time: Callable[[str, float], float] | None = None,
+        price_scale: float = 1.0,
+        clock: Clock | None = None,
+        latency_probe: bool = True,
+        agree_every: int = 1,
+        error_feedback: bool = True,
+        gain_every: int | None = None,
+        keep_sent: bool = False,
+    ) -> None:
+        super().__init__(ratio, error_feedback=error_feedback, gain_every=gain_every, keep_sent=keep_sent)
+        candidates = tuple(candidates)
+        if not candidates or any(c not in FLEXIBLE_CANDIDATES for c in candidates) or len(set(candidates)) != len(
+                candidates):
+            raise InputError("candidates", list(candidates), "distinct names among " + ", ".join(FLEXIBLE_CANDIDATES))
+        if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
+            raise InputError("hysteresis", hysteresis, "a relative margin >= 0, e.g. 0.1")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise InputError("patience", patience, "an integer >= 1 (consecutive decisions)")
+        if estimator is None and cost_model is None:
+            raise InputError("estimator", None, "a NetworkEstimator or a CostModel to take the prior from")
+        self.candidates = candidates
+        self.hysteresis = float(hysteresis)
+        self.patience = patience
+        if urgent is not None and not (isinstance(urgent, (int, float)) and urgent >= hysteresis):
+            raise InputError("urgent", urgent, f"None or a relative margin >= hysteresis ({hysteresis})")
+        self.urgent = urgent
+        self.estimator = estimator
+        self.cost_model = cost_model
+        self.owner = owner
+        self.index_dtype = index_dtype
+        self.compress_time = compress_time
+        self.price_scale = float(price_scale)
+        self.clock = clock
+        self.latency_probe = latency_probe
+        if isinstance(agree_every, bool) or not isinstance(agree_every, int) or agree_every < 1:
+            raise InputError("agree_every", agree_every, "an integer >= 1 (exchanges between timing agreements)")
+        self.agree_every = agree_every
+        self._pending: list[tuple[StepStats, list[float]]] = []
+        self.inner: dict[str, Compressor] = {}
+        for scheme in candidates:
+            if scheme == "dense":
+                inner = make_compressor("dense", gain_every=gain_every, keep_sent=keep_sent)
+            else:
+                options: dict[str, Any] = {"index_dtype": index_dtype, "error_feedback": error_feedback,
+                                           "gain_every": gain_every, "keep_sent": keep_sent}
+                if scheme == "topk-ar":
+                    options["owner"] = owner
+                inner = make_compressor(scheme, self.ratio, **options)
+            inner.residuals = self.residuals  # one residual per worker, whichever scheme runs
+            inner.steps = self.steps
+            self.inner[scheme] = inner
+        self.state: dict[int, _KeyState] = {}
+        self.decisions: list[dict[str, Any]] = []
+        self._predictor: SchemePredictor | None = None
+
+    def __repr__(self) -> str:
+        return f"FlexibleCompressor(ratio={self.ratio}, candidates={self.candidates}, hysteresis={self.hysteresis})"
+
+    # --- configuration --------------------------------------------------------------------------
+    def set_ratio(self, ratio: float) -> None:
+        """Change the fraction of elements kept (the ratio controller calls this)."""
+        self.ratio = check_ratio(ratio, True, self.name)
+
+    def predictor(self, comm: Communicator) -> SchemePredictor:
+        """The shared predictor, built on first use from the communicator's algorithm hints."""
+        if self._predictor is None:
+            if self.estimator is None:
+                assert self.cost_model is not None
+                self.estimator = NetworkEstimator.from_cost_model(self.cost_model, comm.world_size)
+            algorithms = SchemeAlgorithms(allreduce=comm.algorithms["allreduce"],
+                                          allgather=comm.algorithms["allgather"],
+                                          broadcast=comm.algorithms["broadcast"], index_owner=self.owner)
+            payload = SparsePayload(index_dtype=self.index_dtype or "int32")
+            self._predictor = SchemePredictor(self.estimator, algorithms=algorithms, payload=payload,
+                                              price_scale=self.price_scale, compress_time=self.compress_time)
+        return self._predictor
+
+    # --- the decision ---------------------------------------------------------------------------
+    def predict(self, numel: int, comm: Communicator) -> dict[str, float]:
+        """Predicted seconds (communication + compression) of every candidate at the current ratio."""
+        pred = self.predictor(comm)
+        return {s: float(pred.seconds(s, numel, self.ratio or 1.0, comm.world_size)) for s in self.candidates}
+
+    def decide(self, predicted: dict[str, float], key: int = 0) -> tuple[str, bool, str]:
+        """Apply the hysteresis rule; returns (chosen, switched, best)."""
+        state = self.state.setdefault(key, _KeyState())
+        best = min(predicted, key=lambda s: (predicted[s], self.candidates.index(s)))
+        if state.current is None:
+            state.current, state.target, state.streak = best, None, 0
+            return best, True, best
+        current = state.current
+        if best != current and predicted[current] > predicted[best] * (1.0 + self.hysteresis):
+            state.streak = state.streak + 1 if state.target == best else 1
+            state.target = best
+            urgent = self.urgent is not None and predicted[current] > predicted[best] * (1.0 + self.urgent)
+            if state.streak >= self.patience or urgent:
+                state.current, state.target, state.streak = best, None, 0
+                return best, True, best
+        else:
+            state.target, state.streak = None, 0
+        return current, False, best
+
+    def current(self, key: int = 0) -> str | None:
+        """The scheme in use for bucket ``key`` (None before its first exchange)."""
+        state = self.state.get(key)
+        return state.current if state else None
+
+    # --- the exchange ---------------------------------------------------------------------------
+    def exchange(self, grads: Sequence[Tensor], comm: Communicator, *, key: int = 0) -> ExchangeResult:
+        """Decide, delegate to the chosen scheme (sharing residuals), probe if useful, measure, log."""
+        grads = self._check(grads, comm)
+        numel = grads[0].numel()
+        predicted = self.predict(numel, comm)
+        assert self.estimator is not None
+        alpha, beta = self.estimator.estimate()
+        chosen, switched, best = self.decide(predicted, key)
+        inner = self.inner[chosen]
+        if chosen == "dense":
+            grads = self._flush_residuals(grads, comm, key)
+        else:
+            inner.ratio = self.ratio
+        result = inner.exchange(grads, comm, key=key)
+        stats = result.stats
+        probed = False
+        if self.latency_probe and self.estimator.wants_probe():
+            stats = self._probe(comm, stats, grads[0].device)
+            probed = True
+        entry: dict[str, Any] = {
+            "step": stats.step, "key": key, "ratio": self.ratio, "alpha_s": alpha, "beta_s_per_byte": beta,
+            "identified": self.estimator.identified,
+            **{f"pred_{s}_s": predicted[s] for s in self.candidates},
+            "best": best, "chosen": chosen, "switched": switched, "streak": self.state[key].streak,
+            "pred_comm_s": float(self.predictor(comm).comm_seconds(chosen, numel, self.ratio or 1.0,
+                                                                   comm.world_size)),
+            "measured_comm_s": math.nan, "latency_probe": probed,
+        }
+        self.decisions.append(entry)
+        if self.clock is not None:
+            self.observe(stats, [self.clock(r, comm.world_size) for r in timed_records(stats)])
+        elif not comm.emulated:
+            self._pending.append((stats, [r.seconds for r in timed_records(stats)]))
+            if len(self._pending) >= self.agree_every:
+                self._agree(comm, grads[0].device)
+        return ExchangeResult(result.aggregates, stats, result.sent)
+
+    def observe(self, stats: StepStats, seconds: Sequence[float], log: bool = True) -> None:
+        """Feed measured seconds of ``timed_records(stats)`` (payload + control) to the estimator.
+
+        With ``log`` the payload total is written into the latest decision of that step and key.
+        """
+        records = timed_records(stats)
+        if len(records) != len(seconds):
+            raise InputError("seconds", len(seconds), f"one time per timed record ({len(records)})")
+        assert self.estimator is not None or self.cost_model is not None
+        if self.estimator is None:
+            assert self.cost_model is not None
+            self.estimator = NetworkEstimator.from_cost_model(self.cost_model, stats.world_size)
+        self.estimator.observe_records(records, seconds, stats.world_size, self.price_scale)
+        if log:
+            payload = sum(t for r, t in zip(records, seconds, strict=True) if r.purpose == "payload")
+            for entry in reversed(self.decisions):
+                if entry["step"] == stats.step and entry["key"] == stats.key:
+                    entry["measured_comm_s"] = float(payload)
+                    break
+
+    def decisions_frame(self) -> Any:
+        """The decision log as a pandas DataFrame (one row per exchange)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.decisions)
+
+    def reset(self) -> None:
+        """Forget residuals, step counters, the schemes in use and the log (not the network estimate)."""
+        super().reset()
+        self.state.clear()
+        self.decisions.clear()
+
+    # --- internals ------------------------------------------------------------------------------
+    def _flush_residuals(self, grads: list[Tensor], comm: Communicator, key: int) -> list[Tensor]:
+        """Dense keeps no residual: send what the sparse schemes still owe along with this gradient."""
+        out = []
+        for rank, g in zip(comm.local_workers, grads, strict=True):
+            r = self.residuals.pop((key, rank), None)
+            out.append(g + r if r is not None and r.shape == g.shape else g)
+        return out
+
+    def _agree(self, comm: Communicator, device: torch.device) -> None:
+        """Average the ranks' measured times (one small allreduce, purpose ``control``) before using them.
+
+        Each rank measures its own wall times; fed raw, the ranks' estimators would drift apart and pick
+        different schemes or probes, i.e. mismatched collectives (a hang). Agreed times keep every rank's
+        estimator, and so every decision, identical.
+        """
+        flat = [t for _, secs in self._pending for t in secs]
+        if flat:
+            buf = torch.tensor(flat, dtype=torch.float64, device=device)
+            total = comm.allreduce([buf.clone() for _ in comm.local_workers], purpose="control")[0]
+            agreed = (total / comm.world_size).tolist()
+            offset = 0
+            for stats, secs in self._pending:
+                self.observe(stats, agreed[offset:offset + len(secs)])
+                offset += len(secs)
+        self._pending.clear()
+
+    def _probe(self, comm: Communicator, stats: StepStats, device: torch.device) -> StepStats:
+        """A 4-byte allgather: almost pure latency, so alpha and beta separate (purpose ``control``)."""
+        with comm.recording() as records:
+            comm.allgather([torch.zeros(1, dtype=torch.float32, device=device) for _ in comm.local_workers],
+                           purpose="control")
+        return dataclasses.replace(stats, overhead=stats.overhead + tuple(records))
+
+    def _exchange(self, accs: list[Tensor], comm: Communicator, key: int, step: int, ctx: StepContext) -> list[Tensor]:
+        raise AssertionError("FlexibleCompressor.exchange delegates to its inner compressors")  # pragma: no cover

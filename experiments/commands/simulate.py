@@ -1,0 +1,240 @@
+"""``flexcomm simulate``: data-parallel training iterations on a simulated cluster, with stragglers and faults."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from costmodel.compressed import SCHEMES
+from costmodel.errors import InputError
+from costmodel.units import format_size, format_time, parse_size, parse_time
+from experiments.commands.common import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "simulate",
+        help="simulate training iterations (compute, bucketed gradient exchange, stragglers, faults)",
+        description="Discrete-event simulation of data-parallel training on a cluster: per-layer compute, "
+        "DDP-style gradient buckets overlapping the backward pass, network dynamics, stragglers, node/link "
+        "failures with checkpoint-restart or elastic shrink. Prints a per-iteration table and the median "
+        "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
+    )
+    parser.add_argument("--cluster", required=True, help="embedded cluster name or a YAML/JSON cluster file")
+    parser.add_argument("--workload", required=True, help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b "
+                        "(or a workloads-package model such as resnet-synthetic)")
+    parser.add_argument("--iterations", type=int, default=10, help="training iterations to complete (default 10)")
+    parser.add_argument("--ranks", type=int, help="use ranks 0..P-1 of the cluster (default: all)")
+    parser.add_argument("--batch", type=float, help="samples per rank per iteration (default: the workload's)")
+    parser.add_argument("--scheme", default="dense", help="gradient exchange: " + ", ".join(SCHEMES))
+    parser.add_argument("--ratio", type=float, default=0.01, help="Top-k fraction of elements kept (default 0.01)")
+    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (ring, tree, rabenseifner, "
+                        "recursive-doubling, hierarchical; default ring)")
+    parser.add_argument("--bucket-size", default="25MiB", help="DDP bucket cap (default 25MiB)")
+    parser.add_argument("--buckets", type=int, help="exactly N buckets of about equal size instead of a cap")
+    parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s the device reaches (default 0.65)")
+    parser.add_argument("--optimizer-time", default="0s", help="optimizer step after the last bucket (default 0s)")
+    parser.add_argument("--granularity", default="auto", help="auto (steps with network dynamics), aggregate "
+                        "or steps")
+    net = parser.add_argument_group("network dynamics")
+    net.add_argument("--network-trace", help="CSV of link changes: time_s, link, bandwidth, latency")
+    net.add_argument("--jitter", type=float, help="lognormal bandwidth jitter sigma on inter-node links")
+    net.add_argument("--jitter-period", default="1ms", help="how often the jitter is redrawn (default 1ms)")
+    net.add_argument("--congestion", nargs="?", const="", help="two-state congestion on inter-node links: "
+                     "good=MEAN,bad=MEAN,factor=F (default good=50ms,bad=10ms,factor=0.25)")
+    comp = parser.add_argument_group("stragglers")
+    comp.add_argument("--straggler", action="append", default=[], metavar="RANK=FACTOR",
+                      help="rank computes FACTOR times slower (repeatable), e.g. 3=1.5")
+    comp.add_argument("--compute-jitter", type=float, default=0.0,
+                      help="seeded lognormal per-rank, per-iteration compute slowdown sigma (default 0)")
+    faults = parser.add_argument_group("faults")
+    faults.add_argument("--fail", action="append", default=[], metavar="SPEC",
+                        help="node3@12s, link:node3->switch@5s or random:mtbf=2h (repeatable)")
+    faults.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every C iterations (0: never)")
+    faults.add_argument("--checkpoint-cost", help="seconds per checkpoint write (default: 12 B/param at 2GB/s)")
+    faults.add_argument("--restart-cost", default="30s", help="relaunch + rendezvous time (default 30s)")
+    faults.add_argument("--timeout", default="30s", help="collective watchdog timeout (default 30s)")
+    faults.add_argument("--repair-time", default="5min", help="time until a failed element is back (default 5min)")
+    faults.add_argument("--elastic", action="store_true", help="shrink to the surviving nodes, grow back at the "
+                        "first checkpoint after the repair")
+    out = parser.add_argument_group("output")
+    out.add_argument("--trace", help="write a Chrome trace JSON (chrome://tracing, Perfetto)")
+    out.add_argument("--seed", type=int, default=0, help="seed of every random process (default 0)")
+    out.add_argument("--json", action="store_true", help="print a JSON object (iterations + summary)")
+    out.add_argument("--out", help="directory for iterations.csv, buckets.csv, events.csv, faults.csv, summary.json")
+    parser.set_defaults(handler=run)
+
+
+def _congestion(text: str, seed: int) -> Any:
+    from sim.dynamics import MarkovCongestion
+
+    form = "good=MEAN,bad=MEAN,factor=F, e.g. good=50ms,bad=10ms,factor=0.25"
+    values = {"good": 0.05, "bad": 0.01, "factor": 0.25}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in values:
+            raise InputError("congestion", text, form)
+        try:
+            values[key] = float(value) if key == "factor" else parse_time(value, "congestion")
+        except (ValueError, InputError):
+            raise InputError("congestion", text, form) from None
+    return MarkovCongestion(values["good"], values["bad"], values["factor"], seed=seed)
+
+
+def _dynamics(args: argparse.Namespace) -> list[Any]:
+    from sim.dynamics import JitterDynamics, TraceDynamics
+
+    dynamics: list[Any] = []
+    if args.network_trace:
+        dynamics.append(TraceDynamics.from_csv(args.network_trace))
+    if args.jitter is not None:
+        dynamics.append(JitterDynamics(args.jitter, parse_time(args.jitter_period, "jitter-period"),
+                                       seed=args.seed + 1))
+    if args.congestion is not None:
+        dynamics.append(_congestion(args.congestion, args.seed + 2))
+    return dynamics
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: NaN -> null, numpy scalars -> Python."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _records(frame: Any) -> list[dict[str, Any]]:
+    return [_plain(row) for row in frame.to_dict("records")]
+
+
+def _ms(seconds: float) -> str:
+    return "-" if not math.isfinite(seconds) else format_time(seconds) if seconds else "0"
+
+
+def _table(iterations: Any) -> list[str]:
+    header = (f"{'attempt':>7s} {'step':>5s} {'ranks':>5s} {'status':>6s} {'time':>9s} {'compute':>9s} "
+              f"{'compress':>9s} {'exposed':>9s} {'stall':>9s} {'comm':>9s}")
+    lines = [header]
+    rows = iterations.to_dict("records")
+    shown = rows if len(rows) <= 40 else rows[:20] + [None] + rows[-20:]
+    for row in shown:
+        if row is None:
+            lines.append(f"{'...':>7s} ({len(rows) - 40} more)")
+            continue
+        lines.append(
+            f"{row['attempt']:7d} {row['step']:5d} {row['world_size']:5d} {row['status']:>6s} "
+            f"{_ms(row['time_s']):>9s} {_ms(row['compute_s']):>9s} {_ms(row['compression_s']):>9s} "
+            f"{_ms(row['exposed_comm_s']):>9s} {_ms(row['stall_s']):>9s} {_ms(row['comm_s']):>9s}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from costmodel.atomic import write_csv_atomic, write_text_atomic
+    from costmodel.cluster import load_cluster
+    from sim.faults import FaultPolicy, parse_fault
+    from sim.trace import write_chrome_trace
+    from sim.training import TrainingConfig, TrainingSimulator, parse_straggler
+
+    if args.iterations < 1:
+        raise InputError("iterations", args.iterations, "an integer >= 1")
+    cluster = load_cluster(args.cluster)
+    faults = [parse_fault(spec, args.seed) for spec in args.fail]
+    stragglers = dict(parse_straggler(text) for text in args.straggler)
+    if args.buckets is not None and args.buckets < 1:
+        raise InputError("buckets", args.buckets, "an integer >= 1")
+    parse_size(args.bucket_size, "bucket-size")
+    checkpoint_cost = parse_time(args.checkpoint_cost, "checkpoint-cost") if args.checkpoint_cost else None
+    policy = FaultPolicy(
+        timeout_s=parse_time(args.timeout, "timeout"), restart_s=parse_time(args.restart_cost, "restart-cost"),
+        repair_s=parse_time(args.repair_time, "repair-time"), checkpoint_every=args.checkpoint_every,
+        checkpoint_write_s=checkpoint_cost, checkpoint_load_s=checkpoint_cost, elastic=args.elastic,
+    )
+    extra: dict[str, Any] = {}
+    if args.efficiency is not None:
+        if not 0 < args.efficiency <= 1:
+            raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
+        extra["efficiency"] = args.efficiency
+    config = TrainingConfig(
+        workload=args.workload, iterations=args.iterations, ranks=args.ranks, batch_per_rank=args.batch,
+        scheme=args.scheme, ratio=args.ratio, algorithm=args.algorithm, bucket_cap=args.bucket_size,
+        bucket_count=args.buckets, optimizer_s=parse_time(args.optimizer_time, "optimizer-time"),
+        stragglers=stragglers, compute_jitter=args.compute_jitter, granularity=args.granularity, seed=args.seed,
+        **extra,
+    )
+    if config.batch_per_rank is not None and not config.batch_per_rank > 0:
+        raise InputError("batch", args.batch, "a positive number of samples per rank")
+    sim = TrainingSimulator(cluster, config, dynamics=_dynamics(args), faults=faults, policy=policy)
+
+    bar = None
+    if sys.stderr.isatty() and not args.json:
+        from tqdm import tqdm
+
+        bar = tqdm(total=args.iterations, unit="it", file=sys.stderr, leave=False, desc="simulating")
+    progress = None if bar is None else (lambda done, total: bar.update(done - bar.n))
+    started = time.perf_counter()
+    try:
+        result = sim.run(progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    wall = time.perf_counter() - started
+    summary = result.summary()
+    summary["wall_s"] = wall
+
+    written: list[str] = []
+    if args.trace:
+        written.append(str(write_chrome_trace(result, args.trace)))
+    if args.out:
+        folder = Path(args.out)
+        for name, frame in (("iterations", result.iterations), ("buckets", result.buckets),
+                            ("events", result.events), ("faults", result.faults)):
+            written.append(str(write_csv_atomic(frame, folder / f"{name}.csv")))
+        payload = {"config": _plain(result.config), "summary": _plain(summary)}
+        written.append(str(write_text_atomic(folder / "summary.json", json.dumps(payload, indent=2) + "\n")))
+
+    if args.json:
+        print_json({"config": _plain(result.config), "summary": _plain(summary),
+                    "iterations": _records(result.iterations), "faults": _records(result.faults),
+                    "events": _records(result.events), "files": written})
+        return 0
+    buckets = result.bucket_list
+    cap = f"{args.buckets} buckets" if args.buckets else f"{len(buckets)} buckets ({args.bucket_size} cap)"
+    exchange = "allreduce/" + config.algorithm if config.scheme == "dense" else \
+        f"{config.scheme} ratio {config.ratio:g}"
+    print(f"{result.config['workload']} on {cluster.name}: {sim.ranks} ranks x batch "
+          f"{sim.workload.batch_per_rank:g}, {exchange}, {cap}, gradient {format_size(sum(b.nbytes for b in buckets))}")
+    for line in _table(result.iterations):
+        print(line)
+    print(f"median iteration {_ms(summary['median_time_s'])}: compute {_ms(summary['median_compute_s'])}, "
+          f"compression {_ms(summary['median_compression_s'])}, exposed comm {_ms(summary['median_exposed_comm_s'])} "
+          f"(of {_ms(summary['median_comm_s'])} comm), stall {_ms(summary['median_stall_s'])}")
+    print(f"job {_ms(result.job_time_s)} for {result.completed} iterations, {summary['samples_per_s']:,.0f} samples/s; "
+          f"{result.sim_events:,} simulated events in {wall:.2f}s")
+    for row in result.faults.to_dict("records"):
+        when = f"at {_ms(row['time_s'])}"
+        if row["effect"] == "after job end":
+            print(f"fault {row['spec']}: after the job ended ({_ms(result.job_time_s)}), no effect")
+        else:
+            print(f"fault {row['spec'] or row['target']} {when}: {row['effect']}")
+    lost = result.lost
+    if lost.restarts or lost.checkpoint_s:
+        print(f"time lost {_ms(lost.total_s)}: lost work {_ms(lost.lost_work_s)}, detection {_ms(lost.detection_s)}, "
+              f"repair wait {_ms(lost.repair_wait_s)}, restarts {_ms(lost.restart_s)} ({lost.restarts} after "
+              f"failures, {lost.grows} grow-backs), checkpoints {_ms(lost.checkpoint_s)}, reduced throughput "
+              f"{_ms(lost.reduced_throughput_s)}")
+    if result.aborted:
+        print(f"aborted after {lost.restarts} restarts (max_restarts)")
+    for path in written:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,86 @@
+"""``flexcomm train-ddp``: real DDP training with a communication hook per strategy, logged per step."""
+
+from __future__ import annotations
+
+import argparse
+
+from costmodel.errors import InputError
+from costmodel.units import parse_bandwidth, parse_time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "train-ddp",
+        help="train a workload with torch DDP and a compression hook per strategy (real ranks)",
+        description="Start N ranks (locally, or inside a shaped testbed with --testbed) that train WORKLOAD with "
+        "torch DistributedDataParallel, once per strategy in --strategy (a comma list; NAME@RATIO overrides "
+        "--ratio). Strategies: builtin (DDP's own allreduce), dense, fp16, bf16, topk-ag, topk-ar, topk-ar-var, "
+        "topk-ar-sketch, randomk, threshold, powersgd (torch's powerSGD_hook), flexible (per-step Allgather/"
+        "Allreduce Top-k switch from an online network estimate), moo (flexible + online compression-ratio "
+        "controller). Rank 0 appends every step to OUT/<strategy>/steps.csv (loss, step seconds, comm seconds, "
+        "bytes, scheme, ratio, predicted comm) and every bucket exchange to OUT/<strategy>/exchanges.csv as they "
+        "happen, then OUT/<strategy>/summary.json and OUT/run.json.",
+    )
+    parser.add_argument("--nproc", type=int, help="ranks (default 2 locally, all ranks of --testbed)")
+    parser.add_argument("--workload", default="mlp-digits", help="workload name (default mlp-digits)")
+    parser.add_argument("--strategy", required=True, help="comma list, e.g. dense,topk-ag,topk-ar@0.1,powersgd")
+    parser.add_argument("--ratio", type=float, help="fraction of elements kept by the Top-k strategies, e.g. 0.01")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per strategy (default 20)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--testbed", metavar="ID", help="run inside this shaped testbed (`flexcomm testbed up`)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with CUDA, else gloo")
+    parser.add_argument("--hidden", help="MLP hidden widths for mlp-digits, e.g. 1024,1024 (a ~1.1M-parameter MLP)")
+    parser.add_argument("--batch-size", type=int, help="per-rank batch size (default: the workload's)")
+    parser.add_argument("--lr", type=float, help="learning rate (default: the workload's)")
+    parser.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    parser.add_argument("--profile", help="calibration profile (from `flexcomm calibrate`) pricing the log")
+    parser.add_argument("--latency", help="link latency for the log's cost model and the adaptive prior, e.g. 1ms")
+    parser.add_argument("--bandwidth", help="link bandwidth for the same (default on a testbed: its goodput)")
+    parser.add_argument("--powersgd-rank", type=int, default=1, help="PowerSGD matrix rank (default 1)")
+    parser.add_argument("--compute-steps", type=int, default=6, help="steps timed without DDP (default 6)")
+    parser.add_argument("--timeout", default="1h", help="wall-clock limit of the run (default 1h)")
+    parser.add_argument("--op-timeout", default="120s", help="limit of one collective (default 120s)")
+    parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from real_backend.ddp_train import parse_hidden, parse_strategies, run_training
+    from real_backend.launch import sigterm_as_exit
+
+    specs = parse_strategies(args.strategy, args.ratio)
+    parse_hidden(args.hidden)
+    if args.nproc is not None and args.nproc < 1:
+        raise InputError("nproc", args.nproc, "an integer >= 1")
+    if args.steps < 1:
+        raise InputError("steps", args.steps, "an integer >= 1")
+    if args.powersgd_rank < 1:
+        raise InputError("powersgd-rank", args.powersgd_rank, "an integer >= 1")
+    if args.compute_steps < 1:
+        raise InputError("compute-steps", args.compute_steps, "an integer >= 1")
+    timeout = parse_time(args.timeout, "timeout")
+    op_timeout = parse_time(args.op_timeout, "op-timeout")
+    if timeout <= 0 or op_timeout <= 0:
+        raise InputError("timeout", f"{args.timeout}/{args.op_timeout}", "positive times such as 1h and 120s")
+    latency = parse_time(args.latency, "latency") if args.latency else None
+    bandwidth = parse_bandwidth(args.bandwidth, "bandwidth") if args.bandwidth else None
+    if bandwidth is not None and bandwidth <= 0:
+        raise InputError("bandwidth", args.bandwidth, "a positive bandwidth such as 100Mbit/s")
+    if args.profile:
+        from costmodel.calibration import CalibrationProfile
+
+        CalibrationProfile.load(args.profile)  # a bad profile is a one-line error here, not in every rank
+    testbed = None
+    if args.testbed:
+        from real_backend.testbed import Testbed
+
+        testbed = Testbed.load(args.testbed)
+    with sigterm_as_exit():
+        result = run_training(args.nproc, args.workload, specs, args.steps, args.out, testbed=testbed,
+                              timeout_s=timeout, log_dir=args.log_dir, hidden=args.hidden,
+                              batch_size=args.batch_size, lr=args.lr, seed=args.seed, compute_steps=args.compute_steps,
+                              latency_s=latency, bandwidth_Bps=bandwidth, profile=args.profile, backend=args.backend,
+                              op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank)
+    if result.returncode == 0:
+        print(f"wrote {args.out}/<strategy>/steps.csv, exchanges.csv, summary.json and {args.out}/run.json")
+    return result.returncode

@@ -1,0 +1,500 @@
+"""A real DDP training worker: one rank of ``flexcomm train-ddp``, with a communication hook per strategy.
+
+Parent side (:func:`run_training`, ``flexcomm train-ddp``): validates the request and starts the ranks with
+:func:`real_backend.launch.launch`, or inside a shaped testbed. Worker side (``python -m
+real_backend.ddp_train``, :func:`worker_main`): joins the group (:func:`real_backend.dist.init_from_env`),
+then
+
+1. measures the **compute-only** step (forward, backward, optimizer; no DDP, no communication) of the same
+   model on every rank at once (so the ranks share the cores as they do in training), median over
+   ``--compute-steps`` after ``--warmup-steps``, max over ranks;
+2. per strategy, the **solo step** (:func:`solo_step_seconds`): the same DDP model and hook on a process
+   group of this rank alone, every rank at once: compute plus everything the hook does locally (selection,
+   casts, PowerSGD's matmuls, scatter-add) but no bytes between ranks. A predicted step is solo + the
+   communication the hook logged;
+3. for each strategy in ``--strategy`` (a comma list, run one after another in the same process group; a
+   ``name@ratio`` entry overrides ``--ratio``): a fresh model (same seed, so every strategy starts from
+   the same weights), DDP, :func:`real_backend.hooks.register`, then ``--steps`` steps. Each step starts
+   after a barrier; its time is the max over ranks, its loss rank 0's (and the mean over ranks).
+
+Rank 0 writes, per strategy, ``OUT/<label>/steps.csv`` (one row per step, appended and flushed as it is
+measured: loss, step seconds, hook and communication seconds, bytes, scheme, ratio, predicted
+communication), ``OUT/<label>/exchanges.csv`` (the hook's per-bucket log, :data:`hooks.EXCHANGE_COLUMNS`)
+and, at the end, ``OUT/<label>/summary.json``; and ``OUT/run.json`` (the run and the compute-only time).
+
+The cost model that prices the log: the link ``--latency``/``--bandwidth`` (e.g. a testbed's goodput
+``0.956 x rate``) as a cluster of N nodes x 1 device (:func:`link_cluster`), with ``--profile`` (a
+calibration) replacing the link for the collectives it covers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from costmodel.errors import InputError
+
+STEP_COLUMNS = (
+    "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
+    "payload_bytes", "control_bytes", "scheme", "ratio", "buckets", "records",
+)
+#: Steps left out of medians: DDP rebuilds its buckets after iteration 1, PowerSGD starts at iteration 2.
+DEFAULT_WARMUP_STEPS = 3
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One entry of ``--strategy``: its label (output folder), strategy name and ratio."""
+
+    label: str
+    strategy: str
+    ratio: float | None
+
+
+def parse_strategies(spec: str | Sequence[str], ratio: float | None = None) -> list[StrategySpec]:
+    """``dense,topk-ag,topk-ar@0.1`` -> specs; ``--ratio`` applies to the ratio strategies without ``@``."""
+    from real_backend.hooks import RATIO_STRATEGIES, STRATEGIES
+
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[StrategySpec] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        name, _, r = item.partition("@")
+        name = name.strip().lower()
+        if name not in STRATEGIES:
+            raise InputError("strategy", name, "one or more of " + ", ".join(STRATEGIES) + " (name@ratio allowed)")
+        value: float | None = ratio if name in RATIO_STRATEGIES else None
+        if r:
+            try:
+                value = float(r)
+            except ValueError:
+                value = math.nan
+            if name not in RATIO_STRATEGIES:
+                raise InputError("strategy", item, f"no @ratio for {name} (only for " +
+                                 ", ".join(sorted(RATIO_STRATEGIES)) + ")")
+        if value is not None and not (math.isfinite(value) and 0 < value <= 1):
+            raise InputError("ratio", r or value, "a fraction in (0, 1], e.g. 0.01")
+        if name in RATIO_STRATEGIES and name != "moo" and value is None:
+            raise InputError("ratio", None, f"a ratio for {name}: --ratio R or {name}@R")
+        out.append(StrategySpec(item, name, value))
+    if not out:
+        raise InputError("strategy", spec, "one or more strategies, e.g. dense,topk-ag,powersgd")
+    labels = [s.label for s in out]
+    if len(set(labels)) != len(labels):
+        raise InputError("strategy", spec, "each strategy once (labels name output folders)")
+    return out
+
+
+def parse_hidden(spec: str | None) -> tuple[int, ...] | None:
+    """``1024,1024`` -> (1024, 1024): the MLP's hidden widths (mlp-digits only)."""
+    if spec is None or str(spec).strip() == "":
+        return None
+    try:
+        widths = tuple(int(w) for w in str(spec).split(",") if w.strip())
+    except ValueError:
+        widths = ()
+    if not widths or any(w < 1 for w in widths):
+        raise InputError("hidden", spec, "comma-separated widths >= 1, e.g. 1024,1024")
+    return widths
+
+
+def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str = "link") -> Any:
+    """A :class:`costmodel.cluster.Cluster` of ``ranks`` nodes x 1 device on one flat switch.
+
+    Every rank is its own node, so every collective crosses the ``inter`` link (latency, bandwidth):
+    the testbed as the cost model and the simulator see it.
+    """
+    from costmodel.cluster import Cluster
+
+    link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
+    return Cluster.from_dict({
+        "name": name, "nodes": int(ranks), "devices_per_node": 1,
+        "device": {"name": "cpu", "peak_flops": 1e11, "memory": 2**34},
+        "intra_link": link, "inter_link": link, "topology": "flat",
+    })
+
+
+def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,
+                     profile: str | Path | None = None) -> Any:
+    """The cost model of the log: the link as a cluster, calibrated by ``profile`` where it has fits."""
+    from costmodel.calibration import CalibrationProfile
+    from costmodel.model import CostModel
+    from real_backend.hooks import DEFAULT_PRIOR_BANDWIDTH_BPS, DEFAULT_PRIOR_LATENCY_S
+
+    cluster = link_cluster(max(int(ranks), 1), DEFAULT_PRIOR_LATENCY_S if latency_s is None else latency_s,
+                           DEFAULT_PRIOR_BANDWIDTH_BPS if bandwidth_Bps is None else bandwidth_Bps)
+    loaded = CalibrationProfile.load(profile) if profile else None
+    return CostModel.from_cluster(cluster, profile=loaded)
+
+
+# --- the worker ----------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m real_backend.ddp_train", description="DDP training worker (one rank)")
+    p.add_argument("--workload", default="mlp-digits")
+    p.add_argument("--strategy", required=True)
+    p.add_argument("--ratio", type=float)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--out", required=True)
+    p.add_argument("--hidden")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compute-steps", type=int, default=6)
+    p.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS)
+    p.add_argument("--latency", type=float, help="seconds (prior / log's link)")
+    p.add_argument("--bandwidth", type=float, help="bytes/s (prior / log's link)")
+    p.add_argument("--profile")
+    p.add_argument("--backend")
+    p.add_argument("--powersgd-rank", type=int, default=1)
+    p.add_argument("--moo-reeval", type=int, default=20, help="MOO: re-optimise every this many steps")
+    p.add_argument("--op-timeout", type=float)
+    return p
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    from workloads import MLP, get_workload
+
+    workload = get_workload(args.workload, seed=args.seed)
+    hidden = parse_hidden(args.hidden)
+    if hidden is not None:
+        if workload.name != "mlp-digits":
+            raise InputError("hidden", args.hidden, "only with --workload mlp-digits")
+        workload.model_factory = lambda: MLP(64, 10, hidden=hidden)
+    return workload
+
+
+def _step(model: Any, optimizer: Any, loss_fn: Any, inputs: Any, targets: Any) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    return float(loss.item())
+
+
+def _compute_only(workload: Any, args: argparse.Namespace, info: Any, stream: Any) -> float:
+    """Median seconds of a step without DDP (no communication), max over ranks."""
+    import torch
+    import torch.distributed as dist
+
+    model = workload.build_model(args.seed).to(info.device)
+    optimizer = workload.make_optimizer(model, lr=args.lr)
+    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
+    times = []
+    dist.barrier()
+    warmup = max(1, args.warmup_steps)
+    for i in range(max(1, args.compute_steps) + warmup):
+        _, inputs, targets = next(stream)
+        inputs, targets = inputs.to(info.device), targets.to(info.device)
+        dist.barrier()  # as in training: every rank starts the step together
+        sync()
+        start = time.perf_counter()
+        _step(model, optimizer, workload.loss_fn, inputs, targets)
+        sync()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    local = torch.tensor([statistics.median(times)], dtype=torch.float64, device=info.device)
+    dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    return float(local.item())
+
+
+def _write_json(path: Path, document: dict[str, Any]) -> None:
+    from costmodel.atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(document, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def _median(values: Sequence[float]) -> float:
+    values = _finite(values)
+    return float(statistics.median(values)) if values else math.nan
+
+
+def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, solo_group: Any,
+                      watchdog: Any) -> float:
+    """Median step with the strategy's hook on a group of this rank alone, max over ranks.
+
+    Everything the hook does except moving bytes between ranks (selection, packing, casts, PowerSGD's
+    matmuls, the scatter-add, the future machinery) at the CPU share training has (every rank runs its own
+    solo group at once): the *compute + codec* term of a predicted step.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from real_backend.hooks import register
+    from workloads import batch_stream, shard
+
+    model = workload.build_model(args.seed).to(info.device)
+    ddp = DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None,
+              process_group=solo_group)
+    state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank)
+    optimizer = workload.make_optimizer(ddp, lr=args.lr)
+    data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
+    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 2, rank=info.rank)
+    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
+    warmup = args.warmup_steps
+    times = []
+    for step in range(warmup + max(1, args.compute_steps)):
+        _, inputs, targets = next(stream)
+        inputs, targets = inputs.to(info.device), targets.to(info.device)
+        with watchdog.guard(f"{spec.label} solo step {step}"):
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            _step(ddp, optimizer, workload.loss_fn, inputs, targets)
+            sync()
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+            state.take_steps()
+    state.close()
+    local = torch.tensor([statistics.median(times)], dtype=torch.float64, device=info.device)
+    dist.all_reduce(local, op=dist.ReduceOp.MAX)
+    return float(local.item())
+
+
+def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, cost_model: Any,
+                 out: Path, compute_s: float, watchdog: Any, solo_s: float = math.nan) -> dict[str, Any]:
+    """Train ``args.steps`` steps with one strategy; rank 0 logs them. Returns the summary (rank 0's)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from compression.moo import MOOConfig
+    from real_backend.hooks import CsvLog, register
+    from workloads import batch_stream, shard
+
+    rank, world = info.rank, info.world_size
+    model = workload.build_model(args.seed).to(info.device)
+    ddp = DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    folder = out / spec.label
+    if rank == 0:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("steps.csv", "exchanges.csv"):
+            (folder / name).unlink(missing_ok=True)
+    moo = MOOConfig(reeval_every=args.moo_reeval) if spec.strategy == "moo" else None
+    state = register(ddp, spec.strategy, spec.ratio, cost_model=cost_model,
+                     log_path=folder / "exchanges.csv", powersgd_rank=args.powersgd_rank, moo_config=moo)
+    optimizer = workload.make_optimizer(ddp, lr=args.lr)
+    data = shard(workload.train_set, rank, world, seed=args.seed)
+    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank)
+    log = CsvLog(folder / "steps.csv", STEP_COLUMNS) if rank == 0 else None
+    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
+    gathered = [torch.zeros(2, dtype=torch.float64, device=info.device) for _ in range(world)]
+    rows: list[dict[str, Any]] = []
+    try:
+        for step in range(args.steps):
+            _, inputs, targets = next(stream)
+            inputs, targets = inputs.to(info.device), targets.to(info.device)
+            with watchdog.guard(f"{spec.label} step {step}"):
+                dist.barrier()
+                sync()
+                start = time.perf_counter()
+                loss = _step(ddp, optimizer, workload.loss_fn, inputs, targets)
+                sync()
+                seconds = time.perf_counter() - start
+                dist.all_gather(gathered, torch.tensor([loss, seconds], dtype=torch.float64, device=info.device))
+            losses = [float(g[0]) for g in gathered]
+            step_s = max(float(g[1]) for g in gathered)
+            done = state.take_steps()
+            summary = done[-1] if done else None
+            row = {
+                "step": step, "strategy": spec.strategy, "label": spec.label, "loss": loss,
+                "loss_mean": sum(losses) / len(losses), "step_s": step_s,
+                "hook_s": summary.hook_s if summary else math.nan,
+                "comm_s": summary.measured_comm_s if summary else math.nan,
+                "codec_s": summary.codec_s if summary else math.nan,
+                "predicted_comm_s": summary.predicted_comm_s if summary else math.nan,
+                "payload_bytes": summary.payload_bytes if summary else math.nan,
+                "control_bytes": summary.control_bytes if summary else math.nan,
+                "scheme": summary.scheme if summary else spec.strategy,
+                "ratio": state.ratio if summary is None else summary.ratio,
+                "buckets": summary.buckets if summary else math.nan,
+                "records": ";".join(f"{c}/{a}/{n}" for c, a, n in summary.records) if summary else "",
+            }
+            rows.append(row)
+            if log is not None:
+                log.write(row)
+            if not math.isfinite(loss):
+                raise RuntimeError(f"{spec.label}: loss is {loss} at step {step}")
+    finally:
+        if log is not None:
+            log.close()
+        state.close()
+    numel = sum(p.numel() for p in model.parameters())
+    steady = rows[args.warmup_steps:] or rows
+    result: dict[str, Any] = {
+        "label": spec.label, "strategy": spec.strategy, "ratio": spec.ratio, "ranks": world, "numel": numel,
+        "gradient_bytes": numel * 4, "steps": len(rows), "warmup_steps": args.warmup_steps,
+        "compute_only_s": compute_s, "solo_step_s": solo_s,
+        "median_step_s": _median([r["step_s"] for r in steady]),
+        "median_hook_s": _median([r["hook_s"] for r in steady]),
+        "median_comm_s": _median([r["comm_s"] for r in steady]),
+        "median_codec_s": _median([r["codec_s"] for r in steady]),
+        "median_predicted_comm_s": _median([r["predicted_comm_s"] for r in steady]),
+        "median_payload_bytes": _median([r["payload_bytes"] for r in steady]),
+        "first_loss": rows[0]["loss"] if rows else math.nan, "last_loss": rows[-1]["loss"] if rows else math.nan,
+        "losses": [r["loss"] for r in rows],
+        "schemes": sorted({r["scheme"] for r in rows}),
+    }
+    comp = state.compressor
+    if comp is not None and hasattr(comp, "decisions"):
+        result["decisions"] = len(comp.decisions)
+        result["switches"] = int(sum(bool(d.get("switched")) for d in comp.decisions))
+    if state.moo is not None:
+        result["moo_events"] = state.moo.controller.events
+    if rank == 0:
+        _write_json(folder / "summary.json", result)
+    del ddp
+    dist.barrier()
+    return result
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """One rank: compute-only measurement, then every strategy in turn."""
+    import torch
+
+    from real_backend.dist import Watchdog, init_from_env, shutdown
+
+    args = _parser().parse_args(argv)
+    specs = parse_strategies(args.strategy, args.ratio)
+    if args.steps < 1:
+        raise InputError("steps", args.steps, "an integer >= 1")
+    workload = _workload(args)
+    info = init_from_env(backend=args.backend, timeout_s=args.op_timeout)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    if info.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    watchdog = Watchdog(info.timeout_s + 10.0, label=f"flexcomm train-ddp: rank {info.rank}")
+    cost_model = build_cost_model(info.world_size, args.latency, args.bandwidth, args.profile)
+    status = 0
+    try:
+        from workloads import batch_stream, shard
+
+        data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
+        stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 1, rank=info.rank)
+        with watchdog.guard("compute-only measurement"):
+            compute_s = _compute_only(workload, args, info, stream)
+        import torch.distributed as dist
+
+        # one group per rank holding that rank alone (every rank must create every group, in order)
+        solo_groups = [dist.new_group([r]) for r in range(info.world_size)]
+        results = []
+        for spec in specs:
+            solo_s = math.nan
+            if args.compute_steps > 0:
+                solo_s = solo_step_seconds(spec, workload, args, info, solo_groups[info.rank], watchdog)
+            results.append(run_strategy(spec, workload, args, info, cost_model, out, compute_s, watchdog, solo_s))
+            if info.rank == 0:
+                r = results[-1]
+                print(f"{spec.label:<18} loss {r['first_loss']:.4f} -> {r['last_loss']:.4f}  step "
+                      f"{r['median_step_s'] * 1e3:8.2f} ms  solo {r['solo_step_s'] * 1e3:8.2f} ms  "
+                      f"comm {r['median_comm_s'] * 1e3:8.2f} ms  "
+                      f"predicted comm {r['median_predicted_comm_s'] * 1e3:8.2f} ms  "
+                      f"bytes {r['median_payload_bytes']:.0f}", flush=True)
+        if info.rank == 0:
+            _write_json(out / "run.json", {
+                "workload": workload.name, "hidden": parse_hidden(args.hidden), "ranks": info.world_size,
+                "backend": info.backend, "device": str(info.device), "steps": args.steps,
+                "compute_only_s": compute_s, "latency_s": args.latency, "bandwidth_Bps": args.bandwidth,
+                "profile": args.profile, "strategies": [s.label for s in specs],
+            })
+    except InputError:
+        raise
+    except Exception as exc:  # a peer died, a collective timed out, a NaN loss
+        print(f"flexcomm train-ddp: rank {info.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        status = 1
+    if status == 0:
+        with watchdog.guard("shutdown", timeout_s=30.0):
+            shutdown()
+    watchdog.close()
+    return status
+
+
+# --- the parent --------------------------------------------------------------------------------------
+
+
+def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int, out: str | Path, *,
+                   ratio: float | None = None, hidden: str | None = None, batch_size: int | None = None,
+                   lr: float | None = None, seed: int = 0, compute_steps: int = 6,
+                   warmup_steps: int = DEFAULT_WARMUP_STEPS, latency_s: float | None = None,
+                   bandwidth_Bps: float | None = None, profile: str | Path | None = None, backend: str | None = None,
+                   op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20) -> list[str]:
+    """The ``python -m real_backend.ddp_train ...`` command every rank runs."""
+    labels = ",".join(s.label for s in strategies)
+    cmd = [sys.executable, "-m", "real_backend.ddp_train", "--workload", workload, "--strategy", labels,
+           "--steps", str(steps), "--out", str(Path(out).resolve()), "--seed", str(seed),
+           "--compute-steps", str(compute_steps), "--warmup-steps", str(warmup_steps),
+           "--powersgd-rank", str(powersgd_rank), "--moo-reeval", str(moo_reeval)]
+    for flag, value in (("--ratio", ratio), ("--hidden", hidden), ("--batch-size", batch_size), ("--lr", lr),
+                        ("--latency", latency_s), ("--bandwidth", bandwidth_Bps), ("--backend", backend),
+                        ("--op-timeout", op_timeout_s)):
+        if value is not None:
+            cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
+    if profile:
+        cmd += ["--profile", str(Path(profile).resolve())]
+    return cmd
+
+
+def run_training(nproc: int | None, workload: str, strategies: str | Sequence[StrategySpec], steps: int,
+                 out: str | Path, *, ratio: float | None = None, testbed: Any = None, timeout_s: float | None = None,
+                 log_dir: str | Path | None = None, quiet: bool = False, **options: Any) -> Any:
+    """Launch the worker on ``nproc`` local ranks (or in ``testbed``); returns the LaunchResult.
+
+    ``options`` go to :func:`worker_command`. On a testbed without ``bandwidth_Bps`` the log's link is
+    the testbed's goodput (``Testbed.effective_bandwidth_Bps``).
+    """
+    from real_backend.launch import launch
+    from workloads import get_workload
+
+    specs = parse_strategies(strategies, ratio) if isinstance(strategies, str) else list(strategies)
+    get_workload(workload)  # validate the name before starting anything
+    parse_hidden(options.get("hidden"))
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InputError("steps", steps, "an integer >= 1")
+    backend = options.get("backend")
+    if testbed is not None:
+        count = testbed.ranks if nproc is None else nproc
+        if not 1 <= count <= testbed.ranks:
+            raise InputError("nproc", nproc, f"1..{testbed.ranks} (the testbed's ranks)")
+        if options.get("bandwidth_Bps") is None:
+            options["bandwidth_Bps"] = float(testbed.effective_bandwidth_Bps)
+    else:
+        count = 2 if nproc is None else nproc
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InputError("nproc", nproc, "an integer >= 1")
+    cmd = worker_command(workload, specs, steps, out, ratio=ratio, **options)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    if testbed is not None:
+        return testbed.launch(cmd, nproc=count, timeout_s=timeout_s, backend=backend, log_dir=log_dir)
+    return launch(cmd, count, backend=backend, timeout_s=timeout_s, log_dir=log_dir, quiet=quiet)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(worker_main())
+    except InputError as error:
+        print(f"flexcomm train-ddp: error: {error}", file=sys.stderr)
+        sys.exit(2)

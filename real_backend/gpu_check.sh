@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# GPU check of the real backend, in under 5 minutes, everything written to one folder.
+#
+#   real_backend/gpu_check.sh [OUT_DIR]      (default: $OUT if set, else results/gpu_check)
+#
+# On a CUDA machine (checked first: nvidia-smi, then torch.cuda.is_available()):
+#   1. the NCCL collective benchmark on every GPU present (bench-collectives --backend nccl,
+#      nproc = GPU count, sizes 1MiB:256MiB) -> nccl_collectives.csv (+ nccl_profile.json with >= 2 GPUs);
+#   2. the DDP communication hooks on a small model under NCCL (train-ddp: builtin, dense, fp16, topk-ag,
+#      topk-ar, powersgd, flexible) -> ddp/<strategy>/{steps,exchanges}.csv, summary.json;
+#   3. Top-k selection and compressor timings on the GPU (real_backend/gpu_topk.py; benchmarks/bench_topk.py
+#      has no --device flag) -> topk.json.
+# Each step has its own time limit; a failed step is recorded in status.txt and the others still run.
+# Exit status: 0 all steps passed, 1 some step failed, 69 (EX_UNAVAILABLE) no CUDA here: nothing was run.
+# The Python used: $PYTHON, else .venv/bin/python if its torch sees CUDA, else python3.
+set -u -o pipefail
+
+EXIT_NO_CUDA=69
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 1
+OUT_DIR=${1:-${OUT:-results/gpu_check}}
+
+no_cuda() {
+    echo "gpu_check: no CUDA: $1; this check needs an NVIDIA GPU with a CUDA build of torch (nothing was run)" >&2
+    exit "$EXIT_NO_CUDA"
+}
+
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    no_cuda "nvidia-smi not found"
+fi
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    no_cuda "nvidia-smi finds no GPU or no driver"
+fi
+
+cuda_count() {  # prints the CUDA device count torch sees with interpreter $1 (0 if none or no torch)
+    "$1" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0
+}
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for candidate in .venv/bin/python python3; do
+        if command -v "$candidate" >/dev/null 2>&1 && [ "$(cuda_count "$candidate")" -gt 0 ]; then
+            PY=$candidate
+            break
+        fi
+    done
+fi
+[ -n "$PY" ] || no_cuda "torch.cuda.is_available() is False for .venv/bin/python and python3 (a CPU-only torch build?)"
+NGPU=$(cuda_count "$PY")
+[ "$NGPU" -gt 0 ] || no_cuda "torch.cuda.is_available() is False for $PY"
+
+mkdir -p "$OUT_DIR/logs"
+STATUS="$OUT_DIR/status.txt"
+: > "$STATUS"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+{
+    echo "date: $(date -Is)"
+    echo "python: $PY"
+    "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+} > "$OUT_DIR/environment.txt" 2>&1
+echo "gpu_check: $NGPU GPU(s), python $PY, results in $OUT_DIR"
+
+failed=0
+step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log, record the status
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "gpu_check: $name ..."
+    timeout --kill-after=10 "$limit" "$@" > "$OUT_DIR/logs/$name.log" 2>&1
+    local rc=$?
+    echo "$name exit=$rc seconds=$((SECONDS - start))" >> "$STATUS"
+    if [ "$rc" -ne 0 ]; then
+        failed=1
+        echo "gpu_check: $name FAILED (exit $rc), see $OUT_DIR/logs/$name.log" >&2
+        tail -n 5 "$OUT_DIR/logs/$name.log" >&2
+    fi
+    return 0
+}
+
+rm -f "$OUT_DIR/nccl_collectives.csv"
+step nccl-bench 150 "$PY" -m experiments.cli bench-collectives --backend nccl --nproc "$NGPU" \
+    --sizes 1MiB:256MiB --collectives allreduce,allgather,broadcast,reduce-scatter --warmup 3 --iters 10 \
+    --out "$OUT_DIR/nccl_collectives.csv" --timeout 140s --op-timeout 60s --log-dir "$OUT_DIR/logs/nccl-bench"
+if [ "$NGPU" -ge 2 ] && [ -s "$OUT_DIR/nccl_collectives.csv" ]; then
+    step nccl-calibrate 30 "$PY" -m experiments.cli calibrate "$OUT_DIR/nccl_collectives.csv" \
+        -o "$OUT_DIR/nccl_profile.json"
+fi
+
+step ddp-hooks 90 "$PY" -m experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \
+    --hidden 2048,2048 --strategy builtin,dense,fp16,topk-ag@0.01,topk-ar@0.01,powersgd,flexible@0.01 \
+    --steps 15 --out "$OUT_DIR/ddp" --timeout 85s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-hooks"
+
+step gpu-topk 60 "$PY" -m real_backend.gpu_topk --device cuda --repeats 10 --out "$OUT_DIR/topk.json"
+
+echo "gpu_check: done in ${SECONDS}s; $(tr '\n' ';' < "$STATUS")"
+exit "$failed"

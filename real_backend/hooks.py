@@ -1,0 +1,555 @@
+"""DDP communication hooks for every compressor in :mod:`compression`, on a real process group.
+
+One generic hook, :func:`compression_hook`, runs **any** :class:`compression.Compressor` on this rank's
+bucket through a :class:`compression.TorchDistCommunicator` (one local worker = this rank, state keyed by
+``bucket.index()``): the very classes the emulation runs, so error feedback, payloads and records are
+the same code on both paths. :func:`register` builds the state for a strategy name and registers it:
+
+===================  ===========================================================================
+strategy             what runs in the hook
+===================  ===========================================================================
+builtin              no hook: DDP's own bucketed allreduce (overlapped with backward), the reference
+dense                ``Dense``: allreduce, divide by N
+fp16 / bf16          ``Cast``: allreduce of the 16-bit cast of grad/N, with error feedback
+topk-ag              ``TopkAllgather``: allgather of packed values + int32 indices, scatter-add
+topk-ar              ``TopkAllreduce(owner="star")``: broadcast of the owner's indices, allreduce values
+topk-ar-var          ``TopkAllreduce(owner="var")``: + allgather of one norm per rank to elect the owner
+topk-ar-sketch       ``TopkAllreduceSketch``: allreduce of block scores, then of the agreed blocks' values
+randomk / threshold  ``RandomK`` / ``Threshold`` (sampled threshold, ragged allgather)
+powersgd             **torch's own** ``powerSGD_hook`` (``PowerSGDState``, start_powerSGD_iter >= 2), timed
+flexible             ``FlexibleCompressor``: per exchange, topk-ag or topk-ar by predicted time under an
+                     online (alpha, beta) estimate fed with the measured (perf_counter, blocking) time of
+                     every collective of every bucket exchange, averaged over ranks
+moo                  ``flexible`` + ``compression.moo.RatioController``: the ratio re-chosen online
+                     (NSGA-II front of predicted step time vs measured compression gain)
+===================  ===========================================================================
+
+Facts this module is built on (measured with torch 2.13, gloo, CPU): a hook's return annotation must be
+exactly ``torch.futures.Future[torch.Tensor]`` (so this module does not use postponed annotations);
+the collectives are **blocking** inside the hook (the compressors need each result before the next
+step), so communication does not overlap backward as DDP's builtin allreduce does; at ratio 1.0 the
+Top-k hooks reproduce plain DDP's losses bitwise with 2 ranks (tested).
+
+**Rank agreement.** Adaptive strategies decide from measured times; each rank's clock differs, and two
+ranks choosing different schemes or ratios would issue mismatched collectives and hang. The
+``FlexibleCompressor`` averages its measured seconds over ranks (one small allreduce, ``agree_every``)
+before they reach its estimator; the MOO controller's gains are averaged the same way here
+(:func:`agree_mean`) and a new ratio is broadcast from rank 0: every rank then holds bitwise the same
+estimate and takes the same decision.
+
+**Log.** Every exchange appends one row to a CSV on rank 0 (:data:`EXCHANGE_COLUMNS`: step, bucket,
+scheme chosen, ratio, bytes, the collectives as ``collective/algorithm/bytes`` for the cost model and the
+simulator, predicted vs measured seconds, the estimate and per-scheme predictions of the adaptive
+strategies), flushed at once, so a crash loses nothing already logged.
+"""
+
+import csv
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
+    PowerSGDState,
+    _should_compress,
+    powerSGD_hook,
+)
+
+from compression import Compressor, TorchDistCommunicator, make_compressor
+from compression.comm import CollectiveRecord
+from compression.flexible import FlexibleCompressor
+from compression.moo import MOOConfig, RatioController
+from compression.network_estimate import timed_records
+from costmodel.errors import InputError
+from costmodel.model import CostModel
+
+STRATEGIES = (
+    "builtin", "dense", "fp16", "bf16", "topk-ag", "topk-ar", "topk-ar-var", "topk-ar-sketch", "randomk",
+    "threshold", "powersgd", "flexible", "moo",
+)
+#: Strategies whose size is set by a ratio (fraction of elements kept).
+RATIO_STRATEGIES = frozenset({"topk-ag", "topk-ar", "topk-ar-var", "topk-ar-sketch", "randomk", "threshold",
+                              "flexible", "moo"})
+#: Prior link of the online estimate when no cost model is given (it is refined from the first steps).
+DEFAULT_PRIOR_LATENCY_S = 100e-6
+DEFAULT_PRIOR_BANDWIDTH_BPS = 125e6  # 1 Gbit/s
+
+EXCHANGE_COLUMNS = (
+    "step", "bucket", "numel", "strategy", "scheme", "ratio", "k", "payload_bytes", "control_bytes",
+    "collectives", "predicted_comm_s", "measured_comm_s", "hook_s", "compress_s", "decompress_s", "local_gain",
+    "est_alpha_s", "est_beta_s_per_byte", "pred_dense_s", "pred_topk-ag_s", "pred_topk-ar_s", "flex_pred_comm_s",
+    "switched", "ratio_event",
+)
+
+
+# --- an append-and-flush CSV ---------------------------------------------------------------------------
+
+
+class CsvLog:
+    """Fixed columns, header once, every row flushed at once (fsync at most every second and on close)."""
+
+    def __init__(self, path: str | Path, columns: Sequence[str], fsync_every_s: float = 1.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = tuple(columns)
+        self._handle = open(self.path, "a", newline="", encoding="utf-8")  # closed in close()
+        self._csv = csv.writer(self._handle, lineterminator="\n")
+        self._fsync_every_s = fsync_every_s
+        self._last_sync = time.monotonic()
+        self.rows = 0
+        if self._handle.tell() == 0:
+            self._csv.writerow(self.columns)
+            self._handle.flush()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._csv.writerow([_cell(row.get(c, "")) for c in self.columns])
+        self._handle.flush()
+        self.rows += 1
+        if time.monotonic() - self._last_sync >= self._fsync_every_s:
+            os.fsync(self._handle.fileno())
+            self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    if isinstance(value, bool):
+        return str(int(value))
+    return str(value)
+
+
+# --- records: what was sent, as the cost model and the simulator read it ------------------------------
+
+
+def format_records(records: Sequence[CollectiveRecord]) -> str:
+    """``collective/algorithm/bytes`` joined by ``;`` (empty for none)."""
+    return ";".join(f"{r.collective}/{r.algorithm}/{int(r.nbytes)}" for r in records)
+
+
+def parse_records(text: str) -> list[tuple[str, str, int]]:
+    """Inverse of :func:`format_records`."""
+    out = []
+    for part in str(text or "").split(";"):
+        if part.strip():
+            collective, algorithm, nbytes = part.strip().split("/")
+            out.append((collective, algorithm, int(float(nbytes))))
+    return out
+
+
+def price(model: CostModel, collective: str, algorithm: str, nbytes: float, world_size: int) -> float:
+    """Seconds of one call: the calibration's own prediction where the model's profile fits this collective
+    (``CalibrationProfile.predict`` prices the reduction bytes with the fitted effective beta, as the fit
+    did; ``CostModel.collective`` with a profile drops them, under-pricing a ring allreduce by 1/3), else
+    the model's link."""
+    profile = model.profile
+    if profile is not None:
+        link_class, _ = model.group_link(int(world_size))
+        if profile.get(collective, algorithm, link_class) is not None:
+            return float(profile.predict(collective, algorithm, float(nbytes), float(world_size), link_class))
+    return float(model.collective(collective, algorithm, float(nbytes), world_size).total)
+
+
+def predict_records(model: CostModel | None, records: Sequence[tuple[str, str, int]], world_size: int) -> float:
+    """Seconds the cost model gives a sequence of (collective, algorithm, bytes) calls (NaN without one)."""
+    if model is None:
+        return math.nan
+    return float(sum(price(model, c, a, n, world_size) for c, a, n in records))
+
+
+def powersgd_records(bucket: dist.GradBucket, state: PowerSGDState, iteration: int,
+                     algorithm: str = "ring") -> list[CollectiveRecord]:
+    """The allreduces torch's ``powerSGD_hook`` issues for ``bucket`` at ``iteration`` (sizes only).
+
+    Before ``start_powerSGD_iter``: one allreduce of the bucket. After: the uncompressed tensors (1-D ones
+    and matrices torch's ``_should_compress`` refuses; sent even when empty), then P, then Q.
+    """
+    buffer = bucket.buffer()
+    size = buffer.element_size()
+    if iteration < state.start_powerSGD_iter:
+        return [CollectiveRecord("allreduce", algorithm, buffer.numel() * size, str(buffer.dtype))]
+    uncompressed = total_p = total_q = 0
+    for grad in bucket.gradients():
+        if grad.dim() <= 1:
+            uncompressed += grad.numel()
+            continue
+        n, m = grad.shape[0], grad.numel() // grad.shape[0]
+        rank = min(n, m, state.matrix_approximation_rank)
+        worth, _, _ = _should_compress(n, m, rank, state.min_compression_rate)
+        if worth:
+            total_p += n * rank
+            total_q += m * rank
+        else:
+            uncompressed += grad.numel()
+    dtype = str(buffer.dtype)
+    return [CollectiveRecord("allreduce", algorithm, uncompressed * size, dtype),
+            CollectiveRecord("allreduce", algorithm, total_p * size, dtype),
+            CollectiveRecord("allreduce", algorithm, total_q * size, dtype)]
+
+
+# --- rank agreement ------------------------------------------------------------------------------------
+
+
+def agree_mean(values: Sequence[float], device: torch.device | str = "cpu", group: Any = None) -> list[float]:
+    """The mean over ranks of a few floats (one allreduce), identical on every rank afterwards."""
+    if not values:
+        return []
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+    dist.all_reduce(t, group=group)
+    return (t / dist.get_world_size(group)).tolist()
+
+
+# --- the state ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepSummary:
+    """What the hook did during one DDP iteration (summed over its buckets)."""
+
+    step: int
+    buckets: int = 0
+    payload_bytes: int = 0
+    control_bytes: int = 0
+    predicted_comm_s: float = 0.0
+    measured_comm_s: float = 0.0
+    hook_s: float = 0.0
+    codec_s: float = 0.0
+    schemes: list[str] = field(default_factory=list)
+    ratio: float | None = None
+    records: list[tuple[str, str, int]] = field(default_factory=list)
+
+    @property
+    def scheme(self) -> str:
+        """The scheme(s) used, ``+``-joined when buckets differed."""
+        return "+".join(dict.fromkeys(self.schemes))
+
+
+@dataclass
+class MOOState:
+    """The ratio controller and the probe in progress (gains measured on the live gradients)."""
+
+    controller: RatioController
+    probing: bool = True
+    reason: str | None = "initial"
+    topk_sq: np.ndarray | None = None
+    total_sq: float = 0.0
+    bucket_numels: dict[int, int] = field(default_factory=dict)
+    gain_sum: float = 0.0
+    gain_weight: float = 0.0
+    last_event: str = ""
+
+
+@dataclass
+class HookState:
+    """Everything a hook needs: the compressor, this rank's communicator, the cost model and the log."""
+
+    strategy: str
+    compressor: Compressor | None
+    comm: TorchDistCommunicator | None
+    cost_model: CostModel | None = None
+    log: CsvLog | None = None
+    rank: int = 0
+    world_size: int = 1
+    group: Any = None
+    powersgd: PowerSGDState | None = None
+    moo: MOOState | None = None
+    iteration: int = 0
+    current: StepSummary = field(default_factory=lambda: StepSummary(0))
+    finished: list[StepSummary] = field(default_factory=list)
+
+    def take_steps(self) -> list[StepSummary]:
+        """Summaries of the iterations finished since the last call (the trainer calls it after a step)."""
+        out, self.finished = self.finished, []
+        return out
+
+    @property
+    def ratio(self) -> float | None:
+        return getattr(self.compressor, "ratio", None) if self.compressor is not None else None
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+    # --- bookkeeping after each exchange ---------------------------------------------------------
+    def record(self, key: int, numel: int, scheme: str, ratio: float | None, k: int | None,
+               records: Sequence[CollectiveRecord], hook_s: float, measured_comm_s: float, codec: tuple[float, float],
+               local_gain: float | None, extra: Mapping[str, Any] | None = None) -> None:
+        payload = sum(r.nbytes for r in records if r.purpose == "payload")
+        control = sum(r.nbytes for r in records if r.purpose != "payload")
+        triples = [(r.collective, r.algorithm, int(r.nbytes)) for r in records]
+        predicted = predict_records(self.cost_model, triples, self.world_size)
+        step = self.current
+        step.buckets += 1
+        step.payload_bytes += payload
+        step.control_bytes += control
+        step.predicted_comm_s += predicted
+        step.measured_comm_s += measured_comm_s
+        step.hook_s += hook_s
+        step.codec_s += codec[0] + codec[1]
+        step.schemes.append(scheme)
+        step.ratio = ratio
+        step.records.extend(triples)
+        if self.log is not None:
+            row = {
+                "step": self.iteration, "bucket": key, "numel": numel, "strategy": self.strategy, "scheme": scheme,
+                "ratio": ratio, "k": k, "payload_bytes": payload, "control_bytes": control,
+                "collectives": format_records(records), "predicted_comm_s": predicted,
+                "measured_comm_s": measured_comm_s, "hook_s": hook_s, "compress_s": codec[0],
+                "decompress_s": codec[1], "local_gain": local_gain, **(extra or {}),
+            }
+            self.log.write(row)
+
+    def end_iteration(self) -> None:
+        self.finished.append(self.current)
+        self.iteration += 1
+        self.current = StepSummary(self.iteration)
+
+
+# --- hooks -------------------------------------------------------------------------------------------
+
+
+def _future(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    fut: torch.futures.Future[torch.Tensor] = (
+        torch.futures.Future(devices=[tensor.device]) if tensor.is_cuda else torch.futures.Future()
+    )
+    fut.set_result(tensor)
+    return fut
+
+
+def _sync(tensor: torch.Tensor) -> None:
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+
+
+def _decision_extra(comp: Compressor) -> dict[str, Any]:
+    if not isinstance(comp, FlexibleCompressor) or not comp.decisions:
+        return {}
+    d = comp.decisions[-1]
+    return {"est_alpha_s": d.get("alpha_s"), "est_beta_s_per_byte": d.get("beta_s_per_byte"),
+            "pred_dense_s": d.get("pred_dense_s"), "pred_topk-ag_s": d.get("pred_topk-ag_s"),
+            "pred_topk-ar_s": d.get("pred_topk-ar_s"), "flex_pred_comm_s": d.get("pred_comm_s"),
+            "switched": d.get("switched")}
+
+
+def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Exchange this bucket with ``state.compressor`` on ``state.comm`` (key = bucket index); see the module."""
+    assert state.compressor is not None and state.comm is not None
+    buffer = bucket.buffer()
+    key = bucket.index()
+    if state.moo is not None and state.moo.probing:
+        _moo_probe_bucket(state, buffer, key)
+    start = time.perf_counter()
+    result = state.compressor.exchange([buffer], state.comm, key=key)
+    aggregate = result.aggregates[0]
+    _sync(aggregate)
+    hook_s = time.perf_counter() - start
+    stats = result.stats
+    records = timed_records(stats)
+    extra = _decision_extra(state.compressor)
+    if state.moo is not None:
+        extra["ratio_event"] = state.moo.last_event
+        state.moo.last_event = ""
+    state.record(key, stats.numel, stats.scheme, stats.ratio, stats.k, records, hook_s,
+                 sum(r.seconds for r in records), (stats.compress_time_s, stats.decompress_time_s),
+                 stats.local_gain, extra)
+    if state.moo is not None:
+        state.moo.bucket_numels[key] = stats.numel
+        if stats.local_gain is not None and math.isfinite(stats.local_gain):
+            state.moo.gain_sum += stats.local_gain * stats.numel
+            state.moo.gain_weight += stats.numel
+    if bucket.is_last():
+        if state.moo is not None:
+            _moo_end_iteration(state)
+        state.end_iteration()
+    return _future(aggregate if aggregate.dtype == buffer.dtype else aggregate.to(buffer.dtype))
+
+
+def timed_powersgd_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``powerSGD_hook`` itself, waited for and timed, with its allreduces logged by size."""
+    assert state.powersgd is not None
+    iteration = state.powersgd.iter
+    records = powersgd_records(bucket, state.powersgd, iteration)
+    start = time.perf_counter()
+    fut = powerSGD_hook(state.powersgd, bucket)
+    tensor = fut.wait()
+    _sync(tensor)
+    hook_s = time.perf_counter() - start
+    scheme = "powersgd" if iteration >= state.powersgd.start_powerSGD_iter else "powersgd-warmup-allreduce"
+    # torch's hook does not expose per-collective times: the whole hook counts as communication
+    state.record(bucket.index(), bucket.buffer().numel(), scheme, None, None, records, hook_s, hook_s, (0.0, 0.0),
+                 None, {})
+    if bucket.is_last():
+        state.end_iteration()
+    return _future(tensor)
+
+
+# --- MOO: the ratio controller online ----------------------------------------------------------------
+
+
+def _moo_probe_bucket(state: HookState, buffer: torch.Tensor, key: int) -> None:
+    """Energy kept by Top-k at each candidate ratio of this rank's error-fed gradient (before the exchange).
+
+    The compression gain the paper's code computes (``local_gain``: ||top-k(acc)||^2 / ||acc||^2) needs no
+    communication; one sorted top-k at the largest candidate gives every candidate at once.
+    """
+    moo = state.moo
+    assert moo is not None and state.compressor is not None
+    residual = state.compressor.residual(state.rank, key)
+    acc = buffer if residual is None or residual.shape != buffer.shape else buffer + residual
+    candidates = moo.controller.config.candidates
+    n = acc.numel()
+    ks = [max(1, int(math.floor(n * c))) for c in candidates]
+    top = torch.topk(acc.detach().abs().float(), max(ks), sorted=True).values
+    cumulative = top.square().cumsum(0)
+    kept = np.array([float(cumulative[k - 1]) for k in ks])
+    moo.topk_sq = kept if moo.topk_sq is None else moo.topk_sq + kept
+    moo.total_sq += float(acc.detach().float().square().sum())
+
+
+def _moo_time_fn(state: HookState) -> Callable[[np.ndarray], np.ndarray]:
+    comp = state.compressor
+    assert isinstance(comp, FlexibleCompressor) and state.comm is not None and state.moo is not None
+    predictor = comp.predictor(state.comm)
+    numels = list(state.moo.bucket_numels.values())
+    schemes = tuple(s for s in comp.candidates if s != "dense") or ("topk-ag",)
+
+    def time_fn(c: np.ndarray) -> np.ndarray:
+        c = np.asarray(c, dtype=float)
+        return sum((predictor.best_sparse_seconds(n, c, state.world_size, schemes)[0] for n in numels),
+                   np.zeros_like(c))
+
+    return time_fn
+
+
+def _moo_end_iteration(state: HookState) -> None:
+    """After the last bucket: finish a probe and optimise, or ask the controller whether to re-decide."""
+    moo = state.moo
+    comp = state.compressor
+    assert moo is not None and isinstance(comp, FlexibleCompressor)
+    step = state.iteration
+    if moo.probing and moo.topk_sq is not None:
+        totals = agree_mean([*moo.topk_sq.tolist(), moo.total_sq], _device_of(state), state.group)
+        total = totals[-1]
+        gains = [t / total if total > 0 else 1.0 for t in totals[:-1]]
+        moo.controller.fit_gains(step, moo.controller.config.candidates, gains)
+        moo.topk_sq, moo.total_sq, moo.probing = None, 0.0, False
+        _moo_optimize(state, step, moo.reason or "initial")
+        return
+    # the step's measured gain (numel-weighted over buckets), agreed over ranks, feeds the drift test
+    # (always one allreduce, so every rank issues the same collectives whatever its own numbers are)
+    gain_sum, weight = agree_mean([moo.gain_sum, moo.gain_weight], _device_of(state), state.group)
+    if weight > 0:
+        moo.controller.observe_gain(gain_sum / weight)
+    moo.gain_sum = moo.gain_weight = 0.0
+    reason = moo.controller.due(step, comp.estimator)
+    if reason is None:
+        return
+    if moo.controller.needs_probe(reason):
+        moo.probing, moo.reason = True, reason
+    else:
+        _moo_optimize(state, step, reason)
+
+
+def _moo_optimize(state: HookState, step: int, reason: str) -> None:
+    moo = state.moo
+    comp = state.compressor
+    assert moo is not None and isinstance(comp, FlexibleCompressor)
+    front = moo.controller.optimize(step, reason, _moo_time_fn(state), estimator=comp.estimator)
+    ratio = torch.tensor([front.ratio], dtype=torch.float64, device=_device_of(state))
+    dist.broadcast(ratio, src=dist.get_global_rank(state.group, 0) if state.group is not None else 0,
+                   group=state.group)
+    comp.set_ratio(float(ratio.item()))
+    moo.last_event = f"{reason}->{comp.ratio:.4g}"
+
+
+def _device_of(state: HookState) -> torch.device:
+    backend = str(dist.get_backend(state.group)).lower()
+    return torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+
+
+# --- building and registering ------------------------------------------------------------------------
+
+
+def default_cost_model() -> CostModel:
+    """The prior link the adaptive strategies start from without a cost model (100 us, 1 Gbit/s)."""
+    return CostModel.from_link(DEFAULT_PRIOR_LATENCY_S, DEFAULT_PRIOR_BANDWIDTH_BPS)
+
+
+def make_strategy(strategy: str, ratio: float | None = None, *, cost_model: CostModel | None = None,
+                  **options: Any) -> Compressor | None:
+    """The compressor a strategy runs in :func:`compression_hook` (None for ``builtin`` and ``powersgd``)."""
+    if strategy not in STRATEGIES:
+        raise InputError("strategy", strategy, "one of " + ", ".join(STRATEGIES))
+    if strategy in RATIO_STRATEGIES and strategy != "moo" and ratio is None:
+        raise InputError("ratio", None, f"a fraction in (0, 1] for {strategy} (e.g. --ratio 0.01)")
+    if strategy not in RATIO_STRATEGIES and ratio is not None:
+        ratio = None  # a run-wide --ratio does not apply to dense, casts or PowerSGD
+    if strategy in ("builtin", "powersgd"):
+        return None
+    if strategy == "topk-ar-var":
+        return make_compressor("topk-ar", ratio, owner="var", **options)
+    if strategy in ("flexible", "moo"):
+        opts = dict(options)
+        opts.pop("moo_config", None)
+        return FlexibleCompressor(ratio, cost_model=cost_model or default_cost_model(), **opts)
+    return make_compressor(strategy, ratio, **options)
+
+
+def register(
+    ddp_model: torch.nn.parallel.DistributedDataParallel,
+    strategy: str,
+    ratio: float | None = None,
+    *,
+    cost_model: CostModel | None = None,
+    log_path: str | Path | None = None,
+    group: Any = None,
+    powersgd_rank: int = 1,
+    powersgd_start_iter: int = 2,
+    moo_config: MOOConfig | None = None,
+    **options: Any,
+) -> HookState:
+    """Build the state of ``strategy`` and register its hook on ``ddp_model``; returns the state.
+
+    ``cost_model`` prices every logged exchange (``predicted_comm_s``) and is the adaptive strategies'
+    prior; ``log_path`` is the exchange CSV (written by rank 0 only). ``options`` go to the compressor
+    (e.g. ``index_dtype``, ``owner``, ``block``, ``hysteresis``, ``candidates`` of ``flexible``).
+    ``builtin`` registers nothing (DDP's own allreduce) but still returns a state.
+    """
+    if not dist.is_available() or not dist.is_initialized():
+        raise InputError("group", group, "an initialised torch.distributed process group")
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    moo_cfg = moo_config or MOOConfig()
+    if strategy == "moo" and ratio is None:
+        ratio = max(moo_cfg.candidates)
+    compressor = make_strategy(strategy, ratio, cost_model=cost_model, **options)
+    comm = TorchDistCommunicator(group) if compressor is not None else None
+    log = CsvLog(log_path, EXCHANGE_COLUMNS) if log_path is not None and rank == 0 else None
+    state = HookState(strategy, compressor, comm, cost_model, log, rank, world, group)
+    if strategy == "builtin":
+        return state
+    if strategy == "powersgd":
+        if powersgd_start_iter <= 1:
+            raise InputError("powersgd_start_iter", powersgd_start_iter, "> 1 (torch's rule with error feedback)")
+        state.powersgd = PowerSGDState(process_group=group, matrix_approximation_rank=powersgd_rank,
+                                       start_powerSGD_iter=powersgd_start_iter, use_error_feedback=True,
+                                       warm_start=True, random_seed=0)
+        ddp_model.register_comm_hook(state, timed_powersgd_hook)
+        return state
+    if strategy == "moo":
+        state.moo = MOOState(RatioController(moo_cfg))
+    ddp_model.register_comm_hook(state, compression_hook)
+    return state
+

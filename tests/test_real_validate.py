@@ -1,0 +1,149 @@
+"""flexcomm validate (tiny: 2 ranks, 2 sizes, loopback; one testbed variant as root), and the GPU check script.
+
+Loopback timings on 2 cores are noise, so only the plumbing is asserted: every measured point has a
+prediction from the calibrated model, the link and the simulator with a finite error, and the CSV, markdown,
+PNG and JSON are written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from experiments.cli import main
+from real_backend.testbed import list_namespaces
+from real_backend.validate import TABLE_COLUMNS, analyze, parse_bandwidths, run_validation
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_CHECK = ROOT / "real_backend" / "gpu_check.sh"
+COLLECTIVES = {"allreduce", "allgather", "broadcast", "reduce-scatter"}
+
+
+def _netns_usable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces and tc need CAP_NET_ADMIN)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2's ip and tc"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` is unavailable here"
+    return None
+
+
+SKIP_NETNS = _netns_usable()
+
+
+@pytest.fixture(autouse=True)
+def _private_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEXCOMM_TESTBED_DIR", str(tmp_path / "state"))
+
+
+def _check_outputs(out: Path, condition: str, strategies: list[str]) -> pd.DataFrame:
+    table = pd.read_csv(out / "errors.csv")
+    assert tuple(table.columns) == TABLE_COLUMNS
+    rows = table[table["condition"] == condition]
+    bench = rows[rows["collective"] != "ddp-step"]
+    assert set(bench["collective"]) == COLLECTIVES
+    assert sorted(set(bench["bytes"])) == [2**20, 2**21]
+    for kind in ("model", "link", "sim"):
+        assert np.isfinite(bench[f"rel_err_{kind}"]).all(), kind
+    ddp = rows[rows["collective"] == "ddp-step"]
+    assert list(ddp["algorithm"]) == strategies
+    assert np.isfinite(ddp["rel_err_model"]).all() and np.isfinite(ddp["rel_err_sim"]).all()
+    assert (ddp["compute_s"] > 0).all()
+    markdown = (out / "errors.md").read_text()
+    assert "## Summary" in markdown and f"| {condition} | collectives >= 1 MiB | 8 |" in markdown
+    assert (out / "predicted_vs_measured.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    entry = next(c for c in summary["conditions"] if c["condition"] == condition)
+    assert entry["collectives_ge_1MiB"]["model"]["points"] == 8
+    return table
+
+
+def test_tiny_loopback_validation_writes_the_error_table(tmp_path: Path) -> None:
+    out = tmp_path / "validate"
+    result = run_validation(out, ranks=2, sizes="1MiB,2MiB", warmup=1, iters=2, strategies="dense,topk-ag",
+                            ratio=0.01, steps=4, hidden="64", quiet=True, timeout_s=120)
+    assert result.failures == []
+    table = _check_outputs(out, "loopback", ["dense", "topk-ag"])
+    # with two sizes there is nothing left to fit on after leaving one out: said so in the table
+    assert set(table[table["collective"] != "ddp-step"]["fit"]) == {"in-sample (too few sizes to leave one out)"}
+    # the analysis is a pure function of the folder: re-running it gives the same table
+    again, _ = analyze(out)
+    pd.testing.assert_frame_equal(again.reset_index(drop=True), result.table.reset_index(drop=True))
+
+
+@pytest.mark.skipif(SKIP_NETNS is not None, reason=SKIP_NETNS or "")
+def test_tiny_testbed_validation_predicts_and_removes_its_testbed(tmp_path: Path) -> None:
+    before = set(list_namespaces())
+    out = tmp_path / "validate"
+    result = run_validation(out, testbed=True, loopback=False, bandwidths="1Gbit/s", ranks=2, sizes="1MiB,2MiB",
+                            warmup=1, iters=2, strategies="topk-ag", ratio=0.01, steps=4, hidden="64", quiet=True,
+                            timeout_s=120)
+    assert result.failures == []
+    assert set(list_namespaces()) == before  # always cleaned up
+    table = _check_outputs(out, "1Gbit/s", ["topk-ag"])
+    bench = table[table["collective"] == "allreduce"]
+    # on a shaped link the bandwidth term dominates: the link prediction is at least the right magnitude
+    assert (bench["rel_err_link"].abs() < 1.0).all()
+    assert (table["bandwidth"].dropna() == 125e6).all()
+
+
+def test_bad_validate_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--ranks", "1"], ["--sizes", "big"], ["--strategies", "bogus"], ["--testbed", "--bandwidths", "x"],
+                 ["--no-loopback"]):
+        assert main(["validate", "--out", str(tmp_path / "v"), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("flexcomm: error:") and "\n" not in err
+    assert parse_bandwidths("100Mbit/s, 1Gbit/s") == [12.5e6, 125e6]
+
+
+# --- the GPU check ------------------------------------------------------------------------------------
+
+
+def test_gpu_check_script_parses() -> None:
+    subprocess.run(["bash", "-n", str(GPU_CHECK)], check=True)
+    assert os.access(GPU_CHECK, os.X_OK)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU machine: the script would really run")
+def test_gpu_check_says_no_cuda_and_exits_69_without_a_gpu(tmp_path: Path) -> None:
+    proc = subprocess.run([str(GPU_CHECK), str(tmp_path / "gpu")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 69
+    assert "gpu_check: no CUDA: nvidia-smi not found" in proc.stderr
+    assert not (tmp_path / "gpu").exists()  # nothing was run
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees CUDA here")
+def test_gpu_check_without_a_cuda_torch_exits_69_too(tmp_path: Path) -> None:
+    """A driver but a CPU-only torch (this venv): the second check stops it, with its own message."""
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(GPU_CHECK), str(tmp_path / "gpu")], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 69, proc.stderr
+    assert "gpu_check: no CUDA:" in proc.stderr and "torch.cuda.is_available() is False" in proc.stderr
+
+
+def test_gpu_topk_runs_on_the_cpu_too(tmp_path: Path) -> None:
+    from real_backend.gpu_topk import main as gpu_topk
+
+    out = tmp_path / "topk.json"
+    assert gpu_topk(["--device", "cpu", "--sizes", "20000", "--ratios", "0.01", "--repeats", "1", "--numel", "4000",
+                     "--workers", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["selection"][0]["k"] == 200 and result["selection"][0]["topk_s"] > 0
+    assert {r["scheme"] for r in result["exchanges"]} >= {"dense", "topk-ag", "topk-ar"}
+    if not torch.cuda.is_available():
+        assert gpu_topk(["--device", "cuda"]) == 69
