@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -46,6 +47,9 @@ from scipy.optimize import least_squares
 from costmodel.atomic import write_text_atomic
 from costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
 from costmodel.errors import InputError
+
+if TYPE_CHECKING:
+    from costmodel.cluster import Cluster
 
 FORMAT = "flexcomm-calibration/1"
 LOSSES = ("linear", "huber", "soft_l1", "cauchy")
@@ -549,3 +553,30 @@ def synthetic_measurements(
             "seconds": seconds,
         }
     )
+
+
+def calibrated_cluster(
+    cluster: Cluster, profile: CalibrationProfile, collective: str = "allreduce", algorithm: str = "ring"
+) -> Cluster:
+    """A copy of ``cluster`` whose intra/inter links carry the profile's fitted latency and bandwidth.
+
+    How any command that takes a cluster takes a calibration profile: the simulator and the
+    emulated clock price links, so the measured alpha (which includes per-message software
+    overhead) and 1/beta replace the nominal ones. Per link class the ``collective/algorithm`` fit
+    is used (allreduce/ring by default, the best-measured collective in practice), else the first
+    fit of that class; per-node overrides keep applying on top.
+    """
+    from costmodel.cluster import Link
+
+    updates: dict[str, Link] = {}
+    for link_class, field_name in (("inter", "inter_link"), ("intra", "intra_link")):
+        fit = profile.get(collective, algorithm, link_class, strict=True) or next(
+            (f for f in profile.fits if f.link_class == link_class), None)
+        if fit is None:
+            continue
+        nominal: Link = getattr(cluster, field_name)
+        bandwidth = fit.bandwidth_Bps if fit.beta_s_per_byte > 0 else nominal.bandwidth_Bps
+        updates[field_name] = Link(latency_s=fit.alpha_s, bandwidth_Bps=bandwidth, duplex=nominal.duplex)
+    if not updates:
+        raise InputError("profile", profile.source or "(profile)", "fits for link class inter or intra")
+    return cluster.model_copy(update=updates)

@@ -145,7 +145,9 @@ class CostModel:
         for value in unique:
             link_class, link = self.group_link(int(value), (collective, algorithm))
             mask = p == value
-            fit = self.profile.get(collective, algorithm, link_class) if self.profile is not None else None
+            # On a cluster a fit measured on the other link class must not price this one: fall back to the link.
+            fit = (self.profile.get(collective, algorithm, link_class, strict=self.cluster is not None)
+                   if self.profile is not None else None)
             if fit is not None:
                 alpha[mask], beta[mask], gamma[mask] = fit.alpha_s, fit.beta_s_per_byte, 0.0
             else:

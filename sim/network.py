@@ -193,6 +193,7 @@ class Network:
         self.recorder = recorder if recorder is not None else Recorder()
         self._build()
         self._active: list[_Coflow] = []
+        self._cancelled: tuple[str, ...] = ()
         self._last = env.now
         self._gen = 0
         self._timer_at: float | None = None
@@ -389,8 +390,28 @@ class Network:
             self._activate(coflow)
         return event
 
+    def cancel(self, prefix: str) -> int:
+        """Drop every coflow whose tag starts with ``prefix``, now and when it would start later.
+
+        What NCCL's communicator abort does: without it a collective abandoned after a timeout
+        would resume when its link is repaired and steal bandwidth from the restarted job. The
+        dropped coflows' events never fire. Returns how many active coflows were dropped.
+        """
+        self._cancelled = (*self._cancelled, prefix)
+        self._advance(self.env.now)
+        keep = [c for c in self._active if not c.tag.startswith(prefix)]
+        dropped = len(self._active) - len(keep)
+        if dropped:
+            self._active = keep
+            self._struct_version += 1
+            self._reallocate()
+            self._reschedule()
+        return dropped
+
     # --- the rate engine ------------------------------------------------------------------------
     def _activate(self, coflow: _Coflow) -> None:
+        if self._cancelled and coflow.tag.startswith(self._cancelled):
+            return  # its collective was aborted while the coflow paid its latency
         now = self.env.now
         coflow.lat_end = now
         if coflow.nbytes <= 0:

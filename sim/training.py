@@ -271,36 +271,6 @@ class TrainingResult:
 # --- the simulator --------------------------------------------------------------------------------
 
 
-class _JobNetwork(Network):
-    """A Network whose coflows of an aborted job epoch can be cancelled, as NCCL aborts a communicator.
-
-    Without this a collective abandoned after a timeout would resume when its link is repaired
-    and steal bandwidth from the restarted job.
-    """
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self._cancelled: tuple[str, ...] = ()
-
-    def cancel(self, prefix: str) -> int:
-        """Drop every coflow whose tag starts with ``prefix``, now and when it would start later."""
-        self._cancelled = (*self._cancelled, prefix)
-        self._advance(self.env.now)
-        keep = [c for c in self._active if not c.tag.startswith(prefix)]
-        dropped = len(self._active) - len(keep)
-        if dropped:
-            self._active = keep
-            self._struct_version += 1
-            self._reallocate()
-            self._reschedule()
-        return dropped
-
-    def _activate(self, coflow: Any) -> None:
-        if self._cancelled and coflow.tag.startswith(self._cancelled):
-            return  # its collective was aborted while the coflow paid its latency
-        super()._activate(coflow)
-
-
 class _NullRecorder(Recorder):
     """Keeps no coflow records (``record_flows=False``), so long runs' memory stays flat."""
 
@@ -609,7 +579,7 @@ class TrainingSimulator:
         self.injector = FaultInjector(self.fault_sources, self.policy.repair_s, self.job_nodes) \
             if self.fault_sources else None
         dynamics = [*self.dynamics, *([self.injector] if self.injector is not None else [])]
-        self.network = _JobNetwork(env, self.cluster, dynamics=dynamics or None, recorder=recorder)
+        self.network = Network(env, self.cluster, dynamics=dynamics or None, recorder=recorder)
         self._arm_watchdog = bool(dynamics)
         self._watch: tuple[object, simpy.Process] | None = None
         self.attempts: list[_Attempt] = []

@@ -148,3 +148,25 @@ def test_allgather_bus_bandwidth_follows_nccl_tests(capsys: pytest.CaptureFixtur
                            "--latency", "0s", "--bandwidth", "10Gbit/s", "--json")
     assert code == 0
     assert json.loads(out)["bus_bandwidth_Bps"] == pytest.approx(1.25e9)
+
+
+def test_every_cluster_command_takes_a_calibration_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile fitted at 1 Gbit/s makes whatif and simulate price the 10 GbE cluster at 1 Gbit/s."""
+    from costmodel.calibration import fit, synthetic_measurements
+
+    profile = tmp_path / "profile.json"
+    fit(synthetic_measurements("allreduce", "ring", 50e-6, 1 / 1.25e8, noise=0.0)).save(profile)
+    assert run_cli(capsys, "whatif", "--cluster", "8x1-10gbe", "--profile", str(profile), "--no-plots",
+                   "--out", str(tmp_path / "w"))[0] == 0
+    table = pd.read_csv(tmp_path / "w" / "whatif.csv")
+    assert table["bandwidth_Bps"].unique().tolist() == pytest.approx([1.25e8])
+    assert table["latency_s"].unique().tolist() == pytest.approx([50e-6])
+    code, out, _ = run_cli(capsys, "simulate", "--cluster", "8x1-10gbe", "--profile", str(profile),
+                           "--workload", "resnet50", "--iterations", "2", "--json")
+    assert code == 0
+    slow = json.loads(out)["summary"]
+    code, out, _ = run_cli(capsys, "simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50",
+                           "--iterations", "2", "--json")
+    assert slow["median_time_s"] > json.loads(out)["summary"]["median_time_s"]
+    code, _, err = run_cli(capsys, "whatif", "--profile", str(profile), "--out", str(tmp_path / "x"))
+    assert code == 2 and "profile" in err

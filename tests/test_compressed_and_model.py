@@ -153,3 +153,20 @@ def test_atomic_write_replaces_whole_files_with_normal_permissions(tmp_path) -> 
     mask = os.umask(0)
     os.umask(mask)
     assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
+def test_profile_prices_only_its_own_link_class_on_a_cluster() -> None:
+    from costmodel.calibration import fit, synthetic_measurements
+    from costmodel.cluster import load_cluster
+
+    cluster = load_cluster("4x8-a100-ib")
+    profile = fit(synthetic_measurements("allreduce", "ring", 1e-3, 1 / 1e8, noise=0.0))  # an "inter" fit
+    calibrated = CostModel.from_cluster(cluster, profile=profile)
+    nominal = CostModel.from_cluster(cluster)
+    n = 2.0**26
+    # 8 ranks stay inside one node: the NVLink link prices them, not the inter-node fit
+    assert float(calibrated.collective("allreduce", "ring", n, 8).total) == pytest.approx(
+        float(nominal.collective("allreduce", "ring", n, 8).total))
+    # 32 ranks cross nodes: the fit prices them
+    expected = 2 * 31 * 1e-3 + 2 * 31 / 32 * n / 1e8
+    assert float(calibrated.collective("allreduce", "ring", n, 32).total) == pytest.approx(expected, rel=1e-6)

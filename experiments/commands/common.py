@@ -56,3 +56,29 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
 def print_json(payload: Any) -> None:
     json.dump(payload, sys.stdout, indent=2, sort_keys=False)
     sys.stdout.write("\n")
+
+
+def add_cluster_arguments(
+    parser: argparse.ArgumentParser, *, required: bool = False, default: str | None = None
+) -> None:
+    """``--cluster`` and ``--profile``: every command that takes a cluster takes a calibration profile."""
+    parser.add_argument("--cluster", required=required, default=default,
+                        help="embedded cluster name or a YAML/JSON cluster file"
+                        + (f" (default {default})" if default else ""))
+    parser.add_argument("--profile", help="calibration profile JSON (`flexcomm calibrate`): its fitted latency "
+                        "and bandwidth replace the cluster's links")
+
+
+def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel.cluster imported lazily)
+    """The cluster the arguments name, with the profile's fitted links when ``--profile`` is given."""
+    from costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from costmodel.cluster import load_cluster
+
+    if not args.cluster:
+        if getattr(args, "profile", None):
+            raise InputError("profile", args.profile, "--cluster NAME|FILE as well, whose links it calibrates")
+        return None
+    cluster = load_cluster(args.cluster)
+    if getattr(args, "profile", None):
+        cluster = calibrated_cluster(cluster, CalibrationProfile.load(args.profile))
+    return cluster

@@ -13,7 +13,7 @@ from typing import Any
 from costmodel.compressed import SCHEMES
 from costmodel.errors import InputError
 from costmodel.units import format_size, format_time, parse_size, parse_time
-from experiments.commands.common import print_json
+from experiments.commands.common import add_cluster_arguments, cluster_from_args, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "failures with checkpoint-restart or elastic shrink. Prints a per-iteration table and the median "
         "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
     )
-    parser.add_argument("--cluster", required=True, help="embedded cluster name or a YAML/JSON cluster file")
+    add_cluster_arguments(parser, required=True)
     parser.add_argument("--workload", required=True, help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b "
                         "(or a workloads-package model such as resnet-synthetic)")
     parser.add_argument("--iterations", type=int, default=10, help="training iterations to complete (default 10)")
@@ -141,14 +141,13 @@ def _table(iterations: Any) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from costmodel.cluster import load_cluster
     from sim.faults import FaultPolicy, parse_fault
     from sim.trace import write_chrome_trace
     from sim.training import TrainingConfig, TrainingSimulator, parse_straggler
 
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
-    cluster = load_cluster(args.cluster)
+    cluster = cluster_from_args(args)
     faults = [parse_fault(spec, args.seed) for spec in args.fail]
     stragglers = dict(parse_straggler(text) for text in args.straggler)
     if args.buckets is not None and args.buckets < 1:

@@ -8,6 +8,7 @@ import re
 
 from costmodel.errors import InputError
 from costmodel.units import parse_time
+from experiments.commands.common import add_cluster_arguments, cluster_from_args
 
 _COUNT = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<suffix>[kKmMgGbB]?)\s*$")
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
@@ -48,8 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--workload", default="mlp-digits", help="workload name (default mlp-digits)")
     parser.add_argument("--workers", type=int, default=4, help="data-parallel workers N (default 4)")
-    parser.add_argument("--cluster", default="8x1-v100-40g", help="embedded cluster name or YAML/JSON file "
-                        "(default 8x1-v100-40g, the paper's testbed)")
+    add_cluster_arguments(parser, default="8x1-v100-40g")  # the paper's testbed
     parser.add_argument("--strategy", default="topk-ar", help="one of " + ", ".join(STRATEGIES))
     parser.add_argument("--strategies", help="comma-separated strategies to run one after another and plot "
                         "together (overrides --strategy)")
@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     moo = MOOConfig(candidates=_ratios(args.candidates, "candidates"), rule=args.moo_rule,
                     reeval_every=args.moo_every, probe_steps=args.probe_steps)
     config = EmulationConfig(
-        workload=args.workload, workers=args.workers, cluster=args.cluster, strategy=strategies[0], ratio=args.cr,
+        workload=args.workload, workers=args.workers, cluster=cluster_from_args(args), strategy=strategies[0],
+        ratio=args.cr,
         steps=args.steps, seed=args.seed, eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr,
         network=args.network, jitter=args.jitter,
         compute_time_s=parse_time(args.compute_time, "compute-time") if args.compute_time else None,

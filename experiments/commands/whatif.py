@@ -9,6 +9,7 @@ from pathlib import Path
 
 from costmodel.errors import InputError
 from costmodel.units import parse_bandwidth
+from experiments.commands.common import add_cluster_arguments, cluster_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "for ResNet-50, VGG-16 and a 1.3B transformer over compression ratios 1e-1..1e-4, 1..100 Gbit/s, "
         "latencies 1us..10ms and 2..1024 ranks (or a cluster's own links), writing a tidy CSV and PNG maps.",
     )
-    parser.add_argument("--cluster", help="embedded cluster name or YAML/JSON file: use its links instead of "
-                        "the bandwidth/latency sweep")
+    add_cluster_arguments(parser)
     parser.add_argument("--out", default="results/whatif", help="output directory (default results/whatif)")
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "
@@ -46,12 +46,11 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from costmodel.cluster import load_cluster
     from costmodel.compressed import SparsePayload
     from experiments import whatif_plots
     from experiments.whatif import WhatIfGrid, run_whatif, winners
 
-    cluster = load_cluster(args.cluster) if args.cluster else None
+    cluster = cluster_from_args(args)  # with --cluster, its links replace the bandwidth/latency sweep
     payload = SparsePayload(index_dtype=args.index_dtype)
     payload.index_bytes  # validate the dtype name before any work  # noqa: B018
     if not args.compress_throughput >= 0:
