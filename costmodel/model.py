@@ -149,7 +149,8 @@ class CostModel:
             fit = (self.profile.get(collective, algorithm, link_class, strict=self.cluster is not None)
                    if self.profile is not None else None)
             if fit is not None:
-                alpha[mask], beta[mask], gamma[mask] = fit.alpha_s, fit.beta_s_per_byte, 0.0
+                # the fitted beta is effective: it prices the reduced bytes too (see calibration)
+                alpha[mask], beta[mask], gamma[mask] = fit.alpha_s, fit.beta_s_per_byte, fit.beta_s_per_byte
             else:
                 if self.profile is not None and self.cluster is None:
                     raise InputError(

@@ -151,15 +151,7 @@ def parse_records(text: str) -> list[tuple[str, str, int]]:
 
 
 def price(model: CostModel, collective: str, algorithm: str, nbytes: float, world_size: int) -> float:
-    """Seconds of one call: the calibration's own prediction where the model's profile fits this collective
-    (``CalibrationProfile.predict`` prices the reduction bytes with the fitted effective beta, as the fit
-    did; ``CostModel.collective`` with a profile drops them, under-pricing a ring allreduce by 1/3), else
-    the model's link."""
-    profile = model.profile
-    if profile is not None:
-        link_class, _ = model.group_link(int(world_size))
-        if profile.get(collective, algorithm, link_class) is not None:
-            return float(profile.predict(collective, algorithm, float(nbytes), float(world_size), link_class))
+    """Seconds of one call by the shared cost model (calibrated where its profile covers the call)."""
     return float(model.collective(collective, algorithm, float(nbytes), world_size).total)
 
 

@@ -213,7 +213,8 @@ def run_validation(
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
     parse_sizes(sizes)
     names = parse_collectives(collectives)
-    parse_strategies(strategies, ratio)
+    if ddp:
+        parse_strategies(strategies, ratio)
     parse_hidden(hidden)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError("steps", steps, "an integer >= 1")

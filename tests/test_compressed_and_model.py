@@ -168,5 +168,18 @@ def test_profile_prices_only_its_own_link_class_on_a_cluster() -> None:
     assert float(calibrated.collective("allreduce", "ring", n, 8).total) == pytest.approx(
         float(nominal.collective("allreduce", "ring", n, 8).total))
     # 32 ranks cross nodes: the fit prices them
-    expected = 2 * 31 * 1e-3 + 2 * 31 / 32 * n / 1e8
+    expected = 2 * 31 * 1e-3 + 3 * 31 / 32 * n / 1e8  # the effective beta also prices the reduced bytes
     assert float(calibrated.collective("allreduce", "ring", n, 32).total) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("collective,algorithm", [("allreduce", "ring"), ("reduce-scatter", "ring"),
+                                                   ("allreduce", "recursive-doubling"), ("allgather", "bruck")])
+def test_calibrated_model_predicts_exactly_what_the_profile_predicts(collective: str, algorithm: str) -> None:
+    """The fitted beta is effective (it covers the reduced bytes too): the model must price b + g with it."""
+    from costmodel.calibration import fit, synthetic_measurements
+
+    profile = fit(synthetic_measurements(collective, algorithm, 2e-4, 1 / 1.25e9, noise=0.0))
+    model = CostModel.from_profile(profile)
+    sizes = np.array([2.0**10, 2.0**20, 2.0**27])
+    np.testing.assert_allclose(model.collective(collective, algorithm, sizes, 8).total,
+                               profile.predict(collective, algorithm, sizes, 8), rtol=1e-9)
