@@ -1,12 +1,20 @@
-"""Atomic file writes: results appear whole or not at all, and an old file survives a crash."""
+"""Result files that survive crashes: atomic replacement, and CSVs appended and flushed row by row.
+
+Whole files (tables, profiles, figures) are written to a temporary file and renamed, so they
+appear whole or not at all and an old file survives a crash; measurements taken one by one are
+appended and flushed as they are taken, so a crash loses nothing already measured.
+"""
 
 from __future__ import annotations
 
+import csv
+import math
 import os
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def write_atomic(path: str | Path, write: Callable[[IO], None], mode: str = "w") -> Path:
@@ -44,3 +52,49 @@ def write_csv_atomic(frame, path: str | Path) -> Path:  # frame: pandas.DataFram
 def save_figure_atomic(figure, path: str | Path, dpi: int = 130) -> Path:  # figure: matplotlib Figure
     fmt = Path(path).suffix.lstrip(".") or "png"
     return write_atomic(path, lambda handle: figure.savefig(handle, format=fmt, dpi=dpi, bbox_inches="tight"), "wb")
+
+
+class AppendingCsv:
+    """Fixed columns, header once, every row flushed at once; fsync at most every ``fsync_every_s``.
+
+    Why row by row: a run that dies (a peer killed, a timeout) keeps every row it measured, and a long
+    sweep can be watched (``tail -f``) while it runs. Missing cells, None and NaN are written empty.
+    """
+
+    def __init__(self, path: str | Path, columns: Sequence[str], fsync_every_s: float = 1.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = tuple(columns)
+        self._handle = open(self.path, "a", newline="", encoding="utf-8")  # closed in close()
+        self._csv = csv.writer(self._handle, lineterminator="\n")
+        self._fsync_every_s = fsync_every_s
+        self._last_sync = time.monotonic()
+        self.rows = 0
+        if self._handle.tell() == 0:
+            self._csv.writerow(self.columns)
+            self._sync()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        self._csv.writerow([_cell(row.get(c)) for c in self.columns])
+        self._handle.flush()
+        self.rows += 1
+        if time.monotonic() - self._last_sync >= self._fsync_every_s:
+            self._sync()
+
+    def _sync(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._last_sync = time.monotonic()
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            self._sync()
+            self._handle.close()
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)

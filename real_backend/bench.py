@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.atomic import AppendingCsv
 from costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from costmodel.errors import InputError
 from costmodel.units import format_bandwidth, format_size, format_time, parse_size
@@ -179,45 +179,11 @@ def check_output(path: str | Path) -> Path:
     return out
 
 
-class MeasurementWriter:
-    """Appends rows and flushes each one at once; fsyncs at most every ``fsync_every_s``.
-
-    Why row by row: a benchmark that dies (a peer killed, a timeout) keeps every repetition it
-    measured, and a long sweep can be watched (``tail -f``) while it runs.
-    """
+class MeasurementWriter(AppendingCsv):
+    """The measurement CSV (calibration columns first), appended and flushed per repetition."""
 
     def __init__(self, path: str | Path, fsync_every_s: float = FSYNC_EVERY_S) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self.path, "a", newline="", encoding="utf-8")  # closed in close()
-        self._csv = csv.writer(self._handle, lineterminator="\n")
-        self._fsync_every_s = fsync_every_s
-        self._last_sync = time.monotonic()
-        self.rows = 0
-        if self._handle.tell() == 0:
-            self._csv.writerow(CSV_COLUMNS)
-            self._sync()
-
-    def write(self, row: dict[str, object]) -> None:
-        self._csv.writerow([_cell(row[c]) for c in CSV_COLUMNS])
-        self._handle.flush()
-        self.rows += 1
-        if time.monotonic() - self._last_sync >= self._fsync_every_s:
-            self._sync()
-
-    def _sync(self) -> None:
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
-        self._last_sync = time.monotonic()
-
-    def close(self) -> None:
-        if not self._handle.closed:
-            self._sync()
-            self._handle.close()
-
-
-def _cell(value: object) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
+        super().__init__(path, CSV_COLUMNS, fsync_every_s)
 
 
 # --- the worker -------------------------------------------------------------------------------

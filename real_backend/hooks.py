@@ -43,9 +43,7 @@ simulator, predicted vs measured seconds, the estimate and per-scheme prediction
 strategies), flushed at once, so a crash loses nothing already logged.
 """
 
-import csv
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +64,7 @@ from compression.comm import CollectiveRecord
 from compression.flexible import FlexibleCompressor
 from compression.moo import MOOConfig, RatioController
 from compression.network_estimate import timed_records
+from costmodel.atomic import AppendingCsv
 from costmodel.errors import InputError
 from costmodel.model import CostModel
 
@@ -91,45 +90,7 @@ EXCHANGE_COLUMNS = (
 # --- an append-and-flush CSV ---------------------------------------------------------------------------
 
 
-class CsvLog:
-    """Fixed columns, header once, every row flushed at once (fsync at most every second and on close)."""
-
-    def __init__(self, path: str | Path, columns: Sequence[str], fsync_every_s: float = 1.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.columns = tuple(columns)
-        self._handle = open(self.path, "a", newline="", encoding="utf-8")  # closed in close()
-        self._csv = csv.writer(self._handle, lineterminator="\n")
-        self._fsync_every_s = fsync_every_s
-        self._last_sync = time.monotonic()
-        self.rows = 0
-        if self._handle.tell() == 0:
-            self._csv.writerow(self.columns)
-            self._handle.flush()
-
-    def write(self, row: Mapping[str, Any]) -> None:
-        self._csv.writerow([_cell(row.get(c, "")) for c in self.columns])
-        self._handle.flush()
-        self.rows += 1
-        if time.monotonic() - self._last_sync >= self._fsync_every_s:
-            os.fsync(self._handle.fileno())
-            self._last_sync = time.monotonic()
-
-    def close(self) -> None:
-        if not self._handle.closed:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else repr(value)
-    if isinstance(value, bool):
-        return str(int(value))
-    return str(value)
+CsvLog = AppendingCsv  # per-exchange and per-step logs: appended and flushed as they are taken
 
 
 # --- records: what was sent, as the cost model and the simulator read it ------------------------------

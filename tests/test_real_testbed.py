@@ -7,7 +7,6 @@ testbed gets a fresh random id, so parallel runs do not collide.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs_netns
 
 from costmodel.calibration import load_measurements
 from costmodel.collectives import predict
@@ -23,23 +23,9 @@ from experiments.cli import main
 from real_backend.testbed import Testbed, burst_bytes, list_namespaces, parse_per_link, run_in_testbed
 
 
-def _netns_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces and tc need CAP_NET_ADMIN)"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "needs iproute2's ip and tc"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "`ip netns` is unavailable here"
-    return None
-
-
-SKIP = _netns_usable()
-needs_netns = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
-
-
 @pytest.fixture(autouse=True)
-def _private_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEXCOMM_TESTBED_DIR", str(tmp_path / "state"))
+def _private_state_dir(private_testbed_state: Path) -> None:
+    """Every test here keeps its testbed state files to itself."""
 
 
 def _names(testbed: Testbed) -> set[str]:

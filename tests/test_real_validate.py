@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import needs_netns
 
 from experiments.cli import main
 from real_backend.testbed import list_namespaces
@@ -28,22 +29,9 @@ GPU_CHECK = ROOT / "real_backend" / "gpu_check.sh"
 COLLECTIVES = {"allreduce", "allgather", "broadcast", "reduce-scatter"}
 
 
-def _netns_usable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (network namespaces and tc need CAP_NET_ADMIN)"
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "needs iproute2's ip and tc"
-    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        return "`ip netns` is unavailable here"
-    return None
-
-
-SKIP_NETNS = _netns_usable()
-
-
 @pytest.fixture(autouse=True)
-def _private_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLEXCOMM_TESTBED_DIR", str(tmp_path / "state"))
+def _private_state_dir(private_testbed_state: Path) -> None:
+    """Every test here keeps its testbed state files to itself."""
 
 
 def _check_outputs(out: Path, condition: str, strategies: list[str]) -> pd.DataFrame:
@@ -81,7 +69,7 @@ def test_tiny_loopback_validation_writes_the_error_table(tmp_path: Path) -> None
     pd.testing.assert_frame_equal(again.reset_index(drop=True), result.table.reset_index(drop=True))
 
 
-@pytest.mark.skipif(SKIP_NETNS is not None, reason=SKIP_NETNS or "")
+@needs_netns
 def test_tiny_testbed_validation_predicts_and_removes_its_testbed(tmp_path: Path) -> None:
     before = set(list_namespaces())
     out = tmp_path / "validate"

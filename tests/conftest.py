@@ -1,0 +1,33 @@
+"""Shared test helpers: whether network namespaces can be made here, and a private testbed state dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def _netns_unavailable() -> str | None:
+    """Why the shaped-network testbed cannot run here, or None when it can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces and tc need CAP_NET_ADMIN)"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "needs iproute2's ip and tc"
+    if subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
+        return "`ip netns` is unavailable here"
+    return None
+
+
+NETNS_UNAVAILABLE = _netns_unavailable()
+needs_netns = pytest.mark.skipif(NETNS_UNAVAILABLE is not None, reason=NETNS_UNAVAILABLE or "")
+
+
+@pytest.fixture
+def private_testbed_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Testbed state files of this test only, so parallel runs never see each other's testbeds."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("FLEXCOMM_TESTBED_DIR", str(state))
+    return state
