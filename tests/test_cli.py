@@ -74,6 +74,7 @@ def test_cost_of_a_compressed_scheme(capsys: pytest.CaptureFixture[str]) -> None
         (["cost", "--ranks", "eight", "--size", "1MiB"], "ranks"),
         (["whatif", "--index-dtype", "int33"], "index_dtype"),
         (["whatif", "--shard", "4/4"], "shard"),
+        (["validate", "--bandwidths", "fast"], "bandwidth"),
         (["whatif", "--shard", "a/b"], "shard"),
     ],
 )

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("timeout", args.timeout, "a positive time such as 30min")
     if args.iters < 1 or args.warmup < 0:
         raise InputError("iters", f"{args.iters}/{args.warmup}", "--iters >= 1 and --warmup >= 0")
-    if args.testbed:
-        parse_bandwidths(args.bandwidths)
+    parse_bandwidths(args.bandwidths)  # checked even without --testbed: a typo should not pass silently
     with sigterm_as_exit():
         result = run_validation(args.out, testbed=args.testbed, bandwidths=args.bandwidths, ranks=args.ranks,
                                 sizes=args.sizes, collectives=args.collectives, warmup=args.warmup, iters=args.iters,
