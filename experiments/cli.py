@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"flexcomm: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as error:  # an output or input path the user named cannot be used (not a directory, no space...)
+        where = error.filename if error.filename is not None else "path"
+        print(f"flexcomm: error: {where}: {error.strerror or error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("flexcomm: interrupted", file=sys.stderr)
         return 130

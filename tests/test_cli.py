@@ -171,3 +171,11 @@ def test_every_cluster_command_takes_a_calibration_profile(tmp_path: Path, capsy
     assert slow["median_time_s"] > json.loads(out)["summary"]["median_time_s"]
     code, _, err = run_cli(capsys, "whatif", "--profile", str(profile), "--out", str(tmp_path / "x"))
     assert code == 2 and "profile" in err
+
+
+def test_unusable_output_path_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("keep me\n")
+    code, _, err = run_cli(capsys, "whatif", "--no-plots", "--out", str(blocker / "sub"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "a-file" in err
+    assert blocker.read_text() == "keep me\n"  # nothing already written is touched
