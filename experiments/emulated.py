@@ -532,7 +532,8 @@ def run_emulation(
 
     Files under ``out``: ``steps_<strategy>.csv`` (per step, flushed during the run), ``emulated.csv``
     (all strategies), ``decisions_<strategy>.csv`` (flexible/moo scheme decisions),
-    ``moo_events.csv`` / ``moo_fronts.csv`` / ``moo_probes.csv``, ``summary.json`` and ``emulated.png``.
+    ``moo_events.csv`` / ``moo_fronts.csv`` / ``moo_probes.csv``, ``summary.json``, ``emulated.png`` and, for
+    ``moo``, ``pareto_fronts.png``.
     """
     import json
 
@@ -578,4 +579,9 @@ def run_emulation(
         plot_emulation({n: r.frame for n, r in results.items()}, outdir / "emulated.png",
                        title=f"{config.workload}, {config.workers} workers, "
                              f"{summary['cluster']} ({config.network} network)")
+        fronts = [r.fronts for r in results.values() if r.fronts is not None and len(r.fronts)]
+        if fronts:
+            from experiments.emulated_plots import plot_pareto_fronts
+
+            plot_pareto_fronts(fronts[0], outdir / "pareto_fronts.png")
     return results

@@ -62,3 +62,40 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     out = save_figure_atomic(fig, path)
     plt.close(fig)
     return out
+
+
+def plot_pareto_fronts(fronts: pd.DataFrame, path: str | Path, max_panels: int = 4) -> Path:
+    """One panel per ratio decision: the NSGA-II front (step time vs compression gain), coloured by the
+    ratio c, with the operating point the rule picked starred.
+
+    Why: the choice of c is a trade-off between time per step and gradient information kept; the front
+    shows how much of one each unit of the other costs, and whether the chosen point sits at the knee.
+    """
+    import numpy as np
+    from matplotlib.colors import LogNorm
+
+    steps = list(dict.fromkeys(fronts["step"]))
+    if len(steps) > max_panels:  # first, last and evenly spaced ones between
+        steps = [steps[int(i)] for i in np.linspace(0, len(steps) - 1, max_panels).round()]
+    fig, axes = plt.subplots(1, len(steps), figsize=(4.4 * len(steps) + 1, 3.8), squeeze=False, layout="constrained")
+    norm = LogNorm(vmin=float(fronts["c"].min()), vmax=float(fronts["c"].max()))
+    points = None
+    for ax, step in zip(axes[0], steps, strict=True):
+        front = fronts[fronts["step"] == step].sort_values("step_s")
+        ax.plot(front["step_s"] * 1e3, front["gain"], color="0.7", lw=0.8, zorder=1)
+        points = ax.scatter(front["step_s"] * 1e3, front["gain"], c=front["c"], cmap="viridis", norm=norm, s=16,
+                            zorder=2)
+        chosen = front[front["chosen"].astype(bool)]
+        ax.scatter(chosen["step_s"] * 1e3, chosen["gain"], marker="*", s=180, color="#d62728", zorder=3,
+                   label=", ".join(f"c = {c:.3g}" for c in chosen["c"]))
+        reason = str(front["reason"].iloc[0]) if "reason" in front else ""
+        ax.set_title(f"step {step} ({reason})", fontsize=9)
+        ax.set_xlabel("predicted step time (ms)")
+        ax.set_ylabel("compression gain")
+        ax.legend(fontsize=8, loc="lower right")
+    if points is not None:
+        fig.colorbar(points, ax=axes[0].tolist(), label="compression ratio c (fraction kept)")
+    fig.suptitle("Pareto fronts of the compression ratio: time per step vs statistical efficiency", fontsize=10)
+    out = save_figure_atomic(fig, Path(path))
+    plt.close(fig)
+    return out

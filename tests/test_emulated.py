@@ -102,3 +102,17 @@ def test_cli_rejects_bad_input_in_one_line(argv: list[str], field: str, tmp_path
     assert code == 2
     assert err.count("\n") == 1 and field in err and "Traceback" not in err
     assert not (tmp_path / "x" / "emulated.csv").exists()
+
+
+def test_pareto_front_figure_marks_the_chosen_point(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from experiments.emulated_plots import plot_pareto_fronts
+
+    fronts = pd.DataFrame({
+        "step": [0, 0, 0, 50, 50, 50], "c": [0.001, 0.01, 0.1] * 2, "step_s": [1.0, 1.1, 1.5] * 2,
+        "gain": [0.1, 0.4, 0.9, 0.2, 0.5, 0.95], "chosen": [False, True, False, True, False, False],
+        "reason": ["initial"] * 3 + ["network"] * 3,
+    })
+    path = plot_pareto_fronts(fronts, tmp_path / "pareto.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
