@@ -6,6 +6,7 @@ from experiments.commands import (
     clusters,
     cost,
     launch,
+    reproduce,
     simulate,
     testbed,
     train_ddp,
@@ -15,4 +16,4 @@ from experiments.commands import (
 )
 
 COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed, train_ddp, validate, train_emulated,
-            simulate]
+            simulate, reproduce]

@@ -1,0 +1,142 @@
+"""Reproduce Tyagi & Swany 2023's Table IV step times with the shared cost model, and say where it misses.
+
+The paper (IEEE BigData 2023, arXiv 2312.02493) measured per-step times of dense training (tree
+allreduce) and of its Allreduce-compatible Top-k (STAR) on 8 V100s over a 4 ms, 20 Gbit/s network.
+Predicted step = measured compute + measured compression (sparse only) + the cost model's
+communication, priced three ways: the paper's own forms (4-byte indices), the same with the int64
+indices its code actually sends, and STAR with a tree instead of a ring allreduce of the values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from costmodel.compressed import SchemeAlgorithms, SparsePayload
+from costmodel.model import CostModel
+
+LATENCY_S = 4e-3
+BANDWIDTH_BPS = 20e9 / 8
+WORKERS = 8
+
+
+@dataclass(frozen=True)
+class PaperModel:
+    name: str
+    params: float
+    compute_ms: float  #: the paper's measured compute per step
+    compress_ms: float  #: the paper's measured layer-wise Top-k time, nearly constant in c
+
+
+#: Section V of the paper (compute and compression per step; "ViT" fits a ~132.9M-parameter model).
+MODELS = {
+    "resnet18": PaperModel("resnet18", 11.69e6, 15.0, 14.0),
+    "resnet50": PaperModel("resnet50", 25.56e6, 28.0, 36.0),
+    "alexnet": PaperModel("alexnet", 61.1e6, 5.0, 4.5),
+    "vit": PaperModel("vit", 132.9e6, 47.0, 5.8),
+}
+
+#: Table IV: (model, scheme, ratio, step ms, top-1 %); dense runs on a tree allreduce.
+TABLE_IV = [
+    ("resnet18", "dense", 1.0, 146.2, 90.79), ("resnet18", "topk-ar", 0.1, 64.8, 90.19),
+    ("resnet18", "topk-ar", 0.01, 49.7, 89.89), ("resnet18", "topk-ar", 0.001, 48.2, 88.81),
+    ("resnet50", "dense", 1.0, 294.4, 98.72), ("resnet50", "topk-ar", 0.1, 100.8, 98.68),
+    ("resnet50", "topk-ar", 0.001, 64.4, 98.38),
+    ("alexnet", "dense", 1.0, 614.0, 82.4), ("alexnet", "topk-ar", 0.001, 42.4, 79.57),
+    ("vit", "dense", 1.0, 1348.5, 80.42), ("vit", "topk-ar", 0.001, 86.9, 79.23),
+]
+
+VARIANTS = {
+    "paper forms": (SparsePayload(index_dtype="int32"), SchemeAlgorithms(allreduce="ring")),
+    "int64 indices": (SparsePayload(index_dtype="int64"), SchemeAlgorithms(allreduce="ring")),
+    "STAR on tree": (SparsePayload(index_dtype="int32"), SchemeAlgorithms(allreduce="tree")),
+}
+
+
+def reproduce_table_iv() -> pd.DataFrame:
+    """One row per Table IV entry: reported and predicted step time per variant, and the errors."""
+    model = CostModel.from_link(LATENCY_S, BANDWIDTH_BPS)
+    rows = []
+    for name, scheme, ratio, step_ms, top1 in TABLE_IV:
+        spec = MODELS[name]
+        row = {"model": name, "params": spec.params, "scheme": scheme, "ratio": ratio, "reported_ms": step_ms,
+               "reported_top1": top1, "compute_ms": spec.compute_ms}
+        for variant, (payload, algorithms) in VARIANTS.items():
+            if scheme == "dense":
+                cost = model.collective("allreduce", "tree", spec.params * 4, WORKERS)
+                extra = 0.0
+            else:
+                cost = model.scheme(scheme, spec.params, ratio, WORKERS, payload, algorithms)
+                extra = spec.compress_ms
+            comm_ms = float(cost.total) * 1e3
+            predicted = spec.compute_ms + extra + comm_ms
+            row[f"{variant}: comm_ms"] = comm_ms
+            row[f"{variant}: latency_ms"] = float(cost.latency) * 1e3
+            row[f"{variant}: predicted_ms"] = predicted
+            row[f"{variant}: rel_error"] = predicted / step_ms - 1.0
+        # what the measurement leaves for communication once compute and compression are taken off
+        row["reported_comm_ms"] = step_ms - spec.compute_ms - (spec.compress_ms if scheme != "dense" else 0.0)
+        # sparse payloads are tiny, so their communication is nearly all latency: how many alphas it holds
+        row["implied_latency_terms"] = (row["reported_comm_ms"] / (LATENCY_S * 1e3) if scheme != "dense"
+                                        else float("nan"))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Median and worst |relative error| per variant, for dense and sparse rows apart."""
+    out = []
+    for kind, part in table.groupby(np.where(table["scheme"] == "dense", "dense", "sparse")):
+        for variant in VARIANTS:
+            err = part[f"{variant}: rel_error"].abs()
+            out.append({"rows": kind, "variant": variant, "points": len(part),
+                        "median_abs_error": float(err.median()), "worst_abs_error": float(err.max())})
+    return pd.DataFrame(out)
+
+
+def to_markdown(table: pd.DataFrame, stats: pd.DataFrame) -> str:
+    lines = ["# Tyagi & Swany 2023, Table IV, predicted by flexcomm's cost model", "",
+             f"8 workers, {LATENCY_S * 1e3:g} ms, {BANDWIDTH_BPS * 8 / 1e9:g} Gbit/s. Predicted step = the "
+             "paper's measured compute + measured Top-k time (sparse) + the cost model's communication.", "",
+             "| model | scheme | c | reported ms | " + " | ".join(f"{v} ms (error)" for v in VARIANTS)
+             + " | reported comm ms | = latency terms |",
+             "|---|---|---|---|" + "---|" * len(VARIANTS) + "---|---|"]
+    for _, r in table.iterrows():
+        cells = " | ".join(f"{r[f'{v}: predicted_ms']:.1f} ({r[f'{v}: rel_error']:+.1%})" for v in VARIANTS)
+        terms = "" if np.isnan(r["implied_latency_terms"]) else f"{r['implied_latency_terms']:.1f}"
+        lines.append(f"| {r['model']} | {r['scheme']} | {r['ratio']:g} | {r['reported_ms']:g} | {cells} | "
+                     f"{r['reported_comm_ms']:.1f} | {terms} |")
+    lines += ["", "| rows | variant | points | median abs error | worst abs error |", "|---|---|---|---|---|"]
+    for _, s in stats.iterrows():
+        lines.append(f"| {s['rows']} | {s['variant']} | {s['points']} | {s['median_abs_error']:.1%} | "
+                     f"{s['worst_abs_error']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: pd.DataFrame, path):  # -> Path
+    """Reported vs predicted step time per Table IV row (log scale), one bar per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from costmodel.atomic import save_figure_atomic
+
+    labels = [f"{r.model}\n{'dense' if r.scheme == 'dense' else f'c={r.ratio:g}'}" for r in table.itertuples()]
+    x = np.arange(len(table))
+    width = 0.8 / (len(VARIANTS) + 1)
+    fig, ax = plt.subplots(figsize=(12, 4.2), layout="constrained")
+    ax.bar(x, table["reported_ms"], width, color="k", label="reported (Table IV)")
+    for i, variant in enumerate(VARIANTS, start=1):
+        ax.bar(x + i * width, table[f"{variant}: predicted_ms"], width, label=f"predicted: {variant}")
+    ax.set_xticks(x + width * len(VARIANTS) / 2, labels, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("Tyagi & Swany 2023 Table IV (8 x V100, 4 ms, 20 Gbit/s): measured vs flexcomm's cost model",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    out = save_figure_atomic(fig, path)
+    plt.close(fig)
+    return out
