@@ -32,6 +32,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
 try:
     from costmodel.collectives import PIPELINE_SEGMENT_BYTES, formula  # noqa: E402
@@ -156,14 +157,6 @@ def bench_case(
     }
 
 
-def _pin_one_cpu() -> int | None:
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    cpu = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    return cpu
-
-
 def _fmt(rate: float) -> str:
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if rate >= scale:
@@ -185,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.evaluations < 1 or args.repeats < 1 or args.loop_evaluations < 1 or args.call_evaluations < 1:
         parser.error("counts must be >= 1")
 
-    cpu = None if args.no_pin else _pin_one_cpu()
+    cpu = None if args.no_pin else pin_one_cpu()
     configs = make_configs(args.evaluations)
     loop_n = min(args.loop_evaluations, args.evaluations)
     call_n = min(args.call_evaluations, loop_n)

@@ -43,6 +43,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
 try:
     from costmodel.cluster import Cluster  # noqa: E402
@@ -84,14 +85,6 @@ def _median_time(fn: Callable[[], object], repeats: int) -> tuple[float, object]
         cpu.append(time.process_time() - start_cpu)
     _CPU[0] = statistics.median(cpu)
     return statistics.median(times), result
-
-
-def _pin_one_cpu() -> int | None:
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    cpu = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    return cpu
 
 
 def _fmt_rate(x: float) -> str:
@@ -221,7 +214,7 @@ def main() -> int:
                         help="run one part (default all)")
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
-    cpu = None if args.no_pin else _pin_one_cpu()
+    cpu = None if args.no_pin else pin_one_cpu()
 
     train_rows = training(repeats) if args.only in ("all", "training") else []
     if train_rows:

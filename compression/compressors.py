@@ -98,6 +98,18 @@ def _scatter_sum(like: Tensor, summed: Tensor, indices: Tensor, world_size: int)
     return torch.zeros_like(like).index_put_((indices.long(),), summed.div_(world_size))
 
 
+def _allreduce_at(ctx: StepContext, accs: list[Tensor], indices: list[Tensor], values: list[Tensor],
+                  world_size: int) -> list[Tensor]:
+    """The shared tail of every Allreduce-compatible scheme: sum the values at the agreed indices over all
+    workers, then scatter the mean back into a dense gradient per local worker."""
+    summed = ctx.allreduce(values, inplace=True)
+    aggs = []
+    for i, (idx, s) in enumerate(zip(indices, summed, strict=True)):
+        with ctx.timed("decompress", i):
+            aggs.append(_scatter_sum(accs[i], s, idx, world_size))
+    return aggs
+
+
 # --- dense and casts ------------------------------------------------------------------------------------
 
 
@@ -261,12 +273,7 @@ class TopkAllreduce(_Sparse):
         for i, (rank, acc) in enumerate(zip(comm.local_workers, accs, strict=True)):
             with ctx.timed("compress", i):
                 values.append(self._take(ctx, i, key, rank, acc, indices[i]))
-        summed = ctx.allreduce(values, inplace=True)
-        aggs = []
-        for i, (idx, s) in enumerate(zip(indices, summed, strict=True)):
-            with ctx.timed("decompress", i):
-                aggs.append(_scatter_sum(accs[i], s, idx, comm.world_size))
-        return aggs
+        return _allreduce_at(ctx, accs, indices, values, comm.world_size)
 
 
 class TopkAllreduceSketch(_Sparse):
@@ -309,12 +316,7 @@ class TopkAllreduceSketch(_Sparse):
                 sel = sel[sel < numel]
                 chosen.append(sel)
                 values.append(self._take(ctx, i, key, rank, acc, sel))
-        reduced = ctx.allreduce(values, inplace=True)
-        aggs = []
-        for i, (sel, s) in enumerate(zip(chosen, reduced, strict=True)):
-            with ctx.timed("decompress", i):
-                aggs.append(_scatter_sum(accs[i], s, sel, comm.world_size))
-        return aggs
+        return _allreduce_at(ctx, accs, chosen, values, comm.world_size)
 
 
 def random_subset(numel: int, k: int, generator: torch.Generator, device: torch.device) -> Tensor:
@@ -358,12 +360,7 @@ class RandomK(_Sparse):
                 idx = random_subset(numel, k, gen, acc.device)
                 chosen.append(idx)
                 values.append(self._take(ctx, i, key, rank, acc, idx))
-        summed = ctx.allreduce(values, inplace=True)
-        aggs = []
-        for i, (idx, s) in enumerate(zip(chosen, summed, strict=True)):
-            with ctx.timed("decompress", i):
-                aggs.append(_scatter_sum(accs[i], s, idx, comm.world_size))
-        return aggs
+        return _allreduce_at(ctx, accs, chosen, values, comm.world_size)
 
 
 class Threshold(_Sparse):
