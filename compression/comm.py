@@ -31,7 +31,7 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -137,13 +137,7 @@ class Communicator(ABC):
     def allreduce(self, tensors: Sequence[Tensor], *, inplace: bool = False, purpose: str = "payload") -> list[Tensor]:
         """SUM over all ranks; every local worker receives the total."""
         self._check_count(tensors)
-        _sync(tensors)
-        start = time.perf_counter()
-        out = self._allreduce(list(tensors), inplace)
-        _sync(out)
-        t0 = tensors[0]
-        self._log("allreduce", t0.numel() * t0.element_size(), t0.dtype, purpose, time.perf_counter() - start)
-        return out
+        return self._timed("allreduce", tensors, purpose, lambda: self._allreduce(list(tensors), inplace))
 
     def allgather(
         self, tensors: Sequence[Tensor], *, same_size: bool = True, purpose: str = "payload"
@@ -174,12 +168,17 @@ class Communicator(ABC):
         self._check_count(tensors)
         if not 0 <= src < self.world_size:
             raise InputError("src", src, f"a rank in [0, {self.world_size})")
+        return self._timed("broadcast", tensors, purpose, lambda: self._broadcast(list(tensors), src))
+
+    def _timed(self, collective: str, tensors: Sequence[Tensor], purpose: str,
+               call: Callable[[], list[Tensor]]) -> list[Tensor]:
+        """Run one same-size collective between device syncs and record its per-rank bytes and seconds."""
         _sync(tensors)
         start = time.perf_counter()
-        out = self._broadcast(list(tensors), src)
+        out = call()
         _sync(out)
         t0 = tensors[0]
-        self._log("broadcast", t0.numel() * t0.element_size(), t0.dtype, purpose, time.perf_counter() - start)
+        self._log(collective, t0.numel() * t0.element_size(), t0.dtype, purpose, time.perf_counter() - start)
         return out
 
     @abstractmethod
