@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -200,6 +201,27 @@ class _Sparse(Compressor):
         self._keep(key, rank, acc.index_fill_(0, idx.long(), 0))
         return values
 
+    def _allgather_selected(self, accs: list[Tensor], comm: Communicator, key: int, ctx: StepContext,
+                            select: Callable[[int, Tensor, int], Tensor], same_size: bool = True) -> list[Tensor]:
+        """The shared body of the Allgather schemes: every worker packs its own selected (values, indices),
+        all payloads are gathered, and each worker scatter-adds the N of them into a dense mean.
+        ``select(rank, acc, k)`` picks the indices; ``same_size=False`` when counts differ per worker."""
+        numel = accs[0].numel()
+        k = ctx.k = self._k(numel)
+        itype = index_dtype_for(numel, self.index_dtype)
+        payloads = []
+        for i, (rank, acc) in enumerate(zip(comm.local_workers, accs, strict=True)):
+            with ctx.timed("compress", i):
+                idx = select(rank, acc, k)
+                values = self._take(ctx, i, key, rank, acc, idx)
+                payloads.append(pack(values, idx.to(itype)))
+        gathered = ctx.allgather(payloads, same_size=same_size)
+        aggs = []
+        for i, row in enumerate(gathered):
+            with ctx.timed("decompress", i):
+                aggs.append(_scatter_mean(accs[i], [unpack(b, accs[i].dtype, itype) for b in row], comm.world_size))
+        return aggs
+
 
 def topk_indices(acc: Tensor, k: int) -> Tensor:
     """Indices of the k largest |acc| (unsorted; ties broken by torch.topk)."""
@@ -212,21 +234,7 @@ class TopkAllgather(_Sparse):
     name = "topk-ag"
 
     def _exchange(self, accs: list[Tensor], comm: Communicator, key: int, step: int, ctx: StepContext) -> list[Tensor]:
-        numel = accs[0].numel()
-        k = ctx.k = self._k(numel)
-        itype = index_dtype_for(numel, self.index_dtype)
-        payloads = []
-        for i, (rank, acc) in enumerate(zip(comm.local_workers, accs, strict=True)):
-            with ctx.timed("compress", i):
-                idx = topk_indices(acc, k)
-                values = self._take(ctx, i, key, rank, acc, idx)
-                payloads.append(pack(values, idx.to(itype)))
-        gathered = ctx.allgather(payloads)
-        aggs = []
-        for i, row in enumerate(gathered):
-            with ctx.timed("decompress", i):
-                aggs.append(_scatter_mean(accs[i], [unpack(b, accs[i].dtype, itype) for b in row], comm.world_size))
-        return aggs
+        return self._allgather_selected(accs, comm, key, ctx, lambda rank, acc, k: topk_indices(acc, k))
 
 
 class TopkAllreduce(_Sparse):
@@ -405,22 +413,11 @@ class Threshold(_Sparse):
         return idx
 
     def _exchange(self, accs: list[Tensor], comm: Communicator, key: int, step: int, ctx: StepContext) -> list[Tensor]:
-        numel = accs[0].numel()
-        k = ctx.k = self._k(numel)
-        itype = index_dtype_for(numel, self.index_dtype)
-        payloads = []
-        for i, (rank, acc) in enumerate(zip(comm.local_workers, accs, strict=True)):
-            with ctx.timed("compress", i):
-                gen = torch.Generator(device=acc.device).manual_seed(_seed(self.seed, rank, key, step))
-                idx = self.select(acc, k, gen)
-                values = self._take(ctx, i, key, rank, acc, idx)
-                payloads.append(pack(values, idx.to(itype)))
-        gathered = ctx.allgather(payloads, same_size=False)
-        aggs = []
-        for i, row in enumerate(gathered):
-            with ctx.timed("decompress", i):
-                aggs.append(_scatter_mean(accs[i], [unpack(b, accs[i].dtype, itype) for b in row], comm.world_size))
-        return aggs
+        def select(rank: int, acc: Tensor, k: int) -> Tensor:
+            gen = torch.Generator(device=acc.device).manual_seed(_seed(self.seed, rank, key, step))
+            return self.select(acc, k, gen)
+
+        return self._allgather_selected(accs, comm, key, ctx, select, same_size=False)
 
 
 # --- registry -------------------------------------------------------------------------------------------
