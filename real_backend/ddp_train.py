@@ -35,7 +35,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,25 +184,43 @@ def _step(model: Any, optimizer: Any, loss_fn: Any, inputs: Any, targets: Any) -
 
 def _compute_only(workload: Any, args: argparse.Namespace, info: Any, stream: Any) -> float:
     """Median seconds of a step without DDP (no communication), max over ranks."""
-    import torch
     import torch.distributed as dist
 
     model = workload.build_model(args.seed).to(info.device)
     optimizer = workload.make_optimizer(model, lr=args.lr)
+    dist.barrier()
+    return _median_step_max_over_ranks(model, optimizer, workload, stream, info, max(1, args.compute_steps),
+                                       warmup=max(1, args.warmup_steps))
+
+
+def _median_step_max_over_ranks(model: Any, optimizer: Any, workload: Any, stream: Any, info: Any, steps: int,
+                                warmup: int, guard: Callable[[int], Any] | None = None,
+                                after_step: Callable[[], Any] | None = None) -> float:
+    """Median seconds of ``steps`` timed steps after ``warmup`` untimed ones, the slowest rank's.
+
+    Every step starts at a barrier (as in training every rank starts together) and is bracketed by device
+    syncs; ``guard(step)`` wraps a step (a watchdog), ``after_step`` runs inside it after the timing.
+    """
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+
     sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
     times = []
-    dist.barrier()
-    warmup = max(1, args.warmup_steps)
-    for i in range(max(1, args.compute_steps) + warmup):
+    for step in range(warmup + steps):
         _, inputs, targets = next(stream)
         inputs, targets = inputs.to(info.device), targets.to(info.device)
-        dist.barrier()  # as in training: every rank starts the step together
-        sync()
-        start = time.perf_counter()
-        _step(model, optimizer, workload.loss_fn, inputs, targets)
-        sync()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
+        with guard(step) if guard is not None else contextlib.nullcontext():
+            dist.barrier()
+            sync()
+            start = time.perf_counter()
+            _step(model, optimizer, workload.loss_fn, inputs, targets)
+            sync()
+            if step >= warmup:
+                times.append(time.perf_counter() - start)
+            if after_step is not None:
+                after_step()
     local = torch.tensor([statistics.median(times)], dtype=torch.float64, device=info.device)
     dist.all_reduce(local, op=dist.ReduceOp.MAX)
     return float(local.item())
@@ -239,8 +257,6 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
     matmuls, the scatter-add, the future machinery) at the CPU share training has (every rank runs its own
     solo group at once): the *compute + codec* term of a predicted step.
     """
-    import torch
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from real_backend.hooks import register
@@ -253,25 +269,11 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
     optimizer = workload.make_optimizer(ddp, lr=args.lr)
     data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 2, rank=info.rank)
-    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
-    warmup = args.warmup_steps
-    times = []
-    for step in range(warmup + max(1, args.compute_steps)):
-        _, inputs, targets = next(stream)
-        inputs, targets = inputs.to(info.device), targets.to(info.device)
-        with watchdog.guard(f"{spec.label} solo step {step}"):
-            dist.barrier()
-            sync()
-            start = time.perf_counter()
-            _step(ddp, optimizer, workload.loss_fn, inputs, targets)
-            sync()
-            if step >= warmup:
-                times.append(time.perf_counter() - start)
-            state.take_steps()
+    seconds = _median_step_max_over_ranks(
+        ddp, optimizer, workload, stream, info, max(1, args.compute_steps), warmup=args.warmup_steps,
+        guard=lambda step: watchdog.guard(f"{spec.label} solo step {step}"), after_step=state.take_steps)
     state.close()
-    local = torch.tensor([statistics.median(times)], dtype=torch.float64, device=info.device)
-    dist.all_reduce(local, op=dist.ReduceOp.MAX)
-    return float(local.item())
+    return seconds
 
 
 def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, cost_model: Any,
