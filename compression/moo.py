@@ -40,7 +40,7 @@ from scipy.interpolate import PchipInterpolator
 
 from costmodel.errors import InputError
 
-RULES = ("asf", "knee", "utopia")
+RULES = ("asf", "knee", "utopia")  #: also listed in experiments.options for the CLI (tested equal)
 #: The paper's candidate ratios (fraction of elements kept).
 PAPER_CANDIDATES = (0.1, 0.033, 0.011, 0.004, 0.001)
 

@@ -15,3 +15,8 @@ class InputError(ValueError):
         self.got = got
         self.expected = expected
         super().__init__(f"{field}: got {got!r}; expected {expected}")
+
+    def __reduce__(self) -> tuple:
+        """Pickle by the three fields, so an error raised in a worker process or on a Dask worker
+        arrives intact (``ValueError``'s default would call ``__init__`` with the message alone)."""
+        return (type(self), (self.field, self.got, self.expected))

@@ -142,3 +142,16 @@ def format_bandwidth(bytes_per_second: float) -> str:
     """Bytes/s -> ``10Gbit/s`` (network people think in bits)."""
     bits = bytes_per_second * 8.0
     return _scaled(bits, [(1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1.0, "bit/s")])
+
+
+_COUNT = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<suffix>[kKmMgGbB]?)\s*$")
+_COUNT_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
+
+
+def parse_count(value: str | float | int, field: str = "count") -> int:
+    """An element or parameter count such as ``11.69M``, ``25557032`` or ``1.3B`` (k, M, G/B suffixes)."""
+    match = _COUNT.match(str(value))
+    number = float(match["num"]) * _COUNT_SUFFIX[match["suffix"].lower()] if match else math.nan
+    if not (math.isfinite(number) and number >= 1):
+        raise InputError(field, value, "a positive count such as 11.69M or 25557032")
+    return int(round(number))

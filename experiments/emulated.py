@@ -58,11 +58,11 @@ from costmodel.compressed import scheme_coefficients
 from costmodel.compute import DEFAULT_EFFICIENCY
 from costmodel.errors import InputError
 from costmodel.model import CostModel
+from experiments.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
 from workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch
 
-STRATEGIES = ("dense", "topk-ag", "topk-ar", "flexible", "moo")
-NETWORKS = ("static", "c1", "c2")
-COMPRESS_TIME_MODES = ("model", "measured", "none")
+STRATEGIES = EMULATION_STRATEGIES
+NETWORKS = EMULATION_NETWORKS
 
 #: Tyagi & Swany's dynamic networks, (start epoch, latency s, bandwidth Gbit/s) and total epochs.
 #: C1: latency 1 ms for epochs 0-24, 50 ms after; bandwidth 25 Gbit/s for 0-12, 1 for 13-36, 25 after.

@@ -1,7 +1,7 @@
 """Build a .ipynb from a plain Python file whose cells are separated by ``# %%`` (markdown: ``# %% [md]``).
 
 Notebooks are kept as reviewable ``.py`` sources and generated, so diffs stay readable:
-``python notebooks/make_notebook.py notebooks/01_cost_model_and_whatif.py``.
+``python notebooks/make_notebook.py notebooks/01_whatif_cluster_study.py``.
 """
 
 from __future__ import annotations

@@ -52,11 +52,12 @@ import pandas as pd
 
 from costmodel.errors import InputError
 from costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
+from experiments.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
 
 DEFAULT_BANDWIDTHS = ("100Mbit/s", "1Gbit/s")
-DEFAULT_SIZES = "4KiB:16MiB"
+DEFAULT_SIZES = VALIDATE_SIZES
 DEFAULT_COLLECTIVES = ("allreduce", "allgather", "broadcast", "reduce-scatter")
-DEFAULT_STRATEGIES = "builtin,dense,fp16,topk-ag,topk-ar,powersgd"
+DEFAULT_STRATEGIES = VALIDATE_STRATEGIES
 #: What gloo runs for each benchmarked label (read from its sources; see :mod:`real_backend.bench`).
 IMPLEMENTED_AS: dict[tuple[str, str], tuple[str, str]] = {
     ("reduce-scatter", "ring"): ("allreduce", "ring"),

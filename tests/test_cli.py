@@ -179,3 +179,17 @@ def test_unusable_output_path_is_one_line(tmp_path: Path, capsys: pytest.Capture
     code, _, err = run_cli(capsys, "whatif", "--no-plots", "--out", str(blocker / "sub"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "a-file" in err
     assert blocker.read_text() == "keep me\n"  # nothing already written is touched
+
+
+def test_cli_option_lists_match_the_modules_that_use_them() -> None:
+    """`experiments.options` keeps start-up light; the lists must stay the ones the modules act on."""
+    from compression.moo import RULES
+    from experiments import options
+
+    assert options.MOO_RULES == RULES
+
+
+def test_cli_start_up_does_not_import_torch() -> None:
+    code = "import sys; from experiments.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"

@@ -23,6 +23,9 @@ def test_notebook_runs_and_is_in_sync(source: Path, tmp_path: Path) -> None:
         sys.path.pop(0)
     committed = json.loads(source.with_suffix(".ipynb").read_text())
     assert committed["cells"] == cells_of(source.read_text()), "run notebooks/make_notebook.py on it"
+    code_cells = [c for c in committed["cells"] if c["cell_type"] == "code"]
+    assert code_cells and all(c["outputs"] == [] and c["execution_count"] is None for c in code_cells), \
+        "outputs are stripped in git"
     code = "\n\n".join("".join(c["source"]) for c in committed["cells"] if c["cell_type"] == "code")
     script = tmp_path / "notebook.py"
     script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + code + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from experiments.cli import main
@@ -34,7 +35,9 @@ def test_sparse_steps_expose_the_per_step_latency_of_the_papers_forms() -> None:
 
 
 def test_cli_writes_table_and_figure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["reproduce", "--out", str(tmp_path)]) == 0
+    assert main(["reproduce", "table4", "--out", str(tmp_path), "--no-progress"]) == 0
     assert "median |error|" in capsys.readouterr().out
-    assert (tmp_path / "table_iv.md").read_text().count("\n| resnet18 |") == 4
-    assert (tmp_path / "table_iv.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "table4_detail.md").read_text().count("\n| resnet18 |") == 4
+    assert (tmp_path / "table4.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(pd.read_csv(tmp_path / "table4.csv")) == len(TABLE_IV)
+    assert "What the literature reports" in (tmp_path / "table4.md").read_text()

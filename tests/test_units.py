@@ -175,3 +175,11 @@ def test_any_text_gives_a_finite_nonnegative_number_or_an_input_error(text):
         except InputError:
             continue
         assert math.isfinite(value) and value >= 0
+
+
+def test_input_error_survives_pickling_from_a_worker() -> None:
+    import pickle
+
+    error = pickle.loads(pickle.dumps(InputError("sweep.bandwidth[1]", "fast", "a bandwidth such as 10Gbit/s")))
+    assert (error.field, error.got, error.expected) == ("sweep.bandwidth[1]", "fast", "a bandwidth such as 10Gbit/s")
+    assert str(error) == "sweep.bandwidth[1]: got 'fast'; expected a bandwidth such as 10Gbit/s"

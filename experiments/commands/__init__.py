@@ -4,10 +4,15 @@ from experiments.commands import (
     bench_collectives,
     calibrate,
     clusters,
+    controller,
     cost,
     launch,
+    pareto,
+    place,
+    plan,
     reproduce,
     simulate,
+    study,
     testbed,
     train_ddp,
     train_emulated,
@@ -16,4 +21,4 @@ from experiments.commands import (
 )
 
 COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed, train_ddp, validate, train_emulated,
-            simulate, reproduce]
+            simulate, reproduce, study, pareto, plan, place, controller]

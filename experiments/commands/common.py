@@ -82,3 +82,11 @@ def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel
     if getattr(args, "profile", None):
         cluster = calibrated_cluster(cluster, CalibrationProfile.load(args.profile))
     return cluster
+
+
+def single_threaded_torch() -> None:
+    """One intra-op thread: the emulated workloads are tiny, and on a shared or small machine torch's thread
+    pool spins for longer than the kernels run (measured 7-10x slower emulated training under load)."""
+    import torch
+
+    torch.set_num_threads(1)

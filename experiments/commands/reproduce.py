@@ -1,35 +1,45 @@
-"""``flexcomm reproduce``: the paper's Table IV step times, predicted by the shared cost model."""
+"""``flexcomm reproduce ID|all``: regenerate the research results (CSV, PNG and a note per study)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "reproduce",
-        help="predict Tyagi & Swany 2023's Table IV step times and report the errors",
-        description="Prices every Table IV entry (8 x V100, 4 ms, 20 Gbit/s; dense tree allreduce and STAR "
-        "Allreduce-compatible Top-k) with the cost model plus the paper's measured compute and compression "
-        "times, three ways, and writes the table (CSV, markdown) and a bar chart.",
+        help="regenerate the research results: crossover, speedup, pareto, adaptation, accuracy-time, scaling, "
+        "table4 (or all)",
+        description="Regenerates, in simulation and emulated training, the results flexible communication rests "
+        "on; each writes a tidy CSV, PNG figures and a markdown note that sets our number beside the literature's, "
+        "as soon as it finishes. Studies: 1 crossover (Allgather vs AR Top-k vs dense against c, crossover map); "
+        "2 speedup (static Top-k vs flexible switching over networks); 3 pareto (fronts of a few models); "
+        "4 adaptation (c and collective over time on C1/C2); 5 accuracy-time (accuracy vs wall-clock); "
+        "6 scaling (efficiency 8 to 1024 ranks); 7 table4 (the paper's Table IV step times).",
     )
+    parser.add_argument("ids", nargs="+", metavar="ID", help="all, a number 1-7 or a study id")
     parser.add_argument("--out", default="results/reproduce", help="output directory (default results/reproduce)")
+    parser.add_argument("--full", action="store_true", help="the larger published-scale settings (slower)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every study (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from experiments.reproduce import plot, reproduce_table_iv, summary, to_markdown
+    from costmodel.errors import InputError
+    from experiments.commands.common import single_threaded_torch
+    from experiments.reproductions import resolve, run_reproductions
+    from experiments.reproductions.base import Settings
 
-    out = Path(args.out)
-    table = reproduce_table_iv()
-    stats = summary(table)
-    write_csv_atomic(table, out / "table_iv.csv")
-    write_text_atomic(out / "table_iv.md", to_markdown(table, stats))
-    figure = plot(table, out / "table_iv.png")
-    for row in stats.itertuples():
-        print(f"{row.rows:6s} {row.variant:14s} median |error| {row.median_abs_error:6.1%}, "
-              f"worst {row.worst_abs_error:6.1%} over {row.points} entries")
-    print(f"wrote {out / 'table_iv.csv'}, {out / 'table_iv.md'}, {figure}")
+    if args.seed < 0:
+        raise InputError("seed", args.seed, "an integer >= 0")
+    resolve(args.ids)  # bad IDs fail before anything runs
+    single_threaded_torch()
+    results = run_reproductions(args.ids, args.out, Settings(seed=args.seed, full=args.full,
+                                                              progress=not args.no_progress))
+    for name, outcome in results.items():
+        print(f"== {name}")
+        for line in outcome.findings:
+            print(f"  - {line}")
+    print(f"wrote {args.out}/index.md and, per study, <id>.csv, <id>.md and its figures")
     return 0

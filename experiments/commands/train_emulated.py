@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import math
-import re
 
 from costmodel.errors import InputError
-from costmodel.units import parse_time
+from costmodel.units import parse_count, parse_time
 from experiments.commands.common import add_cluster_arguments, cluster_from_args
-
-_COUNT = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<suffix>[kKmMgGbB]?)\s*$")
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
-
-
-def _count(text: str, field: str) -> int:
-    """An element count such as 11.69M, 25557032 or 1.3B."""
-    match = _COUNT.match(text)
-    if not match:
-        raise InputError(field, text, "a positive element count such as 11.69M or 25557032")
-    value = float(match["num"]) * _SUFFIX[match["suffix"].lower()]
-    if not (math.isfinite(value) and value >= 1):
-        raise InputError(field, text, "a positive element count such as 11.69M or 25557032")
-    return int(round(value))
 
 
 def _ratios(text: str, field: str) -> tuple[float, ...]:
@@ -36,8 +20,10 @@ def _ratios(text: str, field: str) -> tuple[float, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from compression.moo import RULES
-    from experiments.emulated import COMPRESS_TIME_MODES, NETWORKS, STRATEGIES
+    from experiments.options import COMPRESS_TIME_MODES
+    from experiments.options import EMULATION_NETWORKS as NETWORKS
+    from experiments.options import EMULATION_STRATEGIES as STRATEGIES
+    from experiments.options import MOO_RULES as RULES
 
     parser = sub.add_parser(
         "train-emulated",
@@ -99,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         network=args.network, jitter=args.jitter,
         compute_time_s=parse_time(args.compute_time, "compute-time") if args.compute_time else None,
         compress_time=args.compress_time, compress_throughput=args.compress_throughput,
-        price_params=_count(args.price_params, "price-params") if args.price_params else None,
+        price_params=parse_count(args.price_params, "price-params") if args.price_params else None,
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
     )
     results = run_emulation(config, strategies, args.out, progress=not args.no_progress, plot=not args.no_plot)

@@ -9,7 +9,8 @@ from costmodel.units import parse_time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from real_backend.validate import DEFAULT_SIZES, DEFAULT_STRATEGIES
+    from experiments.options import VALIDATE_SIZES as DEFAULT_SIZES
+    from experiments.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
 
     parser = sub.add_parser(
         "validate",

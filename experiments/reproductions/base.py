@@ -1,0 +1,100 @@
+"""What every reproduction returns and how its files are written.
+
+Why one shape: ``flexcomm reproduce all`` runs six studies of very different cost (closed forms, the
+simulator, emulated training); each hands back a tidy table, its figures and a short note that sets
+our number beside what the literature reports, and this module writes them the same way, atomically,
+as soon as each study finishes (an interrupted ``all`` keeps every study already done).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from costmodel.atomic import write_csv_atomic, write_text_atomic
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``full`` = the larger published-scale settings; the default is small enough for a laptop."""
+
+    seed: int = 0
+    full: bool = False
+    progress: bool = True
+
+    def steps(self, small: int, full: int) -> int:
+        return full if self.full else small
+
+    def iterate(self, items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
+        """A nested progress bar (stderr) over one study's units of work."""
+        if not self.progress:
+            yield from items
+            return
+        from tqdm import tqdm
+
+        yield from tqdm(items, desc=desc, total=total, leave=False, unit="run")
+
+
+@dataclass
+class Outcome:
+    """One reproduction's results: the tidy table, figure paths, findings (markdown bullets)."""
+
+    table: pd.DataFrame
+    figures: list[Path]
+    findings: list[str]
+    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """A named study: ``run(settings, out_dir) -> Outcome``; ``literature`` is what the sources report."""
+
+    id: str
+    number: int
+    title: str
+    literature: str
+    run: Callable[[Settings, Path], Outcome]
+    engine: str  #: "cost model", "simulator", "emulated training" (what produced the numbers)
+
+
+def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Settings, seconds: float) -> Path:
+    """``<id>.csv`` (+ extra tables), and ``<id>.md``: the note with our findings beside the literature."""
+    write_csv_atomic(outcome.table, out / f"{repro.id}.csv")
+    for name, table in outcome.extra_tables.items():
+        write_csv_atomic(table, out / f"{repro.id}_{name}.csv")
+    lines = [
+        f"# {repro.number}. {repro.title}",
+        "",
+        f"Engine: {repro.engine}. Settings: {'full' if settings.full else 'small (default)'}, seed {settings.seed}; "
+        f"took {seconds:.1f} s.",
+        f"Rerun: `flexcomm reproduce {repro.id}{' --full' if settings.full else ''} --seed {settings.seed}`.",
+        "",
+        "## What the literature reports",
+        "",
+        repro.literature,
+        "",
+        "## What we measure",
+        "",
+        *[f"- {line}" for line in outcome.findings],
+        "",
+        "Files: " + ", ".join(f"`{p.name}`" for p in [out / f"{repro.id}.csv", *outcome.figures]),
+        "",
+    ]
+    return write_text_atomic(out / f"{repro.id}.md", "\n".join(lines))
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def describe(value: Any) -> str:
+    """Short human form of a ratio/float for notes."""
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)

@@ -1,0 +1,146 @@
+"""Run one study point on one engine and return its journal row.
+
+:func:`run_point` is the only function sent to workers (a local process or a Dask worker): it takes
+plain data (:func:`experiments.study.spec.point_payload`) and returns plain data, imports what it
+needs lazily, and depends on nothing but its argument, so any worker computes the same row.
+
+Engines, all on the point's cluster (the study's cluster with the point's inter-node bandwidth and
+latency, grown to ``ceil(ranks / devices_per_node)`` nodes when the point asks for more ranks):
+
+* ``model``: the shared cost model, no overlap: step = compute (FLOP model at the device's peak x 0.65)
+  + the exchange (``CostModel.scheme`` over the group's link) + Top-k selection (0.75e9 elements/s).
+* ``sim``: :class:`sim.training.TrainingSimulator` (DDP buckets overlapping the backward pass); the
+  median iteration and its breakdown.
+* ``emulated``: :class:`experiments.emulated.EmulatedRun` (real gradients, simulated clock); mean step,
+  accuracy and the simulated time at which test accuracy first reaches the study's target.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import time
+from typing import Any
+
+from costmodel.errors import InputError
+
+
+@functools.lru_cache(maxsize=64)
+def _cluster(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> Cluster
+    from costmodel.cluster import Cluster
+
+    data = json.loads(cluster_json)
+    data["inter_link"] = {**data["inter_link"], "bandwidth_Bps": bandwidth_Bps, "latency_s": latency_s}
+    data["nodes"] = max(int(data["nodes"]), -(-int(ranks) // int(data["devices_per_node"])))
+    return Cluster.from_dict(data)
+
+
+def point_cluster(payload: dict[str, Any]):  # -> Cluster
+    """The cluster a point runs on (validated; an impossible one is an InputError)."""
+    p = payload["params"]
+    return _cluster(json.dumps(payload["cluster"], sort_keys=True), int(p["ranks"]), float(p["bandwidth_Bps"]),
+                    float(p["latency_s"]))
+
+
+@functools.lru_cache(maxsize=64)
+def _cost_model(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> CostModel
+    """One model per point cluster: the points that differ only in strategy and ratio share its link cache."""
+    from costmodel.model import CostModel
+
+    return CostModel.from_cluster(_cluster(cluster_json, ranks, bandwidth_Bps, latency_s))
+
+
+def _model(payload: dict[str, Any]) -> dict[str, Any]:
+    from sim.training import DEFAULT_COMPRESS_ELEMENTS_PER_S
+    from sim.workload import get_training_workload
+
+    p = payload["params"]
+    cluster = point_cluster(payload)
+    model = _cost_model(json.dumps(payload["cluster"], sort_keys=True), int(p["ranks"]), float(p["bandwidth_Bps"]),
+                        float(p["latency_s"]))
+    workload = get_training_workload(p["workload"], p["batch"])
+    numel = workload.model.params
+    ranks = int(p["ranks"])
+    comm = float(model.scheme(p["strategy"], numel, p["ratio"] or 1.0, ranks).total)
+    compute = float(workload.model.iteration_seconds(workload.batch_per_rank, cluster.device.peak_flops))
+    compress = 0.0 if p["strategy"] == "dense" else numel / DEFAULT_COMPRESS_ELEMENTS_PER_S
+    step = compute + comm + compress
+    return {"batch": workload.batch_per_rank, "step_time_s": step, "comm_time_s": comm, "compute_time_s": compute,
+            "compress_time_s": compress, "samples_per_s": ranks * workload.batch_per_rank / step}
+
+
+def _sim(payload: dict[str, Any]) -> dict[str, Any]:
+    from sim.training import TrainingConfig, TrainingSimulator
+
+    p = payload["params"]
+    config = TrainingConfig(workload=p["workload"], iterations=int(p["steps"]), ranks=int(p["ranks"]),
+                            batch_per_rank=p["batch"], scheme=p["strategy"], ratio=p["ratio"] or 1.0,
+                            seed=int(p["seed"]), record_flows=False)
+    sim = TrainingSimulator(point_cluster(payload), config)
+    summary = sim.run().summary()
+    return {"batch": sim.workload.batch_per_rank, "step_time_s": summary["median_time_s"],
+            "comm_time_s": summary["median_comm_s"], "compute_time_s": summary["median_compute_s"],
+            "compress_time_s": summary["median_compression_s"], "exposed_comm_s": summary["median_exposed_comm_s"],
+            "samples_per_s": summary["samples_per_s"]}
+
+
+def _emulated(payload: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from experiments.emulated import EmulatedRun, EmulationConfig, time_to_accuracy
+
+    torch.set_num_threads(1)  # points run side by side; one thread each keeps them fast and reproducible
+    p = payload["params"]
+    steps = int(p["steps"])
+    config = EmulationConfig(workload=p["workload"], workers=int(p["ranks"]), cluster=point_cluster(payload),
+                             strategy=p["strategy"], ratio=p["ratio"] or 0.01, steps=steps, seed=int(p["seed"]),
+                             eval_every=max(1, steps // 10), batch_size=p["batch"], flush_every=steps)
+    run = EmulatedRun(config)
+    result = run.run()
+    s = result.summary
+    batch = run.data.batch_size
+    return {"batch": batch, "step_time_s": s["mean_step_s"], "comm_time_s": s["mean_comm_s"],
+            "compute_time_s": s["compute_s"], "compress_time_s": s["mean_compress_s"],
+            "samples_per_s": int(p["ranks"]) * batch / s["mean_step_s"] if s["mean_step_s"] > 0 else math.nan,
+            "final_accuracy": s["final_test_acc"], "best_accuracy": s["best_test_acc"],
+            "time_to_accuracy_s": time_to_accuracy(result.frame, payload["target_accuracy"]),
+            "sim_time_s": s["sim_time_s"]}
+
+
+ENGINE_FUNCTIONS = {"model": _model, "sim": _sim, "emulated": _emulated}
+
+
+def check_point(payload: dict[str, Any]) -> None:
+    """Cheap checks before anything runs, so a bad point fails the study at once, not hours in."""
+    point_cluster(payload)
+    p = payload["params"]
+    if payload["engine"] != "emulated":
+        from sim.workload import get_training_workload
+
+        get_training_workload(p["workload"], p["batch"])
+
+
+class PointError(InputError):
+    """An InputError raised by a point, naming the point; it pickles (from a pool or Dask worker) intact."""
+
+
+def run_point(payload: dict[str, Any]) -> dict[str, Any]:
+    """One journal row: the point's id and parameters, its metrics and the wall time it took."""
+    started = time.perf_counter()
+    engine = payload["engine"]
+    if engine not in ENGINE_FUNCTIONS:
+        raise InputError("engine", engine, "one of " + ", ".join(ENGINE_FUNCTIONS))
+    try:
+        metrics = ENGINE_FUNCTIONS[engine](payload)
+    except InputError as exc:
+        params = ", ".join(f"{k}={v}" for k, v in payload["params"].items() if v is not None)
+        raise PointError(f"point {payload['id']} ({params}): {exc.field}", exc.got, exc.expected) from None
+    row = {"point_id": payload["id"], **payload["params"], **metrics}
+    row["wall_s"] = time.perf_counter() - started
+    return row
+
+
+def run_points(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Several points in one task: cost-model points take a millisecond, less than shipping them one by one."""
+    return [run_point(payload) for payload in payloads]

@@ -1,0 +1,259 @@
+"""A finished study's journal as a tidy table (CSV + Parquet), two figures and ``summary.md``.
+
+The table is rebuilt from ``results.csv`` alone (never from in-memory rows), so a study run in one go
+and one interrupted and resumed produce the same bytes. Rows follow the sweep order; ``ratio`` is
+empty for strategies that take none (dense, moo), which run once per setting; for comparisons
+(speedup, winners, plots) such a row stands for every ratio of its setting.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
+from experiments.study.runner import JOURNAL
+from experiments.study.spec import METRICS, RATIO_FREE, StudySpec
+
+#: Columns that, with strategy and ratio, identify a setting (the seed is a function of them).
+SETTING = ["workload", "ranks", "bandwidth_Bps", "latency_s", "batch", "steps", "repeat"]
+COLOURS = {"dense": "#4c72b0", "topk-ag": "#dd8452", "topk-ar": "#55a868", "flexible": "#c44e52", "moo": "#8172b3"}
+AXIS_LABELS = {"bandwidth_Bps": "bandwidth (Gbit/s)", "latency_s": "latency (s)", "ranks": "ranks",
+               "ratio": "ratio (fraction kept)", "batch": "batch per rank", "steps": "steps", "workload": "workload",
+               "repeat": "repeat"}
+
+
+def _setting(table: pd.DataFrame) -> list[str]:
+    return [c for c in SETTING if c in table.columns]
+
+
+def load_table(spec: StudySpec, out: Path) -> pd.DataFrame:
+    """The journal in sweep order with the derived metrics filled in."""
+    table = pd.read_csv(out / JOURNAL, dtype={"point_id": str, "strategy": str, "workload": str})
+    order = {p.id: p.index for p in spec.points}
+    table = table[table["point_id"].isin(order)].drop_duplicates("point_id")
+    table = table.assign(_order=table["point_id"].map(order)).sort_values("_order").drop(columns="_order")
+    if "dense" in spec.strategies:
+        keys = _setting(table)
+        dense = table.loc[table["strategy"] == "dense", [*keys, "step_time_s"]].rename(
+            columns={"step_time_s": "_dense"})
+        merged = table[keys].merge(dense, on=keys, how="left")
+        table["speedup_vs_dense"] = merged["_dense"].to_numpy() / table["step_time_s"].to_numpy()
+    return table.reset_index(drop=True)[spec.journal_columns]
+
+
+def expand_ratio_free(table: pd.DataFrame) -> pd.DataFrame:
+    """Ratio-free rows (dense, moo) repeated at every ratio of the study, for per-ratio comparisons."""
+    ratios = sorted(table["ratio"].dropna().unique())
+    free = table["strategy"].isin(RATIO_FREE)
+    if not ratios or not free.any():
+        return table.copy()
+    copies = [table[~free]] + [table[free].assign(ratio=r) for r in ratios]
+    return pd.concat(copies, ignore_index=True)
+
+
+def winners(spec: StudySpec, table: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration (setting and ratio) the best strategy by ``spec.winner_metric`` (NaN ranks last)."""
+    metric = spec.winner_metric
+    sign = 1.0 if METRICS[metric].goal == "min" else -1.0
+    wide = expand_ratio_free(table)
+    keys = [*_setting(wide), "ratio"]
+    wide = wide.assign(_score=(sign * wide[metric]).fillna(np.inf))
+    best = wide.sort_values([*keys, "_score"], na_position="last").groupby(keys, dropna=False, sort=False).head(1)
+    best = best.assign(winner=np.where(np.isfinite(best["_score"]), best["strategy"], "none"))
+    return best[[*keys, "winner", metric]].reset_index(drop=True)
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def _axes_to_plot(spec: StudySpec, table: pd.DataFrame) -> list[str]:
+    return [c for c in spec.swept if c != "repeat" and c in table.columns]
+
+
+def _x(column: str, values: pd.Series) -> pd.Series:
+    return values * 8 / 1e9 if column == "bandwidth_Bps" else values
+
+
+def _fmt(column: str, value: object) -> str:
+    if column == "bandwidth_Bps":
+        return f"{float(value) * 8 / 1e9:g} Gbit/s"
+    if column == "latency_s":
+        from costmodel.units import format_time
+
+        return format_time(float(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
+    """Each metric against the first swept axis, one panel per value of the second, a line per strategy.
+
+    Axes beyond those (and the ratio, when it is neither) are summarised by the median and named in the
+    panel title; with the ratio swept but not plotted, each sparse strategy gets a line per ratio.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    axes = _axes_to_plot(spec, table)
+    wide = expand_ratio_free(table)
+    metrics = spec.metrics
+    x = axes[0] if axes else None
+    facet = axes[1] if len(axes) > 1 else None
+    facets = list(dict.fromkeys(wide[facet])) if facet else [None]
+    rest = [c for c in axes[2:] if c != "ratio"]
+    by_ratio = "ratio" in axes and "ratio" not in (x, facet)
+    fig, grid = plt.subplots(len(metrics), len(facets), figsize=(4.2 * len(facets), 3.0 * len(metrics)),
+                             squeeze=False, sharex=True)
+    for i, metric in enumerate(metrics):
+        for j, value in enumerate(facets):
+            ax = grid[i][j]
+            part = wide if facet is None else wide[wide[facet] == value]
+            for strategy in spec.strategies:
+                rows = part[part["strategy"] == strategy]
+                groups = [(None, rows)] if not by_ratio or strategy in RATIO_FREE else list(rows.groupby("ratio"))
+                for k, (ratio, sub) in enumerate(groups):
+                    label = strategy if ratio is None else f"{strategy} c={ratio:g}"
+                    style = ["-", "--", ":", "-."][k % 4]
+                    colour = COLOURS.get(strategy)
+                    if x is None:
+                        ax.bar(label, sub[metric].median(), color=colour)
+                        continue
+                    line = sub.groupby(x)[metric].median()
+                    ax.plot(_x(x, line.index.to_series()), line.to_numpy(), style, marker="o", ms=3, color=colour,
+                            label=label)
+            if x is not None and x != "workload":
+                span = wide[x].astype(float)
+                if span.min() > 0 and span.max() / span.min() >= 10:
+                    ax.set_xscale("log")
+                if metric != "speedup_vs_dense":
+                    ax.set_yscale("log") if (part[metric] > 0).all() and _spread(part[metric]) >= 10 else None
+            if metric == "speedup_vs_dense":
+                ax.axhline(1.0, color="grey", lw=0.8)
+            title = f"{AXIS_LABELS[facet]} = {_fmt(facet, value)}" if facet else spec.name
+            medians = [AXIS_LABELS[c] for c in rest] + (["repeats"] if spec.repeats > 1 else [])
+            if medians:
+                title += f"\n(median over {', '.join(medians)})"
+            if i == 0:
+                ax.set_title(title, fontsize=9)
+            if j == 0:
+                ax.set_ylabel(METRICS[metric].label, fontsize=9)
+            if i == len(metrics) - 1 and x is not None:
+                ax.set_xlabel(AXIS_LABELS[x])
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8,
+                   bbox_to_anchor=(0.5, 1.0 + 0.02 * math.ceil(len(labels) / 6)))
+    fig.suptitle(f"{spec.name}: {spec.engine} engine", y=1.04 + 0.02 * math.ceil(len(labels) / 6), fontsize=10)
+    fig.tight_layout()
+    save_figure_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+def _spread(values: pd.Series) -> float:
+    values = values.dropna()
+    return float(values.max() / values.min()) if len(values) and values.min() > 0 else 1.0
+
+
+def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
+    """The winning strategy (colour) over the first two swept axes; each cell says how often it won
+    over the remaining axes (the most frequent winner is shown)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+
+    axes = _axes_to_plot(spec, best)
+    a = axes[0] if axes else None
+    b = axes[1] if len(axes) > 1 else None
+    rows_v = list(dict.fromkeys(sorted(best[b].unique()))) if b else [None]
+    cols_v = list(dict.fromkeys(sorted(best[a].unique()))) if a else [None]
+    names = [*spec.strategies, "none"]
+    grid = np.full((len(rows_v), len(cols_v)), np.nan)
+    text = [["" for _ in cols_v] for _ in rows_v]
+    for r, rv in enumerate(rows_v):
+        for c, cv in enumerate(cols_v):
+            cell = best
+            if a:
+                cell = cell[cell[a] == cv]
+            if b:
+                cell = cell[cell[b] == rv]
+            if not len(cell):
+                continue
+            counts = cell["winner"].value_counts()
+            top = counts.index[0]
+            grid[r, c] = names.index(top)
+            text[r][c] = f"{top}\n{counts.iloc[0] / len(cell):.0%}" if len(cell) > 1 else top
+    fig, ax = plt.subplots(figsize=(1.3 + 1.25 * len(cols_v), 1.0 + 0.8 * len(rows_v)))
+    cmap = ListedColormap([COLOURS.get(n, "#bbbbbb") for n in names])
+    ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, aspect="auto", origin="lower")
+    for r in range(len(rows_v)):
+        for c in range(len(cols_v)):
+            ax.text(c, r, text[r][c], ha="center", va="center", fontsize=7, color="white")
+    ax.set_xticks(range(len(cols_v)), [_fmt(a, v) if a else "" for v in cols_v], fontsize=8)
+    ax.set_yticks(range(len(rows_v)), [_fmt(b, v) if b else "" for v in rows_v], fontsize=8)
+    if a:
+        ax.set_xlabel(AXIS_LABELS[a])
+    if b:
+        ax.set_ylabel(AXIS_LABELS[b])
+    others = [c for c in axes[2:]]
+    sub = f"; share of {', '.join(AXIS_LABELS[c] for c in others)} it wins" if others else ""
+    ax.set_title(f"{spec.name}: best by {spec.winner_metric}{sub}", fontsize=9)
+    fig.tight_layout()
+    save_figure_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def _cell(value: float) -> str:
+    return "-" if value is None or not np.isfinite(value) else f"{value:.4g}"
+
+
+def summary_markdown(spec: StudySpec, table: pd.DataFrame, best: pd.DataFrame) -> str:
+    swept = ", ".join(f"{name} ({len(values)})" for name, values in spec.axes.items()) or "none"
+    lines = [f"# Study `{spec.name}`", ""]
+    if spec.description:
+        lines += [spec.description, ""]
+    lines += [
+        f"- engine `{spec.engine}`, cluster `{spec.cluster['name']}`, workload {', '.join(spec.workloads)}",
+        f"- strategies: {', '.join(spec.strategies)}; swept: {swept}; seed {spec.seed}, repeats {spec.repeats}",
+        f"- {len(table)} points, {table['wall_s'].sum():.3g} s of worker time",
+        "", f"## Best strategy by `{spec.winner_metric}` ({METRICS[spec.winner_metric].goal}) per configuration", "",
+        "| strategy | wins | share |", "|---|---:|---:|",
+    ]
+    counts = best["winner"].value_counts()
+    for name, count in counts.items():
+        lines.append(f"| {name} | {count} | {count / len(best):.1%} |")
+    lines += ["", "## Metrics by strategy: median [min, max] over the sweep", "",
+              "| strategy | " + " | ".join(spec.metrics) + " |", "|---|" + "---:|" * len(spec.metrics)]
+    for strategy in spec.strategies:
+        rows = table[table["strategy"] == strategy]
+        cells = [f"{_cell(rows[m].median())} [{_cell(rows[m].min())}, {_cell(rows[m].max())}]" for m in spec.metrics]
+        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    lines += ["", "Files: `results.csv` / `results.parquet` (one row per point), `winners.csv`, `metrics.png`, "
+              "`winners.png`, `study.json` (the resolved spec and its hash).", ""]
+    return "\n".join(lines)
+
+
+def finish(spec: StudySpec, out: Path, figures: bool = True) -> tuple[pd.DataFrame, list[Path]]:
+    """Rewrite the journal as the tidy table (atomically) and write Parquet, winners, summary and figures."""
+    table = load_table(spec, out)
+    files = [write_csv_atomic(table, out / JOURNAL),
+             write_atomic(out / "results.parquet", lambda handle: table.to_parquet(handle, index=False), "wb")]
+    best = winners(spec, table)
+    files.append(write_csv_atomic(best, out / "winners.csv"))
+    files.append(write_text_atomic(out / "summary.md", summary_markdown(spec, table, best)))
+    if not figures:
+        return table, files
+    files.append(plot_metrics(spec, table, out / "metrics.png"))
+    files.append(plot_winners(spec, best, out / "winners.png"))
+    return table, files

@@ -1,0 +1,244 @@
+"""Run a study's points in a local process pool or on a Dask cluster, journalled so it can resume.
+
+Why a journal: every finished point is appended to ``DIR/results.csv`` and flushed at once, in the
+process that collects results (workers never write), so a study killed at any moment keeps every
+point it finished; the one line a crash can tear is the last, and it has no newline, so
+:func:`read_journal` cuts it off before anything is appended. On start the journal is read and the
+points whose id it holds are skipped. ``DIR/study.json`` records the spec hash (a hash of every
+point id): a directory holding a different study is refused rather than mixed. A lock file keeps two
+runs out of one directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from costmodel.atomic import AppendingCsv, write_text_atomic
+from costmodel.errors import InputError
+from experiments.study.engines import check_point, run_point, run_points
+from experiments.study.spec import StudySpec, point_payload
+
+JOURNAL = "results.csv"
+STUDY_JSON = "study.json"
+LOCK = ".study.lock"
+
+
+@dataclass
+class StudyRun:
+    """What one invocation did: points skipped (already journalled) and run, and whether the study is complete."""
+
+    spec: StudySpec
+    out: Path
+    skipped: int
+    ran: list[str] = field(default_factory=list)
+    complete: bool = False
+    wall_s: float = 0.0
+    files: list[Path] = field(default_factory=list)
+    table: Any = None  # pandas.DataFrame once complete
+
+    @property
+    def total(self) -> int:
+        return len(self.spec.points)
+
+
+# --- the journal ---------------------------------------------------------------------------------
+
+
+def read_journal(path: Path, columns: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Rows of ``results.csv`` by point id, after cutting off a torn last line (no trailing newline)."""
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        with open(path, "r+b") as handle:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+        data = data[:keep]
+    if not data:
+        return {}
+    lines = data.decode("utf-8").splitlines()
+    reader = csv.reader(lines)
+    header = next(reader)
+    if header != list(columns):
+        raise InputError("out", str(path), f"a journal with columns {','.join(columns)} (it has {','.join(header)})")
+    rows: dict[str, dict[str, str]] = {}
+    for number, cells in enumerate(reader, start=2):
+        if len(cells) != len(columns):
+            raise InputError("out", f"{path}:{number}", f"{len(columns)} cells per row (it has {len(cells)})")
+        row = dict(zip(columns, cells, strict=True))
+        rows.setdefault(row["point_id"], row)
+    return rows
+
+
+def _lock(out: Path) -> IO:
+    handle = open(out / LOCK, "w")  # closed by the caller (releases the lock)
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise InputError("out", str(out), "a study directory no other `flexcomm study` is running in") from None
+    return handle
+
+
+def _claim(spec: StudySpec, out: Path) -> None:
+    """Write study.json, or check that the directory holds this very study."""
+    meta = out / STUDY_JSON
+    if meta.exists():
+        try:
+            held = json.loads(meta.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            raise InputError("out", str(meta), "a readable study.json (written by `flexcomm study`)") from None
+        if held.get("spec_hash") != spec.spec_hash:
+            raise InputError("out", str(out), f"an empty directory or one holding study {spec.name!r} with the same "
+                             f"points (it holds {held.get('name')!r}, spec hash {str(held.get('spec_hash'))[:12]} "
+                             f"!= {spec.spec_hash[:12]}); use another --out")
+        return
+    if (out / JOURNAL).exists():
+        raise InputError("out", str(out), f"a study directory (it has {JOURNAL} but no {STUDY_JSON})")
+    write_text_atomic(meta, json.dumps(spec.describe(), indent=2) + "\n")
+
+
+# --- executors -----------------------------------------------------------------------------------
+
+
+#: Points per task: cost-model points take about a millisecond, so they travel in batches (neighbours in the
+#: sweep share a cluster, hence a link cache); simulated and emulated points go one by one, journalled singly.
+BATCH = {"model": 64, "sim": 1, "emulated": 1}
+
+
+def _batches(payloads: list[dict[str, Any]], workers: int) -> list[list[dict[str, Any]]]:
+    size = BATCH.get(payloads[0]["engine"], 1) if payloads else 1
+    size = max(1, min(size, len(payloads) // (4 * max(workers, 1))))  # still several tasks per worker
+    return [payloads[i:i + size] for i in range(0, len(payloads), size)]
+
+
+def _local(payloads: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    # forkserver: workers start from a clean process, not a fork of one that may hold torch/OpenMP threads
+    context = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    futures = [pool.submit(run_points, batch) for batch in _batches(payloads, workers)]
+    try:
+        for future in as_completed(futures):
+            yield from future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask(payloads: list[dict[str, Any]], address: str, timeout_s: float) -> Iterator[dict[str, Any]]:
+    from distributed import Client
+    from distributed import as_completed as dask_completed
+
+    try:
+        client = Client(address, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError("scheduler", address, f"a reachable Dask scheduler such as tcp://10.0.0.5:8786 ({exc})"
+                         ) from None
+    workers = max(1, sum(client.nthreads().values()))
+    batches = _batches(payloads, workers)
+    keys = [f"flexcomm-study-{batch[0]['id']}-{len(batch)}" for batch in batches]
+    futures = client.map(run_points, batches, key=keys)
+    try:
+        for future in dask_completed(futures):
+            yield from future.result()
+    finally:
+        client.cancel(futures)
+        client.close()
+
+
+def _inline(payloads: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for payload in payloads:
+        yield run_point(payload)
+
+
+# --- the study -----------------------------------------------------------------------------------
+
+
+def run_study(
+    spec: StudySpec,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    max_points: int | None = None,
+    scheduler_timeout_s: float = 30.0,
+    progress: bool = True,
+    figures: bool = True,
+) -> StudyRun:
+    """Run every point not yet in ``out/results.csv``; when all are there, write the table, summary and figures.
+
+    ``workers``: local processes (default: CPUs, at most one per point; 0 runs in this process, for
+    debugging). ``scheduler``: a Dask scheduler address, which replaces the local pool. ``max_points``:
+    run at most that many new points and stop (a budget; rerun to continue). ``figures=False``: tables and summary only.
+    """
+    if workers is not None and (isinstance(workers, bool) or workers < 0):
+        raise InputError("workers", workers, "an integer >= 0 (0: run in this process)")
+    if max_points is not None and max_points < 0:
+        raise InputError("max-points", max_points, "an integer >= 0")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    lock = _lock(out)
+    try:
+        _claim(spec, out)
+        columns = spec.journal_columns
+        done = read_journal(out / JOURNAL, columns)
+        known = {p.id for p in spec.points}
+        strays = sorted(set(done) - known)
+        if strays:  # cannot happen with a matching spec hash unless the file was edited by hand
+            raise InputError("out", str(out / JOURNAL), f"rows of this study's points only (point {strays[0]} is not)")
+        todo = [p for p in spec.points if p.id not in done]
+        if max_points is not None:
+            todo = todo[:max_points]
+        payloads = [point_payload(spec, p) for p in todo]
+        for payload in payloads:
+            check_point(payload)
+        run = StudyRun(spec, out, skipped=len(done))
+        if payloads:
+            _execute(run, payloads, columns, workers, scheduler, scheduler_timeout_s, progress)
+        run.complete = len(done) + len(run.ran) == len(spec.points)
+        if run.complete:
+            from experiments.study.report import finish
+
+            run.table, run.files = finish(spec, out, figures=figures)
+        run.wall_s = time.perf_counter() - started
+        return run
+    finally:
+        lock.close()
+
+
+def _execute(run: StudyRun, payloads: list[dict[str, Any]], columns: list[str], workers: int | None,
+             scheduler: str | None, timeout_s: float, progress: bool) -> None:
+    from tqdm import tqdm
+
+    spec = run.spec
+    if scheduler:
+        rows = _dask(payloads, scheduler, timeout_s)
+    else:
+        count = min(os.cpu_count() or 1, len(payloads)) if workers is None else min(workers, len(payloads))
+        rows = _inline(payloads) if count == 0 else _local(payloads, count)
+    journal = AppendingCsv(run.out / JOURNAL, columns)
+    bar = tqdm(total=len(spec.points), initial=run.skipped, unit="point", desc=spec.name, file=sys.stderr,
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for row in rows:
+            journal.write(row)
+            run.ran.append(row["point_id"])
+            bar.update(1)
+    finally:
+        if hasattr(rows, "close"):
+            rows.close()
+        bar.close()
+        journal.close()
