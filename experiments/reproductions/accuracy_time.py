@@ -16,9 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from experiments.emulated import EmulatedRun, EmulationConfig, time_to_accuracy  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 from workloads import get_workload  # noqa: E402
 
 #: (workload, label, workers, parameters priced, compute per step s, small steps, full steps)
@@ -110,10 +109,8 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(f"{model}, C1 network", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Accuracy vs wall-clock time: dense, static STAR Top-k, flexible switching, adaptive (MOO)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(
+        fig, path, "Accuracy vs wall-clock time: dense, static STAR Top-k, flexible switching, adaptive (MOO)")
 
 
 REPRODUCTION = Reproduction(

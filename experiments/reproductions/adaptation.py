@@ -17,9 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from experiments.emulated import EmulatedRun, EmulationConfig  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 
 #: (label, parameters priced, compute per step s): the paper's smallest and largest model.
 PRICED = [("ResNet-18 size", 11_690_000, 15e-3), ("'ViT' size", 132_900_000, 47e-3)]
@@ -90,10 +89,8 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax_c.set_ylabel("chosen c")
         ax_c.set_xlabel("step (grey lines: ratio decisions)")
         ax_c.legend(fontsize=7, markerscale=2)
-    fig.suptitle("Ratio and collective chosen online while the network changes (moo strategy, 8 workers)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(
+        fig, path, "Ratio and collective chosen online while the network changes (moo strategy, 8 workers)")
 
 
 REPRODUCTION = Reproduction(

@@ -89,6 +89,19 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
     return write_text_atomic(out / f"{repro.id}.md", "\n".join(lines))
 
 
+def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
+    """Title, atomic save, close: how every reproduction figure ends (closing keeps long runs' memory flat)."""
+    import matplotlib.pyplot as plt
+
+    from costmodel.atomic import save_figure_atomic
+
+    if title:
+        fig.suptitle(title)
+    out = save_figure_atomic(fig, path)
+    plt.close(fig)
+    return out
+
+
 def fmt_pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 

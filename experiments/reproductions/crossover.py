@@ -18,9 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 
 PARAMS = 25.56e6  #: ResNet-50, the paper's mid-size model
 VARIANTS: dict[str, tuple[SparsePayload, SchemeAlgorithms]] = {
@@ -169,10 +168,8 @@ def plot_costs(long: pd.DataFrame, path: Path) -> Path:
             if i == len(lats) - 1:
                 ax.set_xlabel("compression ratio c (fraction kept)")
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("ResNet-50 gradient exchange: dense vs Top-k over Allgather vs AR-compatible Top-k (paper forms)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(
+        fig, path, "ResNet-50 gradient exchange: dense vs Top-k over Allgather vs AR-compatible Top-k (paper forms)")
 
 
 def plot_map(settings: Settings, path: Path) -> Path:
@@ -199,10 +196,8 @@ def plot_map(settings: Settings, path: Path) -> Path:
     axes[0].set_ylabel("latency per message (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=SCHEME_COLOURS[s]) for s in SCHEMES]
     axes[-1].legend(handles + [axes[0].get_lines()[0]], [*SCHEMES, "paper c*"], fontsize=8, loc="lower right")
-    fig.suptitle("Crossover map: the fastest gradient exchange (ResNet-50, 25.56M parameters)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(
+        fig, path, "Crossover map: the fastest gradient exchange (ResNet-50, 25.56M parameters)")
 
 
 REPRODUCTION = Reproduction(

@@ -15,9 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from experiments.pareto import ParetoResult, pareto_study, plot_pareto  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 
 #: (workload trained, stands in for, parameters priced, compute per step s): the paper's families.
 MODELS = [
@@ -45,9 +44,9 @@ def run(settings: Settings, out: Path) -> Outcome:
     for ax, (label, result) in zip(axes, results, strict=True):
         plot_pareto(result, "", ax=ax)
         ax.set_title(f"{label} ({result.info['workload']} gradients), {result.info['cluster']}", fontsize=9)
-    fig.suptitle("Pareto fronts: predicted step time vs compression gain; stars: the paper's ASF 0.6/0.4 choice")
-    figure = save_figure_atomic(fig, out / "pareto_fronts.png")
-    plt.close(fig)
+    figure = finish_figure(
+        fig, out / "pareto_fronts.png",
+        "Pareto fronts: predicted step time vs compression gain; stars: the paper's ASF 0.6/0.4 choice")
     return Outcome(table, [figure], findings(pick_table, table), {"picks": pick_table})
 
 

@@ -19,11 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from costmodel.cluster import Cluster, load_cluster  # noqa: E402
 from costmodel.compressed import scheme_coefficients  # noqa: E402
 from costmodel.model import CostModel  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 from sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
 
 RATIO = 0.01
@@ -120,10 +119,8 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(f"{model}, A100 x 8 per node, {network}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle("Scaling efficiency from 8 to 1024 ranks (flow-level simulator, DDP buckets overlapping backward)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(
+        fig, path, "Scaling efficiency from 8 to 1024 ranks (flow-level simulator, DDP buckets overlapping backward)")
 
 
 REPRODUCTION = Reproduction(

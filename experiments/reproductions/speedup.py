@@ -20,12 +20,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
 from costmodel.cluster import Cluster  # noqa: E402
 from costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
 from experiments.emulated import DYNAMIC_NETWORKS  # noqa: E402
 from experiments.reproduce import MODELS, PaperModel, reproduce_table_iv, summary  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 
 WORKERS = 8
 RATIOS = (0.1, 0.01, 0.001)
@@ -192,9 +191,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(f"{name} ({part['params'].iloc[0] / 1e6:.1f}M params, 8 workers): speedup over dense", fontsize=9)
     if mesh is not None:
         fig.colorbar(mesh, ax=axes[:, 0].tolist(), label="log10 speedup over dense", shrink=0.6)
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return finish_figure(fig, path)
 
 
 REPRODUCTION = Reproduction(
