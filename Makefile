@@ -21,7 +21,7 @@ demo: install
 
 test: install
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	OMP_NUM_THREADS=1 $(PY) -m pytest
 
 lint: install
 	$(PY) -m ruff check .

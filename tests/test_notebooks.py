@@ -30,5 +30,5 @@ def test_notebook_runs_and_is_in_sync(source: Path, tmp_path: Path) -> None:
     script = tmp_path / "notebook.py"
     script.write_text("import matplotlib\nmatplotlib.use('Agg')\n" + code + "\n")
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "MPLBACKEND": "Agg"})
+                          timeout=600, env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
