@@ -1,0 +1,120 @@
+"""``flexcomm plan``: the best data/tensor/pipeline-parallel plan of a model on a cluster, and why the rest lose."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from costmodel.errors import InputError
+from experiments.commands.common import add_cluster_arguments
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "plan",
+        help="search data-, tensor- and pipeline-parallel plans under memory limits",
+        description="Traces the model into an operator graph, enumerates (dp, tp, pp, micro-batches, ZeRO stage, "
+        "rank order) plans that fit every device's memory, prices each with the cost model, re-ranks the best "
+        "few on the simulator and writes the ranked table (plans.csv, plans.md), the best plan (best_plan.json) "
+        "and a step-time breakdown figure (plans.png). Mixed-device clusters get resource-aware splits.",
+    )
+    parser.add_argument("--model", required=True, help="graph name (resnet18, resnet50, eca-resnet50, eca-resnet20, "
+                        "gpt, inception)")
+    add_cluster_arguments(parser, default="4x8-a100-ib")
+    parser.add_argument("--batch-size", type=int, default=64, help="global batch in samples (default 64)")
+    parser.add_argument("--out", default="results/plan", help="output directory (default results/plan)")
+    parser.add_argument("--top", type=int, default=10, help="plans in the markdown table and figure (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random search (default 0)")
+    parser.add_argument("--search", default="exhaustive", help="exhaustive (default) or random")
+    parser.add_argument("--samples", type=int, default=200, help="plans priced by the random search (default 200)")
+    parser.add_argument("--simulate-top", type=int, default=3, help="best plans re-ranked on the simulator "
+                        "(default 3, 0 for none)")
+    parser.add_argument("--balance", default="speed", help="speed (resource-aware, default) or even")
+    parser.add_argument("--efficiency", type=float, default=0.65, help="fraction of peak FLOP/s reached (0.65)")
+    parser.add_argument("--op-times", help="measured per-op forward medians replacing the FLOP model for those ops "
+                        "(JSON: batch_size, peak_flops of the measuring device (default: the cluster's fastest), "
+                        "ops: {op: seconds})")
+    parser.add_argument("--memory-fraction", type=float, default=1.0,
+                        help="usable fraction of each device's memory (default 1.0)")
+    gpt = parser.add_argument_group("model options (gpt: layers, hidden, heads, seq-len, vocab; CNNs: image-size)")
+    for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab", "--image-size"):
+        gpt.add_argument(flag, type=int, default=None)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def _check_int(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise InputError(name, value, f"an integer >= {minimum}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from costmodel.units import format_size, format_time
+    from planner.devices import load_plan_cluster
+    from planner.graphs import build_graph, calibrate_op_times, load_op_times
+    from planner.plans import Pricer
+    from planner.report import write_outputs
+    from planner.search import search
+    from planner.units import build_units
+
+    _check_int("batch-size", args.batch_size, 1)
+    _check_int("top", args.top, 1)
+    _check_int("samples", args.samples, 1)
+    _check_int("simulate-top", args.simulate_top, 0)
+    cluster = load_plan_cluster(args.cluster)
+    if args.profile:
+        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
+    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
+               if getattr(args, k) is not None}
+    if args.search not in ("exhaustive", "random"):
+        raise InputError("search", args.search, "exhaustive or random")
+    if args.op_times:
+        measured_batch, measured, peak = load_op_times(args.op_times)
+        graph = build_graph(args.model, batch_size=measured_batch, **options)
+        calibrate_op_times(graph, measured, device=peak)
+    else:
+        graph = build_graph(args.model, batch_size=1, **options)
+    units = build_units(graph, efficiency=args.efficiency,
+                        reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None)
+    pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction)
+
+    def progress(plans, total):  # noqa: ANN001, ANN202 - tqdm's iterable
+        if args.no_progress:
+            return plans
+        from tqdm import tqdm
+
+        return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing")
+
+    result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
+                    simulate_top=args.simulate_top, progress=progress)
+    if not result.ranked:  # keep the evidence: every plan and why it did not fit
+        from costmodel.atomic import write_csv_atomic
+
+        table = result.table()
+        write_csv_atomic(table, Path(args.out) / "plans.csv")
+        raise InputError("cluster", args.cluster, f"devices with room for {graph.graph['name']} at batch "
+                         f"{args.batch_size}: all {len(table)} plans rejected, closest: {table['reason'].iloc[0]} "
+                         f"(see {Path(args.out) / 'plans.csv'})")
+    best = result.best
+    written = write_outputs(result, pricer, Path(args.out), args.top,
+                            extra={"model": graph.graph["name"], "parameters": graph.graph["parameters"],
+                                   "options": graph.graph["options"], "cluster": cluster.name,
+                                   "batch_size": args.batch_size, "balance": args.balance, "seed": args.seed,
+                                   "search": args.search})
+    rate = len(result.costs) / result.pricing_s if result.pricing_s > 0 else float("inf")
+    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {len(units)} pipeline units) on "
+          f"{cluster.name} ({cluster.world_size} devices), batch {args.batch_size}")
+    print(f"priced {len(result.costs)} plans in {result.pricing_s:.2f}s ({rate:,.0f} plans/s); "
+          f"{len(result.ranked)} fit in memory")
+    print(f"best: {best.config.label}: {format_time(best.step_s)} per step "
+          f"({best.extra.get('samples_per_s', 0):.1f} samples/s), peak memory {format_size(best.peak_memory_bytes)}"
+          + (f", simulated {format_time(result.simulated[best.config.label])}"
+             if best.config.label in result.simulated else ""))
+    table = result.table()
+    distinct = table[table["feasible"]].drop_duplicates(subset=["dp", "tp", "pp", "micro_batches", "order"])
+    for row in distinct.head(min(args.top, 5)).itertuples():
+        print(f"  {int(row.rank):3d}. {row.plan:32s} {format_time(row.step_s):>9s}  loses on {row.loses_on}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0

@@ -1,0 +1,142 @@
+"""What ``flexcomm plan`` writes: the ranked table (CSV, markdown), the best plan (JSON) and a figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from costmodel.units import format_size, format_time
+from planner.plans import PlanCost, Pricer
+from planner.search import SearchResult, signature
+
+PARTS = (("compute_s", "compute"), ("tp_comm_s", "tensor-parallel allreduce"), ("p2p_s", "pipeline sends"),
+         ("bubble_s", "bubble"), ("dp_comm_s", "gradient allreduce"))
+
+
+def describe(pricer: Pricer, cost: PlanCost) -> dict[str, Any]:
+    """The best plan in words and numbers: stages, their units and devices, each replica's batch."""
+    cfg = cost.config
+    ranks = cost.detail["ranks"]
+    bounds = np.concatenate([[0], np.cumsum(cost.stage_units)])
+    stages = []
+    for p in range(cfg.pp):
+        devices = sorted({pricer.cluster.devices[int(r)].name for r in ranks[:, p, :].ravel()})
+        names = pricer.units.names[int(bounds[p]):int(bounds[p + 1])]
+        stages.append({
+            "stage": p, "units": len(names), "first": names[0], "last": names[-1], "devices": devices,
+            "ranks": [[int(r) for r in ranks[d, p]] for d in range(cfg.dp)],
+        })
+    return {
+        "plan": cfg.label, "dp": cfg.dp, "tp": cfg.tp, "pp": cfg.pp, "micro_batches": cfg.micro_batches,
+        "zero": cfg.zero, "order": cfg.order, "step_s": cost.step_s,
+        "samples_per_s": cost.extra.get("samples_per_s"), "breakdown_s": {k: getattr(cost, k) for k, _ in PARTS},
+        "peak_memory_bytes": cost.peak_memory_bytes, "memory_use": cost.memory_use,
+        "replica_micro_batch": list(cost.replica_micro_batch), "dp_algorithm": cost.dp_algorithm, "stages": stages,
+    }
+
+
+def to_markdown(table: pd.DataFrame, top: int, header: str) -> str:
+    """The top feasible plans (fastest ZeRO stage of each schedule) and the rejected count, in markdown."""
+    feasible = table[table["feasible"]]
+    feasible = feasible.drop_duplicates(subset=["dp", "tp", "pp", "micro_batches", "order"]).head(top)
+    cols = ["rank", "plan", "step_s", "simulated_step_s", "slowdown", "compute_s", "tp_comm_s", "p2p_s", "bubble_s",
+            "dp_comm_s", "peak_memory_GiB", "loses_on"]
+    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in feasible[cols].itertuples(index=False):
+        cells = []
+        for col, value in zip(cols, row, strict=True):
+            if value is None or (isinstance(value, float) and np.isnan(value)):
+                cells.append("")
+            elif col.endswith("_s"):
+                cells.append(format_time(float(value)))
+            elif isinstance(value, float):
+                cells.append(f"{value:.3g}")
+            else:
+                cells.append(str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    rejected = table[~table["feasible"]]
+    lines += ["", f"{len(rejected)} of {len(table)} plans rejected for memory."]
+    if len(rejected):
+        first = rejected.iloc[0]
+        lines.append(f"Closest to fitting: {first['plan']} ({first['reason']}).")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
+    """Step-time breakdown bars of the top plans (simulated step marked) and the best plan's stage split."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen: set[tuple] = set()
+    shown = []
+    for cost in result.ranked:
+        if signature(cost.config) not in seen and len(shown) < top:
+            seen.add(signature(cost.config))
+            shown.append(cost)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, max(3.5, 0.45 * len(shown) + 1.5)),
+                                  gridspec_kw={"width_ratios": [3, 2]})
+    y = np.arange(len(shown))[::-1]
+    left = np.zeros(len(shown))
+    for key, label in PARTS:
+        values = np.array([getattr(c, key) for c in shown])
+        ax.barh(y, values, left=left, label=label)
+        left += values
+    sims = [(yy, result.simulated[c.config.label]) for yy, c in zip(y, shown, strict=True)
+            if c.config.label in result.simulated]
+    if sims:
+        ax.scatter([s for _, s in sims], [yy for yy, _ in sims], marker="D", color="black", zorder=5,
+                   label="simulated step")
+    ax.set_yticks(y, [c.config.label for c in shown], fontsize=8)
+    ax.set_xlabel("seconds per training step")
+    ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} plans")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=6, frameon=False)
+    if shown:
+        best = shown[0]
+        det = best.detail
+        stages = np.arange(best.config.pp)
+        work = np.array([det["compute"][:, p].mean() for p in stages])
+        names = [pricer.cluster.devices[int(det["ranks"][0, p, 0])].name for p in stages]
+        colours = {n: f"C{i}" for i, n in enumerate(sorted(set(names)))}
+        ax2.bar(stages, work * 1e3, color=[colours[n] for n in names])
+        for p, units in zip(stages, best.stage_units, strict=True):
+            label = f"{units} unit{'s' if units != 1 else ''}"
+            ax2.annotate(label, (p, work[p] * 1e3), ha="center", va="bottom", fontsize=7)
+        from matplotlib.patches import Patch
+
+        ax2.legend(handles=[Patch(color=c, label=n) for n, c in colours.items()], fontsize=7)
+        ax2.set_xticks(stages)
+        ax2.set_xlabel("pipeline stage")
+        ax2.set_ylabel("ms of compute per micro-batch (forward + backward)")
+        ax2.set_title(f"best plan {best.config.label}: stage split", fontsize=9)
+    fig.tight_layout()
+    out = save_figure_atomic(fig, path)
+    plt.close(fig)
+    return out
+
+
+def write_outputs(result: SearchResult, pricer: Pricer, out: Path, top: int,
+                  extra: dict[str, Any] | None = None) -> list[Path]:
+    """plans.csv (every priced plan), plans.md (top N), best_plan.json and plans.png under ``out``."""
+    table = result.table()
+    best = result.best
+    header = (f"# Parallel plans: {pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}\n\n"
+              f"Best: **{best.config.label}**, {format_time(best.step_s)} per step "
+              f"({best.extra.get('samples_per_s', 0):.1f} samples/s), peak memory "
+              f"{format_size(best.peak_memory_bytes)} per device.")
+    summary = {"best": describe(pricer, best), "plans_priced": len(result.costs),
+               "plans_feasible": len(result.ranked), "pricing_s": result.pricing_s,
+               "plans_per_s": len(result.costs) / result.pricing_s if result.pricing_s > 0 else None,
+               "simulated": result.simulated, **(extra or {})}
+    return [
+        write_csv_atomic(table, out / "plans.csv"),
+        write_text_atomic(out / "plans.md", to_markdown(table, top, header)),
+        write_text_atomic(out / "best_plan.json", json.dumps(summary, indent=2, default=float) + "\n"),
+        plot(result, pricer, top, out / "plans.png"),
+    ]
