@@ -1,0 +1,185 @@
+"""``flexcomm place``: place an operator graph on a cluster's devices and compare placers.
+
+Baselines (single device, critical-path list scheduling, METIS partition, DP over a chain), a
+grouper-placer policy trained with PPO, and synchronous and asynchronous (AES-RL style) evolution
+strategies, all priced by one simulator of the training step (``placement.simulator``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from costmodel.errors import InputError
+from experiments.commands.common import add_cluster_arguments
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "place",
+        help="device placement of an operator graph: baselines, PPO grouper-placer, async vs sync ES",
+        description="Place a model's operator graph on the first --devices ranks of a cluster to minimise the "
+        "simulated training-step time (forward + backward, transfers on the cluster's links, memory limits, "
+        "GPipe micro-batches). Writes placement.json/.csv, comparison.csv/.md against every baseline, "
+        "curves.csv, search_curves.png and timeline.png.",
+    )
+    add = parser.add_argument
+    add("--model", default="inception", help="operator graph (planner.graphs.GRAPH_NAMES; default inception)")
+    add("--batch-size", type=int, default=128, help="batch of the traced graph (default 128)")
+    add_cluster_arguments(parser, default="4x8-a100-ib")
+    add("--devices", type=int, default=8, help="use the first N ranks of the cluster (default 8; 0 = all)")
+    add("--method", default="all", help="all, or comma-separated of single, critical-path, partition, dp-chain, "
+        "ppo, es (synchronous), async-es (default all); baselines always run for the table")
+    add("--budget-s", type=float, default=20.0, help="wall-clock seconds per search method (default 20)")
+    add("--iterations", type=int, help="also stop PPO after N updates and each ES after N x --ppo-batch "
+        "evaluations (whichever comes first)")
+    add("--micro-batches", type=int, default=4, help="GPipe micro-batches per step, 1 = no pipelining (default 4)")
+    add("--workers", type=int, default=2, help="ES worker processes (default 2)")
+    add("--measure-steps", type=float, default=5.0, help="each ES evaluation also waits this many simulated "
+        "step times (x a log-normal factor), standing for measuring the candidate (default 5; 0 = off)")
+    add("--eval-jitter", type=float, default=0.5, help="sigma of that log-normal factor (default 0.5)")
+    add("--rule", default="linear", help="async ES mean-update rule: linear, sigmoid, absolute, relative")
+    add("--rl-share", type=float, default=0.0, help="async ES: target share of candidates from PPO updates "
+        "(hybrid AES-RL; default 0)")
+    add("--es-start", default="best", help="ES start placement: best (the best baseline's) or a baseline's name, "
+        "e.g. single (default best)")
+    add("--groups", type=int, default=16, help="PPO grouper: number of groups (default 16)")
+    add("--ppo-batch", type=int, default=16, help="PPO placements sampled per update (default 16)")
+    add("--efficiency", type=float, default=0.65, help="fraction of peak FLOP/s ops reach (default 0.65)")
+    add("--no-contention", action="store_true", help="transfers from one device do not queue on its port")
+    add("--seed", type=int, default=0, help="seed of PPO, ES sampling and partitioning (default 0)")
+    add("--out", default="results/place", help="output directory (default results/place)")
+    add("--no-progress", action="store_true", help="no progress bars")
+    add("--no-plot", action="store_true", help="skip the PNG figures")
+    parser.set_defaults(handler=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.batch_size < 1:
+        raise InputError("batch-size", args.batch_size, "an integer >= 1")
+    if not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise InputError("budget-s", args.budget_s, "seconds > 0")
+    if args.iterations is not None and args.iterations < 1:
+        raise InputError("iterations", args.iterations, "an integer >= 1")
+    if args.micro_batches < 1:
+        raise InputError("micro-batches", args.micro_batches, "an integer >= 1")
+    if args.workers < 1:
+        raise InputError("workers", args.workers, "an integer >= 1")
+    if not (math.isfinite(args.measure_steps) and args.measure_steps >= 0):
+        raise InputError("measure-steps", args.measure_steps, "a number >= 0")
+    if not (math.isfinite(args.eval_jitter) and args.eval_jitter >= 0):
+        raise InputError("eval-jitter", args.eval_jitter, "a number >= 0")
+    if not 0 <= args.rl_share < 1:
+        raise InputError("rl-share", args.rl_share, "a fraction in [0, 1)")
+    if args.groups < 1 or args.ppo_batch < 2:
+        raise InputError("groups", (args.groups, args.ppo_batch), "--groups >= 1 and --ppo-batch >= 2")
+    if not 0 < args.efficiency <= 1:
+        raise InputError("efficiency", args.efficiency, "a fraction in (0, 1]")
+
+
+def _devices(args: argparse.Namespace):
+    from costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from placement.devices import DeviceSet
+    from planner.devices import load_plan_cluster
+
+    plan = load_plan_cluster(args.cluster)
+    if args.profile:
+        plan = plan.with_cluster(calibrated_cluster(plan.cluster, CalibrationProfile.load(args.profile)))
+    count = plan.world_size if args.devices == 0 else args.devices
+    if not 1 <= count <= plan.world_size:
+        raise InputError("devices", args.devices, f"0 (all) or 1..{plan.world_size} (ranks of {plan.name})")
+    return DeviceSet.from_cluster(plan.cluster, count, rank_devices=plan.devices)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    from placement.compare import parse_methods
+
+    methods = parse_methods(args.method)
+    from placement.baselines import BASELINES
+
+    if args.es_start != "best" and args.es_start not in BASELINES:
+        raise InputError("es-start", args.es_start, "best or one of " + ", ".join(BASELINES))
+
+    import pandas as pd
+    from tqdm import tqdm
+
+    from costmodel.atomic import write_csv_atomic, write_text_atomic
+    from placement.compare import compare, markdown, table
+    from placement.es import RULES, ESConfig
+    from placement.ppo import PPOConfig
+    from placement.simulator import PlacementProblem
+    from planner.graphs import build_graph
+
+    if args.rule not in RULES:
+        raise InputError("rule", args.rule, "one of " + ", ".join(RULES))
+    devices = _devices(args)
+    graph = build_graph(args.model, batch_size=args.batch_size)
+    problem = PlacementProblem(graph, devices, efficiency=args.efficiency, micro_batches=args.micro_batches,
+                               contention=not args.no_contention)
+    max_evals = None if args.iterations is None else args.iterations * args.ppo_batch
+    es_cfg = ESConfig(workers=args.workers, budget_s=args.budget_s, max_evaluations=max_evals, rule=args.rule,
+                      measure_steps=args.measure_steps, eval_jitter=args.eval_jitter, seed=args.seed,
+                      rl_share=args.rl_share)
+    ppo_cfg = PPOConfig(groups=args.groups, batch=args.ppo_batch, budget_s=args.budget_s,
+                        iterations=args.iterations, seed=args.seed)
+
+    bars: list = []
+
+    def progress(method: str):
+        if args.no_progress:
+            return None
+        for old in bars:  # one bar at a time: the previous search has finished
+            old.close()
+        bar = tqdm(total=100, desc=f"{method:>8}", unit="%", leave=True, mininterval=0.5,
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} {postfix}")
+        bars.append(bar)
+
+        def report(fraction: float, best: float) -> None:
+            bar.set_postfix_str(f"best {best * 1e3:.4g} ms", refresh=False)
+            bar.update(max(0, int(round(100 * fraction)) - bar.n))  # redraws at most every mininterval
+        return report
+
+    try:
+        comparison = compare(problem, methods, es=es_cfg, ppo=ppo_cfg, progress=progress, es_start=args.es_start)
+    finally:
+        for bar in bars:
+            bar.close()
+    frame = table(problem, comparison)
+    chosen = comparison.best(methods)
+    out = Path(args.out)
+    title = (f"{args.model} (batch {args.batch_size}, {args.micro_batches} micro-batches) on "
+             f"{devices.count} devices of {devices.cluster_name}")
+    write_csv_atomic(frame, out / "comparison.csv")
+    write_text_atomic(out / "comparison.md", markdown(frame, title))
+    curves = [{"method": m, "wall_s": w, "evaluations": e, "best_step_time_s": b}
+              for m, curve in comparison.curves.items() for w, e, b in curve]
+    write_csv_atomic(pd.DataFrame(curves, columns=["method", "wall_s", "evaluations", "best_step_time_s"]),
+                     out / "curves.csv")
+    names = devices.names
+    write_csv_atomic(pd.DataFrame({"op": [str(v) for v in problem.nodes],
+                                   "kind": [graph.nodes[v].get("kind", "") for v in problem.nodes],
+                                   "device": chosen.placement,
+                                   "device_name": [names[d] for d in chosen.placement]}), out / "placement.csv")
+    sim = problem.simulate(chosen.placement)
+    payload = {
+        "model": args.model, "batch_size": args.batch_size, "micro_batches": args.micro_batches,
+        "cluster": devices.cluster_name, "devices": list(names), "method": chosen.method,
+        "step_time_s": chosen.step_time_s, "feasible": chosen.feasible,
+        "speedup_vs_single": float(frame.loc[frame.method == chosen.method, "speedup_vs_single"].iloc[0]),
+        "memory_bytes": sim.memory_bytes.tolist(), "seed": args.seed,
+        "placement": {str(v): names[d] for v, d in zip(problem.nodes, chosen.placement, strict=True)},
+    }
+    write_text_atomic(out / "placement.json", json.dumps(payload, indent=2) + "\n")
+    if not args.no_plot:
+        from placement.plots import search_curves, timeline
+
+        if comparison.curves:
+            search_curves(comparison, out / "search_curves.png", title)
+        timeline(problem, chosen.placement, out / "timeline.png", f"{chosen.method} on {devices.count} devices")
+    print(markdown(frame, title))
+    print(f"best: {chosen.method} {chosen.step_time_s * 1e3:.4g} ms "
+          f"({payload['speedup_vs_single']:.2f}x over single device); wrote {out}/")
+    return 0
