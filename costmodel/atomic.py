@@ -50,8 +50,15 @@ def write_csv_atomic(frame, path: str | Path) -> Path:  # frame: pandas.DataFram
 
 
 def save_figure_atomic(figure, path: str | Path, dpi: int = 130) -> Path:  # figure: matplotlib Figure
+    """Write the figure atomically, then close it: figures are saved once, and open ones pile up in long runs."""
+    import matplotlib.pyplot as plt
+
     fmt = Path(path).suffix.lstrip(".") or "png"
-    return write_atomic(path, lambda handle: figure.savefig(handle, format=fmt, dpi=dpi, bbox_inches="tight"), "wb")
+    try:
+        return write_atomic(path, lambda handle: figure.savefig(handle, format=fmt, dpi=dpi, bbox_inches="tight"),
+                            "wb")
+    finally:
+        plt.close(figure)
 
 
 class AppendingCsv:

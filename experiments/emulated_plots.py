@@ -59,9 +59,7 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)
 
 
 def plot_pareto_fronts(fronts: pd.DataFrame, path: str | Path, max_panels: int = 4) -> Path:
@@ -96,6 +94,4 @@ def plot_pareto_fronts(fronts: pd.DataFrame, path: str | Path, max_panels: int =
     if points is not None:
         fig.colorbar(points, ax=axes[0].tolist(), label="compression ratio c (fraction kept)")
     fig.suptitle("Pareto fronts of the compression ratio: time per step vs statistical efficiency", fontsize=10)
-    out = save_figure_atomic(fig, Path(path))
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, Path(path))

@@ -155,9 +155,7 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
     if not own:
         return None
     fig.colorbar(points, ax=ax, label="compression ratio c (fraction kept)")
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)
 
 
 def summary_lines(result: ParetoResult) -> list[str]:

@@ -137,6 +137,4 @@ def plot(table: pd.DataFrame, path):  # -> Path
     ax.set_title("Tyagi & Swany 2023 Table IV (8 x V100, 4 ms, 20 Gbit/s): measured vs flexcomm's cost model",
                  fontsize=10)
     ax.legend(fontsize=8)
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)

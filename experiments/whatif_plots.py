@@ -80,7 +80,6 @@ def plot_link_sweep(table: pd.DataFrame, out_dir: Path, ranks_shown=(8, 64, 1024
         _legend(fig)
         fig.tight_layout(rect=(0, 0.04, 1, 0.96))
         paths.append(save_figure_atomic(fig, out_dir / f"whatif_{model_name}.png"))
-        plt.close(fig)
     return paths
 
 
@@ -97,9 +96,7 @@ def plot_ranks_sweep(table: pd.DataFrame, out_dir: Path, title: str) -> Path:
     fig.suptitle(title, fontsize=10)
     _legend(fig)
     fig.tight_layout(rect=(0, 0.06, 1, 0.94))
-    path = save_figure_atomic(fig, out_dir / "whatif_cluster.png")
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, out_dir / "whatif_cluster.png")
 
 
 def plot_crossover(table: pd.DataFrame, out_dir: Path) -> Path:
@@ -122,6 +119,4 @@ def plot_crossover(table: pd.DataFrame, out_dir: Path) -> Path:
                  fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = save_figure_atomic(fig, out_dir / "whatif_crossover.png")
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, out_dir / "whatif_crossover.png")

@@ -40,9 +40,7 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     ax.set_ylim(lo * 0.95, min(hi, lo * 3) * 1.05)
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)
 
 
 def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, title: str) -> Path:
@@ -63,6 +61,4 @@ def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, 
     ax.set_xlabel("time in step (ms)")
     ax.set_title(f"{title}: step {sim.makespan_s * 1e3:.3g} ms (blue forward, red backward)", fontsize=10)
     ax.invert_yaxis()
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)

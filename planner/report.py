@@ -116,9 +116,7 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
         ax2.set_ylabel("ms of compute per micro-batch (forward + backward)")
         ax2.set_title(f"best plan {best.config.label}: stage split", fontsize=9)
     fig.tight_layout()
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)
 
 
 def write_outputs(result: SearchResult, pricer: Pricer, out: Path, top: int,

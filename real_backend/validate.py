@@ -600,7 +600,6 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     save_figure_atomic(fig, path)
-    plt.close(fig)
 
 
 def write_outputs(folder: Path, table: pd.DataFrame, summary: dict[str, Any]) -> None:

@@ -91,15 +91,12 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
 
 def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
     """Title, atomic save, close: how every reproduction figure ends (closing keeps long runs' memory flat)."""
-    import matplotlib.pyplot as plt
 
     from costmodel.atomic import save_figure_atomic
 
     if title:
         fig.suptitle(title)
-    out = save_figure_atomic(fig, path)
-    plt.close(fig)
-    return out
+    return save_figure_atomic(fig, path)
 
 
 def fmt_pct(x: float) -> str:

@@ -151,7 +151,6 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     fig.suptitle(f"{spec.name}: {spec.engine} engine", y=1.04 + 0.02 * math.ceil(len(labels) / 6), fontsize=10)
     fig.tight_layout()
     save_figure_atomic(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -207,7 +206,6 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     ax.set_title(f"{spec.name}: best by {spec.winner_metric}{sub}", fontsize=9)
     fig.tight_layout()
     save_figure_atomic(fig, path)
-    plt.close(fig)
     return path
 
 
