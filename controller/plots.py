@@ -1,0 +1,128 @@
+"""Figures of the controller: training curves (gSDE vs Gaussian) and the held-out comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from costmodel.atomic import save_figure_atomic  # noqa: E402
+
+COLOURS = {"gsde": "#9467bd", "gaussian": "#8c564b", "moo": "#d62728", "dense": "#7f7f7f"}
+STATIC_STYLES = {"topk-ag": "-", "topk-ar": "--"}
+
+
+def _colour(name: str) -> str | None:
+    if name in COLOURS:
+        return COLOURS[name]
+    if name.startswith(("topk-ag", "topk-ar")):
+        ratio = float(name.split("@")[1]) if "@" in name else 0.01
+        shade = float(np.clip(0.35 + 0.25 * (-np.log10(ratio) - 1), 0.2, 1.0))  # 0.1 light .. 0.001 dark
+        return matplotlib.colors.to_hex(plt.cm.Blues(shade))
+    return None
+
+
+def _style(name: str) -> str:
+    return STATIC_STYLES.get(name.split("@")[0], "-")
+
+
+def plot_training_curves(curves: pd.DataFrame, path: str | Path, window: int = 10,
+                         evals: pd.DataFrame | None = None) -> Path:
+    """Left: rollout episode returns against timesteps (dots) and their running mean of ``window``.
+    Right (with ``evals``): the deterministic policy's mean return on the fixed episodes against timesteps,
+    with the references (random policy, static c) as horizontal lines.
+
+    With a ``seed`` column (several training runs), one line per (variant, seed), styles by seed.
+    """
+    panels = 2 if evals is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 4.8), squeeze=False)
+    ax = axes[0, 0]
+    styles = ["-", "--", ":", "-."]
+    seeds = list(dict.fromkeys(curves["seed"])) if "seed" in curves else [None]
+    for variant, part in curves.groupby("variant", sort=False):
+        colour = COLOURS.get(str(variant))
+        for i, seed in enumerate(seeds):
+            run = part if seed is None else part[part["seed"] == seed]
+            if run.empty:
+                continue
+            ax.scatter(run["timesteps"], run["return"], s=5, alpha=0.2, color=colour)
+            smooth = run["return"].rolling(window, min_periods=1).mean()
+            label = f"{variant}" + ("" if seed is None else f" seed {seed}")
+            ax.plot(run["timesteps"], smooth, color=colour, lw=2, ls=styles[i % len(styles)], label=label)
+    ax.set_xlabel("timesteps (env steps = reconfiguration intervals)")
+    ax.set_ylabel(f"rollout episode return (running mean of {window})")
+    ax.set_title("rollouts (exploration on, random trace per episode)")
+    if evals is not None:
+        ax_eval = axes[0, 1]
+        references = {"random": "#bcbd22", "c=0.01 auto": "#17becf"}
+        eval_seeds = list(dict.fromkeys(evals["seed"])) if "seed" in evals else [None]
+        for i, seed in enumerate(eval_seeds):
+            part = evals if seed is None else evals[evals["seed"] == seed]
+            suffix = "" if seed is None else f" seed {seed}"
+            for variant, run in part.groupby("variant", sort=False):
+                if variant in references:
+                    ax_eval.axhline(run["mean_return"].iloc[0], color=references[str(variant)],
+                                    ls=styles[i % len(styles)], lw=1, label=f"{variant}{suffix}")
+                else:
+                    ax_eval.plot(run["timesteps"], run["mean_return"], marker="o", color=COLOURS.get(str(variant)),
+                                 ls=styles[i % len(styles)], lw=2, label=f"{variant}{suffix}")
+        ax_eval.set_xlabel("timesteps")
+        ax_eval.set_ylabel("mean return on the fixed episodes (deterministic policy)")
+        ax_eval.set_title("evaluation: same traces and model seeds every time")
+        ax_eval.grid(alpha=0.3)
+        ax_eval.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("PPO on the compression environment: gSDE vs Gaussian exploration")
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
+
+
+def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, float] | None = None) -> Path:
+    """Per held-out trace (columns): test accuracy vs simulated time, chosen c vs step, and the link's bandwidth."""
+    traces = list(dict.fromkeys(frames["trace"]))
+    fig, axes = plt.subplots(3, len(traces), figsize=(5.2 * len(traces), 11), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2, 1]})
+    for col, trace in enumerate(traces):
+        ax_acc, ax_c, ax_net = axes[0, col], axes[1, col], axes[2, col]
+        part = frames[frames["trace"] == trace]
+        for name, run in part.groupby("strategy", sort=False):
+            name = str(name)
+            evals = run.dropna(subset=["test_acc"])
+            learned = name in ("gsde", "gaussian", "moo")
+            ax_acc.plot(evals["sim_time_s"], evals["test_acc"], color=_colour(name), ls=_style(name),
+                        lw=2 if learned else 1, label=name)
+            if learned:
+                ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=1.5, label=name)
+                ar = run[run["scheme"] == "topk-ar"]
+                ax_c.scatter(ar["step"], ar["ratio"], marker="^", s=8, color=_colour(name))
+        if targets and trace in targets and np.isfinite(targets[trace]):
+            ax_acc.axhline(targets[trace], color="k", lw=0.6, ls=":")
+        first = part[part["strategy"] == part["strategy"].iloc[0]]
+        ax_net.step(first["step"], first["net_bandwidth_Bps"] * 8 / 1e9, where="post", color="k")
+        ax_lat = ax_net.twinx()
+        ax_lat.step(first["step"], first["net_latency_s"] * 1e3, where="post", color="tab:red", lw=0.8)
+        ax_lat.set_ylabel("latency (ms)", color="tab:red")
+        ax_acc.set_xscale("log")
+        ax_acc.set_ylim(0.5, 1.0)
+        ax_acc.set_title(f"trace {trace}")
+        ax_acc.set_xlabel("simulated time (s)")
+        ax_acc.set_ylabel("test accuracy")
+        ax_c.set_yscale("log")
+        ax_c.set_ylim(8e-4, 0.12)
+        ax_c.set_xlabel("iteration")
+        ax_c.set_ylabel("compression ratio c (triangles: topk-ar)")
+        ax_net.set_xlabel("iteration")
+        ax_net.set_ylabel("bandwidth (Gbit/s)")
+        for ax in (ax_acc, ax_c):
+            ax.grid(alpha=0.3)
+        if col == 0:
+            ax_acc.legend(fontsize=7)
+            ax_c.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
