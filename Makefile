@@ -19,6 +19,8 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/flexcomm whatif --out $(RESULTS)/whatif
 
+# one torch thread per test process: the models are tiny, and on few shared cores a thread pool spins longer
+# than the kernels run (measured 6x on the notebook tests)
 test: install
 	$(PY) -m ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest
