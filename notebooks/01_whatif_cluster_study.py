@@ -19,7 +19,7 @@ import experiments
 from costmodel import CostModel, load_cluster
 from costmodel.units import format_time
 from experiments.cli import main as flexcomm
-from experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, grid_of, paper_threshold, price
+from experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, paper_threshold, price
 
 work = Path(tempfile.mkdtemp(prefix="flexcomm-nb1-"))
 
@@ -70,8 +70,7 @@ ax.legend(fontsize=7)
 
 # %%
 ratios, latencies = np.logspace(-4, 0, 60), np.logspace(-6, -1, 40)
-grid = price(grid_of(ratios, latencies, np.array([1.25e9]), np.array([8])), params,
-             *VARIANTS["paper forms (int32 indices)"])
+grid = price(ratios, latencies, np.array([1.25e9]), np.array([8]), params, *VARIANTS["paper forms (int32 indices)"])
 codes = {"dense": 0, "topk-ag": 1, "topk-ar": 2}
 z = grid["winner"].map(codes).to_numpy().reshape(len(ratios), len(latencies)).T
 fig, ax = plt.subplots(figsize=(5.5, 3.8))

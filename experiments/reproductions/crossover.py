@@ -18,8 +18,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
+from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload  # noqa: E402
 from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from experiments.whatif import WhatIfGrid, run_whatif  # noqa: E402
 
 PARAMS = 25.56e6  #: ResNet-50, the paper's mid-size model
 VARIANTS: dict[str, tuple[SparsePayload, SchemeAlgorithms]] = {
@@ -42,24 +43,21 @@ def paper_threshold(latency_s: np.ndarray, bandwidth_Bps: np.ndarray, ranks: np.
         return np.where(bracket > 0, 2 * np.asarray(latency_s) * (n - 1) / (m_beta * bracket), np.nan)
 
 
-def price(grid: pd.DataFrame, params: float, payload: SparsePayload, algorithms: SchemeAlgorithms) -> pd.DataFrame:
-    """Adds ``<scheme>_s`` columns (communication seconds) and ``winner`` to a grid of ratio/latency/bandwidth/ranks."""
-    out = grid.copy()
-    alpha = grid["latency_s"].to_numpy()
-    beta = 1.0 / grid["bandwidth_Bps"].to_numpy()
-    for scheme in SCHEMES:
-        coef = scheme_coefficients(scheme, params, grid["ratio"].to_numpy(), grid["ranks"].to_numpy(), payload,
-                                   algorithms)
-        out[f"{scheme}_s"] = coef.time(alpha, beta).total
-    times = out[[f"{s}_s" for s in SCHEMES]].to_numpy()
-    out["winner"] = np.array(SCHEMES)[np.argmin(times, axis=1)]
-    return out
-
-
-def grid_of(ratios: np.ndarray, latencies: np.ndarray, bandwidths: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
-    r, lat, bw, n = np.meshgrid(ratios, latencies, bandwidths, ranks, indexing="ij")
-    return pd.DataFrame({"ratio": r.ravel(), "latency_s": lat.ravel(), "bandwidth_Bps": bw.ravel(),
-                         "ranks": n.ravel().astype(int)})
+def price(ratios: np.ndarray, latencies: np.ndarray, bandwidths: np.ndarray, ranks: np.ndarray, params: float,
+          payload: SparsePayload, algorithms: SchemeAlgorithms) -> pd.DataFrame:
+    """One row per (ratio, latency, bandwidth, ranks), in that nesting order, with ``<scheme>_s``
+    (communication seconds, priced by :func:`experiments.whatif.run_whatif` without compression time)
+    and ``winner``."""
+    grid = WhatIfGrid(models={"model": params}, ratios=np.asarray(ratios), bandwidths_Bps=np.asarray(bandwidths),
+                      latencies_s=np.asarray(latencies), ranks=np.asarray(ranks), payload=payload,
+                      algorithms=algorithms, compress_elements_per_s=0.0)
+    keys = ["ratio", "latency_s", "bandwidth_Bps", "ranks"]
+    table = run_whatif(grid)
+    wide = table.pivot_table(index=keys, columns="scheme", values="seconds", aggfunc="first")
+    wide.columns = [f"{scheme}_s" for scheme in wide.columns]
+    wide = wide[[f"{scheme}_s" for scheme in SCHEMES]]
+    wide["winner"] = table.drop_duplicates(keys).set_index(keys)["best_scheme"]
+    return wide.reset_index().sort_values(keys, ignore_index=True)
 
 
 def numerical_threshold(priced: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +85,7 @@ def run(settings: Settings, out: Path) -> Outcome:
     ranks = np.array([8, 64, 512] + ([1024] if settings.full else []))
     frames = []
     for variant, (payload, algorithms) in settings.iterate(VARIANTS.items(), "crossover", total=len(VARIANTS)):
-        priced = price(grid_of(ratios, latencies, bandwidths, ranks), PARAMS, payload, algorithms)
+        priced = price(ratios, latencies, bandwidths, ranks, PARAMS, payload, algorithms)
         priced.insert(0, "variant", variant)
         frames.append(priced)
     table = pd.concat(frames, ignore_index=True)
@@ -98,10 +96,10 @@ def run(settings: Settings, out: Path) -> Outcome:
     long["params"] = PARAMS
 
     # the threshold where Allgather stops winning: numerical (both variants) vs the paper's closed form
-    fine = grid_of(np.logspace(-6, 0, 4001), latencies, bandwidths, ranks)
+    fine = np.logspace(-6, 0, 4001)
     thresholds = []
     for variant, (payload, algorithms) in VARIANTS.items():
-        th = numerical_threshold(price(fine, PARAMS, payload, algorithms))
+        th = numerical_threshold(price(fine, latencies, bandwidths, ranks, PARAMS, payload, algorithms))
         th.insert(0, "variant", variant)
         thresholds.append(th)
     thresholds_table = pd.concat(thresholds, ignore_index=True)
@@ -109,20 +107,20 @@ def run(settings: Settings, out: Path) -> Outcome:
         thresholds_table["latency_s"], thresholds_table["bandwidth_Bps"], thresholds_table["ranks"], PARAMS)
 
     figures = [plot_costs(long, out / "crossover_costs.png"), plot_map(settings, out / "crossover_map.png")]
-    return Outcome(long, figures, findings(long, thresholds_table), {"thresholds": thresholds_table})
+    return Outcome(long, figures, findings(table, thresholds_table), {"thresholds": thresholds_table})
 
 
-def findings(long: pd.DataFrame, th: pd.DataFrame) -> list[str]:
+def findings(table: pd.DataFrame, th: pd.DataFrame) -> list[str]:
+    """``table``: one row per (variant, configuration) with its winner; ``th``: the thresholds."""
     paper = th[th["variant"].str.startswith("paper")]
     finite = paper[np.isfinite(paper["ag_below_c"]) & (paper["ag_below_c"] > 0) & paper["paper_closed_form_c"].notna()]
     rel = (finite["ag_below_c"] / finite["paper_closed_form_c"] - 1).abs()
     wide = th.pivot_table(index=["latency_s", "bandwidth_Bps", "ranks"], columns="variant", values="ag_below_c")
     ratio64 = (wide["int64 indices (what the code sends)"] / wide["paper forms (int32 indices)"]).replace(
         [np.inf, -np.inf], np.nan).dropna()
-    winners = long[long["scheme"] == "dense"].drop_duplicates(["variant", "ratio", "latency_s", "bandwidth_Bps",
-                                                                "ranks"])
-    share = winners[winners["variant"].str.startswith("paper")]["winner"].value_counts(normalize=True)
-    dense_wins = winners[winners["variant"].str.startswith("paper") & (winners["winner"] == "dense")]
+    winners = table[table["variant"].str.startswith("paper")]
+    share = winners["winner"].value_counts(normalize=True)
+    dense_wins = winners[winners["winner"] == "dense"]
     dense_from = float(dense_wins["ratio"].min()) if len(dense_wins) else float("nan")
     at = paper[(paper["latency_s"] == 1e-3) & (paper["bandwidth_Bps"] == 1.25e9)].set_index("ranks")["ag_below_c"]
     lines = [
@@ -178,7 +176,7 @@ def plot_map(settings: Settings, path: Path) -> Path:
     latencies = np.logspace(-6, -1, 81 if settings.full else 41)
     ranks = [8, 64, 512]
     payload, algorithms = VARIANTS["paper forms (int32 indices)"]
-    priced = price(grid_of(ratios, latencies, np.array([1.25e9]), np.array(ranks)), PARAMS, payload, algorithms)
+    priced = price(ratios, latencies, np.array([1.25e9]), np.array(ranks), PARAMS, payload, algorithms)
     codes = {s: i for i, s in enumerate(SCHEMES)}
     cmap = ListedColormap([SCHEME_COLOURS[s] for s in SCHEMES])
     fig, axes = plt.subplots(1, len(ranks), figsize=(4.3 * len(ranks), 3.8), sharey=True, layout="constrained")
