@@ -17,13 +17,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.emulated import EmulatedRun, EmulationConfig, time_to_accuracy  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from experiments.reproductions.base import (  # noqa: E402
+    ECA_RESNET50_PARAMS,
+    Outcome,
+    Reproduction,
+    Settings,
+    finish_figure,
+    paper_model,
+)
 from workloads import get_workload  # noqa: E402
 
 #: (workload, label, workers, parameters priced, compute per step s, small steps, full steps)
 WORKLOADS = [
-    ("eca-resnet-digits", "ECA-ResNet (priced as ECA-ResNet-50)", 4, 24_370_000, 28e-3, 150, 600),
-    ("mlp-digits", "MLP (priced as ResNet-18)", 8, 11_690_000, 15e-3, 300, 1500),
+    ("eca-resnet-digits", "ECA-ResNet (priced as ECA-ResNet-50)", 4, ECA_RESNET50_PARAMS, paper_model("resnet50")[1],
+     150, 600),
+    ("mlp-digits", "MLP (priced as ResNet-18)", 8, *paper_model("resnet18"), 300, 1500),
 ]
 #: (label, strategy, ratio)
 STRATEGIES = [("dense", "dense", 1.0), ("top-k c=0.1", "topk-ar", 0.1), ("top-k c=0.01", "topk-ar", 0.01),

@@ -18,10 +18,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.emulated import EmulatedRun, EmulationConfig  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure, paper_model  # noqa: E402
 
 #: (label, parameters priced, compute per step s): the paper's smallest and largest model.
-PRICED = [("ResNet-18 size", 11_690_000, 15e-3), ("'ViT' size", 132_900_000, 47e-3)]
+PRICED = [("ResNet-18 size", *paper_model("resnet18")), ("'ViT' size", *paper_model("vit"))]
 NETWORKS = ("c1", "c2")
 SCHEME_COLOURS = {"topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "dense": "#7f7f7f"}
 

@@ -89,6 +89,19 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
     return write_text_atomic(out / f"{repro.id}.md", "\n".join(lines))
 
 
+def paper_model(name: str) -> tuple[int, float]:
+    """(parameters, measured compute seconds per step) of one of Tyagi & Swany's models
+    (:data:`experiments.reproduce.MODELS`): what a small emulated workload is priced as."""
+    from experiments.reproduce import MODELS
+
+    model = MODELS[name]
+    return int(model.params), model.compute_ms * 1e-3
+
+
+#: ECA-ResNet-50's parameters (Wang et al., 24.37M); its step is priced with ResNet-50's measured compute.
+ECA_RESNET50_PARAMS = 24_370_000
+
+
 def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
     """Title, atomic save, close: how every reproduction figure ends (closing keeps long runs' memory flat)."""
 

@@ -16,13 +16,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from experiments.pareto import ParetoResult, pareto_study, plot_pareto  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from experiments.reproductions.base import (  # noqa: E402
+    ECA_RESNET50_PARAMS,
+    Outcome,
+    Reproduction,
+    Settings,
+    finish_figure,
+    paper_model,
+)
 
 #: (workload trained, stands in for, parameters priced, compute per step s): the paper's families.
 MODELS = [
-    ("mlp-digits", "ResNet-18", 11_690_000, 15e-3),
-    ("eca-resnet-digits", "ECA-ResNet-50", 24_370_000, 28e-3),
-    ("lstm-seq", "AlexNet-size LSTM", 61_100_000, 5e-3),
+    ("mlp-digits", "ResNet-18", *paper_model("resnet18")),
+    ("eca-resnet-digits", "ECA-ResNet-50", ECA_RESNET50_PARAMS, paper_model("resnet50")[1]),
+    ("lstm-seq", "AlexNet-size LSTM", *paper_model("alexnet")),
 ]
 CLUSTER = "8x1-v100-40g"
 
