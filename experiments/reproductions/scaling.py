@@ -20,7 +20,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from costmodel.cluster import Cluster, load_cluster  # noqa: E402
-from costmodel.compressed import scheme_coefficients  # noqa: E402
 from costmodel.model import CostModel  # noqa: E402
 from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 from sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
@@ -46,9 +45,7 @@ def cluster_of(ranks: int, network: str) -> Cluster:
 def flexible_choice(cluster: Cluster, numel: float, ranks: int) -> str:
     """The Top-k exchange the cost model predicts faster for the whole gradient at this size."""
     model = CostModel.from_cluster(cluster)
-    _, link = model.group_link(ranks)
-    times = {s: float(scheme_coefficients(s, numel, RATIO, ranks).time(link.alpha, link.beta).total)
-             for s in ("topk-ag", "topk-ar")}
+    times = {s: float(model.scheme(s, numel, RATIO, ranks).total) for s in ("topk-ag", "topk-ar")}
     return min(times, key=times.__getitem__)
 
 
