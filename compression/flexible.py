@@ -47,13 +47,12 @@ from costmodel.compressed import (
     SparsePayload,
     scheme_coefficients,
 )
+from costmodel.compute import V100_TOPK_ELEMENTS_PER_S
 from costmodel.errors import InputError
 from costmodel.model import CostModel
 
 FLEXIBLE_CANDIDATES = ("dense", "topk-ag", "topk-ar")
 
-#: Top-k selection speed on a V100 (Tyagi & Swany 2023: ~14 ms layer-wise Top-k for ResNet-18's 11.7M).
-V100_TOPK_ELEMENTS_PER_S = 0.75e9
 
 #: (record, world_size) -> seconds that call took (a simulated network, or None to use measured times).
 Clock = Callable[[CollectiveRecord, int], float]

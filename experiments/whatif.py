@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients
+from costmodel.compute import V100_TOPK_ELEMENTS_PER_S
 from costmodel.model import CostModel
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class WhatIfGrid:
     #: Default from Tyagi & Swany 2023's V100 measurements: layer-wise Top-k took ~14 ms for
     #: ResNet-18's 11.7M and ~36 ms for ResNet-50's 25.6M elements (~0.75e9 elements/s), nearly
     #: constant in the ratio, so it is priced as numel / throughput whatever the ratio.
-    compress_elements_per_s: float = 0.75e9
+    compress_elements_per_s: float = V100_TOPK_ELEMENTS_PER_S
 
     def size(self) -> int:
         return (len(self.models) * len(self.ratios) * len(self.bandwidths_Bps) * len(self.latencies_s)

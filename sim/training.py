@@ -42,7 +42,7 @@ from simpy.events import Timeout
 
 from costmodel.cluster import Cluster, load_cluster
 from costmodel.compressed import SCHEMES, SchemeAlgorithms
-from costmodel.compute import DEFAULT_EFFICIENCY, ModelSpec
+from costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
 from costmodel.errors import InputError
 from costmodel.model import CostModel
 from costmodel.units import parse_size
@@ -56,7 +56,7 @@ MIB = 2**20
 #: DDP's default bucket cap (``bucket_cap_mb=25``).
 DEFAULT_BUCKET_CAP = 25 * MIB
 #: Top-k selection speed in gradient elements/s (Tyagi & Swany's V100 measurement, as ``flexcomm whatif``).
-DEFAULT_COMPRESS_ELEMENTS_PER_S = 0.75e9
+DEFAULT_COMPRESS_ELEMENTS_PER_S = V100_TOPK_ELEMENTS_PER_S
 
 
 # --- buckets --------------------------------------------------------------------------------------
