@@ -25,7 +25,7 @@ from experiments.reproductions.base import (  # noqa: E402
     finish_figure,
     paper_model,
 )
-from workloads import get_workload  # noqa: E402
+from workloads import Workload, get_workload  # noqa: E402
 
 #: (workload, label, workers, parameters priced, compute per step s, small steps, full steps)
 WORKLOADS = [
@@ -45,14 +45,16 @@ TARGET_FRACTION = 0.97  #: time to this fraction of dense's final accuracy
 def run(settings: Settings, out: Path) -> Outcome:
     frames = []
     cases = [(w, s) for w in WORKLOADS for s in STRATEGIES]
-    loaded = {}
+    loaded: dict[str, Workload] = {}
     for (name, label, workers, params, compute, small, full), (tag, strategy, ratio) in settings.iterate(
             cases, "accuracy vs time", total=len(cases)):
         steps = settings.steps(small, full)
         config = EmulationConfig(workload=name, workers=workers, cluster="8x1-v100-40g", strategy=strategy,
                                  ratio=ratio, steps=steps, seed=settings.seed, eval_every=max(steps // 15, 1),
                                  network="c1", price_params=params, compute_time_s=compute)
-        workload = loaded.setdefault(name, get_workload(name, seed=settings.seed))
+        if name not in loaded:  # build each workload's data once, shared by its strategies
+            loaded[name] = get_workload(name, seed=settings.seed)
+        workload = loaded[name]
         frame = EmulatedRun(config, workload=workload).run(progress=False).frame
         frames.append(frame.assign(workload=name, model=label, label=tag))
     table = pd.concat(frames, ignore_index=True)
