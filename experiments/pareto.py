@@ -13,7 +13,7 @@ and run the NSGA-II front the controller uses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -167,8 +167,3 @@ def summary_lines(result: ParetoResult) -> list[str]:
         lines.append(f"{pick.rule:7s} c={pick.c:.4g} {pick.scheme:8s} step {pick.step_s * 1e3:.4g} ms "
                      f"(comm+compress {pick.comm_s * 1e3:.4g} ms) gain {pick.gain:.3f}")
     return lines
-
-
-def with_rule(result: ParetoResult, rule: str) -> ParetoResult:
-    """The same study with a different rule marked as chosen (no re-measurement)."""
-    return replace(result, info={**result.info, "rule": rule})

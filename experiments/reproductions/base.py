@@ -110,14 +110,3 @@ def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     return save_figure_atomic(fig, path)
-
-
-def fmt_pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def describe(value: Any) -> str:
-    """Short human form of a ratio/float for notes."""
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
