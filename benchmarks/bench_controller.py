@@ -27,19 +27,12 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    from controller.env import CompressionEnv, EnvConfig  # noqa: E402
-    from controller.traces import TraceClock, paper_trace  # noqa: E402
-    from experiments.emulated import EmulatedRun  # noqa: E402
-except ImportError:  # a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from controller.env import CompressionEnv, EnvConfig
-    from controller.traces import TraceClock, paper_trace
-    from experiments.emulated import EmulatedRun
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import pin_one_cpu  # noqa: E402
+require_flexcomm()
+from flexcomm.controller.env import CompressionEnv, EnvConfig  # noqa: E402
+from flexcomm.controller.traces import TraceClock, paper_trace  # noqa: E402
+from flexcomm.emulation.engine import EmulatedRun  # noqa: E402
 
 
 def env_episode(env: CompressionEnv, seed: int) -> float:

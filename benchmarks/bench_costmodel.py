@@ -32,13 +32,10 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
+from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    from costmodel.collectives import PIPELINE_SEGMENT_BYTES, formula  # noqa: E402
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from costmodel.collectives import PIPELINE_SEGMENT_BYTES, formula
+require_flexcomm()
+from flexcomm.costmodel.collectives import PIPELINE_SEGMENT_BYTES, formula  # noqa: E402
 
 THRESHOLD = 1e6  # evaluations/s the vectorised path must reach for --check
 

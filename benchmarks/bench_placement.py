@@ -32,21 +32,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
+from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    from placement.simulator import PlacementProblem  # noqa: E402
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from placement.simulator import PlacementProblem
-
-from costmodel.cluster import load_cluster  # noqa: E402
-from placement.compare import compare, time_to_within  # noqa: E402
-from placement.devices import DeviceSet  # noqa: E402
-from placement.es import ESConfig  # noqa: E402
-from placement.ppo import PPOConfig  # noqa: E402
-from placement.reference import reference_makespan  # noqa: E402
-from placement.toy import random_dag  # noqa: E402
+require_flexcomm()
+from flexcomm.costmodel.cluster import load_cluster  # noqa: E402
+from flexcomm.placement.compare import compare, time_to_within  # noqa: E402
+from flexcomm.placement.devices import DeviceSet  # noqa: E402
+from flexcomm.placement.es import ESConfig  # noqa: E402
+from flexcomm.placement.ppo import PPOConfig  # noqa: E402
+from flexcomm.placement.reference import reference_makespan  # noqa: E402
+from flexcomm.placement.simulator import PlacementProblem  # noqa: E402
+from flexcomm.placement.toy import random_dag  # noqa: E402
 
 
 def _rate(fn, placements: list[list[int]], repeats: int) -> float:
@@ -79,7 +75,7 @@ def pricing(graphs: dict[str, object], devices: DeviceSet, count: int, ref_count
 
 def search(model: str, batch: int, cluster: str, devices: int, micro: int, budget: float, workers: int,
            measure: float, seed: int) -> dict:
-    from planner.graphs import build_graph
+    from flexcomm.planner.graphs import build_graph
 
     problem = PlacementProblem(build_graph(model, batch_size=batch),
                                DeviceSet.from_cluster(load_cluster(cluster), devices), micro_batches=micro)
@@ -161,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     cpu = pin_one_cpu()
     try:
-        from planner.graphs import build_graph
+        from flexcomm.planner.graphs import build_graph
 
         graphs = {"random-dag-60": random_dag(60, seed=0), "resnet50": build_graph("resnet50"),
                   "inception": build_graph("inception")}

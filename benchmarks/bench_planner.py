@@ -29,21 +29,17 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
+from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    import planner.graphs  # noqa: E402,F401
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
+require_flexcomm()
 import torch  # noqa: E402
 
-from planner.devices import load_plan_cluster  # noqa: E402
-from planner.graphs import build_graph  # noqa: E402
-from planner.plans import Pricer  # noqa: E402
-from planner.search import enumerate_plans  # noqa: E402
-from planner.simulate import simulate_plan  # noqa: E402
-from planner.units import build_units  # noqa: E402
+from flexcomm.planner.devices import load_plan_cluster  # noqa: E402
+from flexcomm.planner.graphs import build_graph  # noqa: E402
+from flexcomm.planner.plans import Pricer  # noqa: E402
+from flexcomm.planner.search import enumerate_plans  # noqa: E402
+from flexcomm.planner.simulate import simulate_plan  # noqa: E402
+from flexcomm.planner.units import build_units  # noqa: E402
 
 GPT_13B = {"layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}  # GPT-3 XL shape, 1.3B
 GPT_QUICK = {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 1024}

@@ -43,16 +43,13 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUME
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-from _common import pin_one_cpu  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
+from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    from costmodel.cluster import Cluster  # noqa: E402
-except ImportError:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from costmodel.cluster import Cluster
-from costmodel.model import CostModel  # noqa: E402
-from sim.collectives import simulate_collective  # noqa: E402
-from sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion  # noqa: E402
+require_flexcomm()
+from flexcomm.costmodel.cluster import Cluster  # noqa: E402
+from flexcomm.costmodel.model import CostModel  # noqa: E402
+from flexcomm.sim.collectives import simulate_collective  # noqa: E402
+from flexcomm.sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion  # noqa: E402
 
 MIB = 2.0**20
 TARGET_S = 10.0  # the issue's bound for the 1024-rank headline run
@@ -161,9 +158,9 @@ def flat(nodes: int) -> Cluster:
 
 def training(repeats: int, iterations: int = 100) -> list[dict]:
     """The training-job benchmark: see the module doc."""
-    from sim.dynamics import JitterDynamics
-    from sim.faults import FaultPolicy
-    from sim.training import TrainingConfig, analytical_iteration, simulate_training
+    from flexcomm.sim.dynamics import JitterDynamics
+    from flexcomm.sim.faults import FaultPolicy
+    from flexcomm.sim.training import TrainingConfig, analytical_iteration, simulate_training
 
     cluster = flat(8)
     base = TrainingConfig(workload="resnet50", iterations=iterations, bucket_count=25, record_flows=False)

@@ -38,14 +38,11 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import torch  # noqa: E402
+from _common import require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
-try:
-    from compression import LocalCommunicator, make_compressor  # noqa: E402
-    from compression.compressors import COMPRESSORS, Threshold  # noqa: E402
-except ImportError:  # a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from compression import LocalCommunicator, make_compressor
-    from compression.compressors import COMPRESSORS, Threshold
+require_flexcomm()
+from flexcomm.compression import LocalCommunicator, make_compressor  # noqa: E402
+from flexcomm.compression.compressors import COMPRESSORS, Threshold  # noqa: E402
 
 RESNET18 = 11_689_512
 #: Untimed exchanges first: residuals exist, and PowerSGD is past its dense start (start_iter=2).

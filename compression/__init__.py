@@ -22,9 +22,9 @@ A DDP hook on a real rank (``exchange`` never writes into the bucket; state is k
         return fut
 """
 
-from compression.base import Compressor, ExchangeResult, StepStats
-from compression.comm import CollectiveRecord, Communicator, LocalCommunicator, TorchDistCommunicator
-from compression.compressors import COMPRESSORS, make_compressor
+from flexcomm.compression.base import Compressor, ExchangeResult, StepStats
+from flexcomm.compression.comm import CollectiveRecord, Communicator, LocalCommunicator, TorchDistCommunicator
+from flexcomm.compression.compressors import COMPRESSORS, make_compressor
 
 __all__ = [
     "COMPRESSORS",

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from compression.comm import CollectiveRecord, Communicator
-from costmodel.collectives import Coefficients, formula
-from costmodel.compressed import topk_count
-from costmodel.errors import InputError
+from flexcomm.compression.comm import CollectiveRecord, Communicator
+from flexcomm.costmodel.collectives import Coefficients, formula
+from flexcomm.costmodel.compressed import topk_count
+from flexcomm.costmodel.errors import InputError
 
 
 @dataclass(frozen=True)

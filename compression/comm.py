@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from costmodel.compressed import DEFAULT_ALGORITHMS
-from costmodel.errors import InputError
+from flexcomm.costmodel.compressed import DEFAULT_ALGORITHMS
+from flexcomm.costmodel.errors import InputError
 
 COLLECTIVES = ("allreduce", "allgather", "broadcast")
 PURPOSES = ("payload", "measure", "control")

@@ -44,10 +44,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from compression.base import Compressor, StepContext, index_dtype_for
-from compression.comm import Communicator
-from compression.powersgd import PowerSGD
-from costmodel.errors import InputError
+from flexcomm.compression.base import Compressor, StepContext, index_dtype_for
+from flexcomm.compression.comm import Communicator
+from flexcomm.compression.powersgd import PowerSGD
+from flexcomm.costmodel.errors import InputError
 
 # --- packing: values and indices travel as one uint8 buffer, so topk-ag is one allgather -------------
 

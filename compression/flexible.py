@@ -36,20 +36,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from compression.base import Compressor, ExchangeResult, StepContext, StepStats, check_ratio
-from compression.comm import CollectiveRecord, Communicator
-from compression.compressors import make_compressor
-from compression.network_estimate import NetworkEstimator, timed_records
-from costmodel.compressed import (
+from flexcomm.compression.base import Compressor, ExchangeResult, StepContext, StepStats, check_ratio
+from flexcomm.compression.comm import CollectiveRecord, Communicator
+from flexcomm.compression.compressors import make_compressor
+from flexcomm.compression.network_estimate import NetworkEstimator, timed_records
+from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
     SchemeAlgorithms,
     SparsePayload,
     scheme_coefficients,
 )
-from costmodel.compute import V100_TOPK_ELEMENTS_PER_S
-from costmodel.errors import InputError
-from costmodel.model import CostModel
+from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 
 FLEXIBLE_CANDIDATES = ("dense", "topk-ag", "topk-ar")
 
@@ -97,7 +97,7 @@ class SchemePredictor:
 
     def comm_seconds(self, scheme: str, numel: int, ratio: float | np.ndarray, ranks: int) -> np.ndarray:
         """Communication seconds (vectorised over ``ratio``)."""
-        coef = scheme_coefficients(scheme, numel, ratio, ranks, self.payload, self.algorithms)
+        coef = scheme_coefficients(scheme, numel, ranks, ratio, self.payload, self.algorithms)
         s = self.price_scale
         return self.estimator.predict(coef.alpha, coef.beta * s, coef.gamma * s)
 

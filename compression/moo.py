@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 from scipy.interpolate import PchipInterpolator
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 RULES = ("asf", "knee", "utopia")  #: also listed in experiments.options for the CLI (tested equal)
 #: The paper's candidate ratios (fraction of elements kept).

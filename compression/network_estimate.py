@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from compression.comm import CollectiveRecord
-from costmodel.collectives import formula
-from costmodel.errors import InputError
+from flexcomm.compression.comm import CollectiveRecord
+from flexcomm.costmodel.collectives import formula
+from flexcomm.costmodel.errors import InputError
 
 if TYPE_CHECKING:
-    from compression.base import StepStats
-    from costmodel.model import CostModel
+    from flexcomm.compression.base import StepStats
+    from flexcomm.costmodel.model import CostModel
 
 
 def record_coefficients(

@@ -40,9 +40,9 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
     _should_compress,
 )
 
-from compression.base import Compressor, StepContext
-from compression.comm import Communicator
-from costmodel.errors import InputError
+from flexcomm.compression.base import Compressor, StepContext
+from flexcomm.compression.comm import Communicator
+from flexcomm.costmodel.errors import InputError
 
 
 class PowerSGD(Compressor):

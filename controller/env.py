@@ -5,7 +5,7 @@ time and gain; a learned controller instead learns the mapping from what a worke
 and a collective, directly from the outcome. Both must run on the same emulation to compare.
 
 One environment step = one *reconfiguration interval*: the action is held for ``interval`` training
-iterations of an :class:`~experiments.emulated.EmulatedRun` (real gradients of N workers, error feedback,
+iterations of an :class:`~emulation.engine.EmulatedRun` (real gradients of N workers, error feedback,
 the simulated clock of a :class:`~controller.traces.TraceClock`), then the controller observes again.
 
 * **action** ``Box([-1, 1]^2)``: ``log10 c = -2 + a0`` (c in [0.001, 0.1], the brief's range) and the
@@ -41,12 +41,12 @@ import pandas as pd
 import torch
 from gymnasium import spaces
 
-from compression.base import StepStats
-from compression.flexible import FlexibleCompressor
-from controller.traces import NetworkTrace, TraceClock, family
-from costmodel.errors import InputError
-from experiments.emulated import CSV_COLUMNS, EmulatedRun, EmulationConfig
-from workloads import Workload, evaluate, get_workload
+from flexcomm.compression.base import StepStats
+from flexcomm.compression.flexible import FlexibleCompressor
+from flexcomm.controller.traces import NetworkTrace, TraceClock, family
+from flexcomm.costmodel.errors import InputError
+from flexcomm.emulation.engine import CSV_COLUMNS, EmulatedRun, EmulationConfig
+from flexcomm.workloads import Workload, evaluate, get_workload
 
 SPARSE = ("topk-ag", "topk-ar")
 LOG10_C_CENTRE = -2.0  #: a0 = 0 is c = 0.01; a0 = -1 / +1 are 0.001 / 0.1
@@ -280,6 +280,6 @@ class CompressionEnv(gym.Env):
                 "seconds": self.last.get("seconds", 0.0), "loss": self.last.get("loss", self.chance_loss)}
 
     def frame(self) -> pd.DataFrame:
-        """Per-iteration rows of the current episode, in :data:`experiments.emulated.CSV_COLUMNS`."""
+        """Per-iteration rows of the current episode, in :data:`emulation.engine.CSV_COLUMNS`."""
         assert self.run is not None
         return pd.DataFrame(self.run.rows, columns=CSV_COLUMNS)

@@ -6,7 +6,7 @@ iterations as the controller's environment) on each held-out trace:
 
 * ``gsde`` / ``gaussian``: the saved PPO policies, deterministic (the mean action), through
   :class:`~controller.env.CompressionEnv` with ``vary_model=False``;
-* ``moo``: :class:`~experiments.emulated.EmulatedRun`'s ``moo`` strategy (flexible scheme choice plus the
+* ``moo``: :class:`~emulation.engine.EmulatedRun`'s ``moo`` strategy (flexible scheme choice plus the
   NSGA-II ratio controller, probes charged to the clock) with its clock replaced by the trace's;
 * ``topk-ag@c`` / ``topk-ar@c`` at fixed ratios and ``dense``: the same, static.
 
@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from controller.env import CompressionEnv, EnvConfig
-from controller.traces import NetworkTrace, TraceClock
-from controller.train import VARIANTS, load_settings
-from costmodel.atomic import write_csv_atomic, write_text_atomic
-from costmodel.errors import InputError
-from experiments.emulated import EmulatedRun, time_to_accuracy
-from workloads import Workload, get_workload
+from flexcomm.controller.env import CompressionEnv, EnvConfig
+from flexcomm.controller.traces import NetworkTrace, TraceClock
+from flexcomm.controller.train import VARIANTS, load_settings
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.errors import InputError
+from flexcomm.emulation.engine import EmulatedRun, time_to_accuracy
+from flexcomm.workloads import Workload, get_workload
 
 DEFAULT_STATIC = ("dense", "topk-ag@0.1", "topk-ag@0.01", "topk-ag@0.001", "topk-ar@0.1", "topk-ar@0.01",
                   "topk-ar@0.001")
@@ -188,7 +188,7 @@ def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | P
     write_csv_atomic(table, outdir / "comparison.csv")
     write_text_atomic(outdir / "comparison.md", markdown(table))
     if plot:
-        from controller.plots import plot_comparison
+        from flexcomm.controller.plots import plot_comparison
 
         plot_comparison(runs, outdir / "comparison.png", targets)
     return table

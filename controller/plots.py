@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
+from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
 
 COLOURS = {"gsde": "#9467bd", "gaussian": "#8c564b", "moo": "#d62728", "dense": "#7f7f7f"}
 STATIC_STYLES = {"topk-ag": "-", "topk-ar": "--"}

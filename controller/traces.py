@@ -4,9 +4,9 @@ Why: a learned controller is only worth something on networks it was not trained
 two disjoint seeded families, ``train`` and ``heldout`` (different ``SeedSequence`` streams), plus the
 paper's dynamic scenarios C1/C2 (held out: never used for training) and simple static links for tests.
 
-A trace is step-indexed like :class:`experiments.emulated.NetworkClock`'s C1/C2: each phase starts at a
+A trace is step-indexed like :class:`emulation.network.NetworkClock`'s C1/C2: each phase starts at a
 *fraction* of the run, so the same trace stretches over any number of iterations. :class:`TraceClock` is a
-drop-in replacement for an :class:`~experiments.emulated.EmulatedRun`'s clock.
+drop-in replacement for an :class:`~emulation.engine.EmulatedRun`'s clock.
 
 CLI spec (``--traces``): comma-separated items, each ``c1``, ``c2``, ``static:LATENCY:BANDWIDTH`` (units
 allowed, e.g. ``static:1ms:1Gbit/s``), ``train:K`` / ``heldout:K`` (K random traces of that family) or a
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from costmodel.units import parse_bandwidth, parse_time
-from experiments.emulated import DYNAMIC_NETWORKS, NetworkClock
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.units import parse_bandwidth, parse_time
+from flexcomm.emulation.network import DYNAMIC_NETWORKS, NetworkClock
 
 FAMILIES = {"train": 1, "heldout": 2}
 GBIT = 1.25e8  #: bytes/s in one Gbit/s
@@ -73,7 +73,7 @@ def static_trace(latency_s: float, bandwidth_Bps: float, name: str | None = None
 
 
 def paper_trace(name: str) -> NetworkTrace:
-    """Tyagi & Swany's C1 or C2 (the schedules of :data:`experiments.emulated.DYNAMIC_NETWORKS`)."""
+    """Tyagi & Swany's C1 or C2 (the schedules of :data:`emulation.network.DYNAMIC_NETWORKS`)."""
     if name not in DYNAMIC_NETWORKS:
         raise InputError("trace", name, "one of " + ", ".join(DYNAMIC_NETWORKS))
     phases, epochs = DYNAMIC_NETWORKS[name]

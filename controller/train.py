@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from controller.env import CompressionEnv, EnvConfig
-from controller.traces import NetworkTrace, family
-from costmodel.atomic import write_csv_atomic, write_text_atomic
-from costmodel.errors import InputError
-from workloads import Workload, get_workload
+from flexcomm.controller.env import CompressionEnv, EnvConfig
+from flexcomm.controller.traces import NetworkTrace, family
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads import Workload, get_workload
 
 VARIANTS = ("gsde", "gaussian")
 
@@ -138,7 +138,7 @@ def reference_returns(config: TrainConfig, traces: list[NetworkTrace], workload:
                       ) -> dict[str, list[float]]:
     """Returns of a uniform random policy and of a static c=0.01 (collective by the cost model) on the
     fixed episodes: the levels a trained policy should clear."""
-    from controller.env import knobs_to_action
+    from flexcomm.controller.env import knobs_to_action
 
     env = CompressionEnv(config.env, traces, workload=workload)
     episodes = fixed_episodes(config, traces)
@@ -264,7 +264,7 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = False, plot:
         write_csv_atomic(pd.concat(evals, ignore_index=True), outdir / "eval_curves.csv")
     write_text_atomic(outdir / "train_summary.json", json.dumps(summaries, indent=2, default=float) + "\n")
     if plot:
-        from controller.plots import plot_training_curves
+        from flexcomm.controller.plots import plot_training_curves
 
         plot_training_curves(pd.concat(curves, ignore_index=True), outdir / "training_curves.png",
                              evals=pd.concat(evals, ignore_index=True))

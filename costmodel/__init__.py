@@ -2,7 +2,7 @@
 
 The names most code needs::
 
-    from costmodel import CostModel, load_cluster, predict
+    from flexcomm.costmodel import CostModel, load_cluster, predict
     CostModel.from_cluster(load_cluster("4x8-a100-ib")).collective("allreduce", "ring", 64 * 2**20, 32)
     predict("allreduce", "ring", sizes, ranks, latency_s, bandwidth_Bps)  # numpy arrays, vectorised
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.collectives import FORMULAS, Coefficients, CostBreakdown, algorithms, formula, predict
-from costmodel.errors import InputError
-from costmodel.model import CostModel, LinkParams
+from flexcomm.costmodel.collectives import FORMULAS, Coefficients, CostBreakdown, algorithms, formula, predict
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel, LinkParams
 
 __all__ = [
     "FORMULAS", "Coefficients", "CostBreakdown", "CostModel", "InputError", "LinkParams", "algorithms",
@@ -23,8 +23,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "load_cluster": "costmodel.cluster", "Cluster": "costmodel.cluster",
-    "CalibrationProfile": "costmodel.calibration", "fit": "costmodel.calibration",
+    "load_cluster": "flexcomm.costmodel.cluster", "Cluster": "flexcomm.costmodel.cluster",
+    "CalibrationProfile": "flexcomm.costmodel.calibration", "fit": "flexcomm.costmodel.calibration",
 }
 
 

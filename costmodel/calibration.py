@@ -44,12 +44,12 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
-from costmodel.atomic import write_text_atomic
-from costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
-from costmodel.errors import InputError
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
+from flexcomm.costmodel.errors import InputError
 
 if TYPE_CHECKING:
-    from costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import Cluster
 
 FORMAT = "flexcomm-calibration/1"
 LOSSES = ("linear", "huber", "soft_l1", "cauchy")
@@ -566,7 +566,7 @@ def calibrated_cluster(
     is used (allreduce/ring by default, the best-measured collective in practice), else the first
     fit of that class; per-node overrides keep applying on top.
     """
-    from costmodel.cluster import Link
+    from flexcomm.costmodel.cluster import Link
 
     updates: dict[str, Link] = {}
     for link_class, field_name in (("inter", "inter_link"), ("intra", "intra_link")):

@@ -30,7 +30,6 @@ field.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import types
@@ -45,7 +44,6 @@ from typing import Any, Literal, TypeVar
 
 import networkx as nx
 import numpy as np
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -57,8 +55,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth, parse_flops, parse_size, parse_time
+from flexcomm.costmodel.documents import parse_document, read_document
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_NODES, MAX_RANKS
+from flexcomm.costmodel.units import parse_bandwidth, parse_flops, parse_size, parse_time
 
 Duplex = Literal["full", "half"]
 TopologyKind = Literal["flat", "two-level", "ring"]
@@ -116,6 +116,7 @@ _FORMS: dict[str, str] = {
     "overrides": "a list of {node: N, bandwidth: ..., latency: ...} or {between: [a, b], ...} entries",
     "node": "a node index (an integer >= 0)",
     "between": "a pair of node indices such as [2, 5]",
+    "node_devices": "a list of {nodes: [2, 3], device: {name: V100, peak_flops: 125TFLOP/s, memory: 32GiB}} entries",
 }
 
 
@@ -486,8 +487,24 @@ class _Network:
 # --- the cluster ------------------------------------------------------------------------------
 
 
+class NodeDevices(_Model):
+    """Nodes whose device differs from the cluster's ``device`` (a mixed pool: A100 nodes beside V100 nodes)."""
+
+    nodes: list[int] = Field(min_length=1)
+    device: Device
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _node_indices(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                _no_bool(item)
+        return value
+
+
 class Cluster(_Model):
-    """Nodes of identical devices, an intra-node link, an inter-node link and their topology."""
+    """Nodes of devices (one type, or several through ``node_devices``), an intra-node link, an inter-node
+    link and their topology."""
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -498,8 +515,28 @@ class Cluster(_Model):
     inter_link: Link
     topology: Topology = Field(default_factory=Topology)
     overrides: list[LinkOverride] = Field(default_factory=list)
+    node_devices: list[NodeDevices] = Field(default_factory=list)
 
     _check_counts = field_validator("nodes", "devices_per_node", mode="before")(_no_bool)
+
+    @field_validator("nodes", mode="after")
+    @classmethod
+    def _nodes_within_limit(cls, value: int) -> int:
+        MAX_NODES.check("nodes", value)  # before anything sized by it is built
+        return value
+
+    @model_validator(mode="after")
+    def _ranks_within_limit(self) -> Cluster:
+        if self.nodes * self.devices_per_node > MAX_RANKS.value:
+            raise _SubfieldError("devices_per_node", self.devices_per_node,
+                                 f"at most {MAX_RANKS.value:,} ranks in all, here {self.nodes:,} nodes x "
+                                 f"{self.devices_per_node:,} (set {MAX_RANKS.env} to raise the limit)")
+        last = self.nodes - 1
+        for i, entry in enumerate(self.node_devices):
+            for node in entry.nodes:
+                if not 0 <= node <= last:
+                    raise _SubfieldError(f"node_devices.{i}.nodes", node, f"a node index 0..{last}")
+        return self
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -530,36 +567,20 @@ class Cluster(_Model):
 
     @classmethod
     def from_file(cls, path: str | Path) -> Cluster:
-        """Load a ``.yaml``/``.yml``/``.json`` cluster file."""
+        """Load a ``.yaml``/``.yml``/``.json`` cluster file (size- and alias-limited: :mod:`costmodel.documents`)."""
         path = Path(path)
         if path.suffix.lower() not in (".yaml", ".yml", ".json"):
             raise InputError("cluster", str(path), "a cluster file ending in .yaml, .yml or .json")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("cluster", str(path), f"a readable UTF-8 cluster file ({exc})") from None
-        return cls._from_text(text, "json" if path.suffix.lower() == ".json" else "yaml", str(path))
+        return cls.from_dict(read_document(path, "cluster", "cluster file"))
 
     @classmethod
     def _from_text(cls, text: str, fmt: Literal["yaml", "json"], source: str) -> Cluster:
-        try:
-            data = json.loads(text) if fmt == "json" else yaml.safe_load(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                "cluster", source, f"valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-            ) from None
-        except yaml.YAMLError as exc:
-            where = ""
-            mark = getattr(exc, "problem_mark", None)
-            if mark is not None:
-                where = f" at line {mark.line + 1}, column {mark.column + 1}"
-            problem = getattr(exc, "problem", None) or "syntax error"
-            raise InputError("cluster", source, f"valid YAML ({problem}{where})") from None
-        return cls.from_dict(data)
+        return cls.from_dict(parse_document(text, fmt, source, "cluster"))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-safe dict in SI units (keys ``bandwidth_Bps``, ``latency_s``, ``memory_bytes``)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        # an empty node_devices list is left out, so single-device clusters serialise (and hash) as before
+        return self.model_dump(mode="json", exclude_none=True, exclude=None if self.node_devices else {"node_devices"})
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Cluster:
         """As pydantic's, but without the cached network of the original (its fields may change)."""
@@ -597,6 +618,26 @@ class Cluster(_Model):
     def ranks_on_node(self, node: int) -> list[int]:
         first = self._check_node(node) * self.devices_per_node
         return list(range(first, first + self.devices_per_node))
+
+    # --- devices -----------------------------------------------------------------------------
+    def node_device(self, node: int) -> Device:
+        """The device of every rank on ``node``: the last ``node_devices`` entry naming it, else ``device``."""
+        index = self._check_node(node)
+        for entry in reversed(self.node_devices):
+            if index in entry.nodes:
+                return entry.device
+        return self.device
+
+    @property
+    def rank_devices(self) -> tuple[Device, ...]:
+        """The device of every rank, in rank order (ranks packed onto nodes)."""
+        return tuple(self.node_device(node) for node in range(self.nodes) for _ in range(self.devices_per_node))
+
+    @property
+    def device_names(self) -> str:
+        """``A100-80GB`` or, for a mixed pool, ``A100-80GB+V100-32GB`` (in node order)."""
+        names = dict.fromkeys(self.node_device(node).name for node in range(self.nodes))
+        return "+".join(names)
 
     # --- links -------------------------------------------------------------------------------
     @cached_property
@@ -746,15 +787,15 @@ class Cluster(_Model):
 # --- loading ----------------------------------------------------------------------------------
 
 
-def embedded_clusters() -> list[str]:
+def cluster_names() -> list[str]:
     """Names of the clusters shipped in ``costmodel/clusters/*.yaml``."""
-    folder = resources.files("costmodel").joinpath("clusters")
+    folder = resources.files("flexcomm.costmodel").joinpath("clusters")
     return sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
 
 
 @cache
 def _load_embedded(name: str) -> Cluster:
-    text = resources.files("costmodel").joinpath("clusters", f"{name}.yaml").read_text(encoding="utf-8")
+    text = resources.files("flexcomm.costmodel").joinpath("clusters", f"{name}.yaml").read_text(encoding="utf-8")
     return Cluster._from_text(text, "yaml", f"embedded cluster {name}")
 
 
@@ -762,7 +803,7 @@ def load_cluster(spec: str | Path | Cluster) -> Cluster:
     """A Cluster from itself, a path to an existing YAML/JSON file, or an embedded cluster's name."""
     if isinstance(spec, Cluster):
         return spec
-    names = embedded_clusters()
+    names = cluster_names()
     if isinstance(spec, (str, Path)):
         if Path(spec).is_file():
             return Cluster.from_file(spec)

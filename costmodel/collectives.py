@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_size, parse_time
 
 #: Segment size of the pipelined-ring broadcast (NCCL-like chunking).
 PIPELINE_SEGMENT_BYTES = 512 * 1024
@@ -269,11 +270,23 @@ def algorithms() -> dict[str, list[str]]:
     return table
 
 
+#: Other spellings people write for a collective (the README says all-to-all, NCCL alltoall, MPI Alltoall).
+COLLECTIVE_ALIASES = {"all-to-all": "alltoall", "all_to_all": "alltoall", "all-reduce": "allreduce",
+                      "all-gather": "allgather", "reduce_scatter": "reduce-scatter", "reducescatter": "reduce-scatter"}
+
+
+def canonical_collective(name: str) -> str:
+    """The formula table's name of a collective: ``all-to-all`` -> ``alltoall``, case and spaces ignored."""
+    key = str(name).strip().lower()
+    return COLLECTIVE_ALIASES.get(key, key)
+
+
 def formula(collective: str, algorithm: str) -> Formula:
     """Look up a single-link formula, with a clear error naming what exists."""
+    collective = canonical_collective(collective)
     table = algorithms()
     if collective not in table:
-        raise InputError("collective", collective, "one of " + ", ".join(sorted(table)))
+        raise InputError("collective", collective, "one of " + ", ".join(sorted(table)) + " (or all-to-all)")
     if (collective, algorithm) not in FORMULAS:
         raise InputError("algorithm", algorithm, f"for {collective} one of " + ", ".join(table[collective]))
     return FORMULAS[(collective, algorithm)]
@@ -291,8 +304,12 @@ def predict(
     """Vectorised prediction on a single link class: every argument may be a numpy array.
 
     The fast path for sweeps (millions of configurations per second); :class:`costmodel.model.CostModel`
-    adds clusters, calibration profiles and the two-level hierarchical allreduce on top.
+    adds clusters, calibration profiles and the two-level hierarchical allreduce on top. ``nbytes``,
+    ``latency_s`` and ``bandwidth_Bps`` also take unit strings (``"64MiB"``, ``"10us"``, ``"10Gbit/s"``).
     """
+    nbytes = coerce(nbytes, parse_size, "nbytes")
+    latency_s = coerce(latency_s, parse_time, "latency")
+    bandwidth_Bps = coerce(bandwidth_Bps, parse_bandwidth, "bandwidth")
     bandwidth = np.asarray(bandwidth_Bps, dtype=float)
     if np.any(~(bandwidth > 0)):
         raise InputError("bandwidth", bandwidth_Bps, "a positive bandwidth in bytes/s")

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from costmodel.collectives import Coefficients, formula
-from costmodel.errors import InputError
+from flexcomm.costmodel.collectives import Coefficients, formula
+from flexcomm.costmodel.errors import InputError
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "fp64": 8, "float32": 4, "fp32": 4, "float16": 2, "fp16": 2,
@@ -86,8 +86,8 @@ DEFAULT_ALGORITHMS = SchemeAlgorithms()
 def scheme_parts(
     scheme: str,
     numel: ArrayLike,
-    ratio: ArrayLike,
     ranks: ArrayLike,
+    ratio: ArrayLike,
     payload: SparsePayload = DEFAULT_PAYLOAD,
     algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
 ) -> list[tuple[str, str, Coefficients]]:
@@ -124,13 +124,13 @@ def scheme_parts(
 def scheme_coefficients(
     scheme: str,
     numel: ArrayLike,
-    ratio: ArrayLike,
     ranks: ArrayLike,
+    ratio: ArrayLike,
     payload: SparsePayload = DEFAULT_PAYLOAD,
     algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
 ) -> Coefficients:
     """Coefficients of one gradient exchange of ``numel`` elements kept at ``ratio`` over ``ranks``."""
-    parts = scheme_parts(scheme, numel, ratio, ranks, payload, algorithms)
+    parts = scheme_parts(scheme, numel, ranks, ratio, payload, algorithms)
     total = parts[0][2]
     for _, _, coef in parts[1:]:
         total = total + coef

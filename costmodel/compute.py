@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from costmodel.errors import InputError
-from costmodel.units import parse_flops
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_flops
 
 if TYPE_CHECKING:
     import torch

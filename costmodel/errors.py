@@ -6,6 +6,9 @@ exits with status 2; library callers get an ordinary ``ValueError`` subclass.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
 
 class InputError(ValueError):
     """A user-supplied value is malformed; names the field and the expected form."""
@@ -20,3 +23,18 @@ class InputError(ValueError):
         """Pickle by the three fields, so an error raised in a worker process or on a Dask worker
         arrives intact (``ValueError``'s default would call ``__init__`` with the message alone)."""
         return (type(self), (self.field, self.got, self.expected))
+
+
+@contextmanager
+def renamed_fields(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise an :class:`InputError` whose field is an engine's parameter name under the user's name.
+
+    Why: an engine validates its own arguments (``JitterDynamics(sigma, period_s)``), but the user typed
+    ``--jitter`` and ``--jitter-period``; the message must name what they typed.
+    """
+    try:
+        yield
+    except InputError as error:
+        if error.field in names:
+            raise InputError(names[error.field], error.got, error.expected) from None
+        raise

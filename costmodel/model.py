@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-from costmodel.collectives import HIERARCHICAL, CostBreakdown, formula
-from costmodel.compressed import (
+from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonical_collective, formula
+from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
     SchemeAlgorithms,
     SparsePayload,
     scheme_parts,
 )
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_count, parse_size, parse_time
 
 #: Algorithms whose every step only talks to ring neighbours (priced on the ring's own hops).
 NEIGHBOUR_ALGORITHMS = frozenset({
@@ -31,8 +32,8 @@ NEIGHBOUR_ALGORITHMS = frozenset({
 })
 
 if TYPE_CHECKING:
-    from costmodel.calibration import CalibrationProfile
-    from costmodel.cluster import Cluster
+    from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.costmodel.cluster import Cluster
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,11 @@ class CostModel:
     # --- construction -------------------------------------------------------------------------
     @classmethod
     def from_link(
-        cls, latency_s: float, bandwidth_Bps: float, gamma: float = 0.0, ranks_per_node: int | None = None
+        cls, latency_s: float | str, bandwidth_Bps: float | str, gamma: float = 0.0, ranks_per_node: int | None = None
     ) -> CostModel:
-        link = LinkParams.from_bandwidth(latency_s, bandwidth_Bps)
+        """A flat network: every group sees this one link (``"10us"``, ``"10Gbit/s"`` or seconds, bytes/s)."""
+        link = LinkParams.from_bandwidth(coerce(latency_s, parse_time, "latency"),
+                                         coerce(bandwidth_Bps, parse_bandwidth, "bandwidth"))
         return cls(links={"inter": link, "intra": link}, gamma=gamma, ranks_per_node=ranks_per_node)
 
     @classmethod
@@ -163,7 +166,9 @@ class CostModel:
     def collective(
         self, collective: str, algorithm: str, nbytes: ArrayLike, ranks: ArrayLike
     ) -> CostBreakdown:
-        """Predicted time of one collective (sizes as in :mod:`costmodel.collectives`)."""
+        """Predicted time of one collective (sizes as in :mod:`costmodel.collectives`; ``"64MiB"`` or bytes)."""
+        nbytes = coerce(nbytes, parse_size, "nbytes")
+        collective = canonical_collective(collective)
         if (collective, algorithm) == HIERARCHICAL:
             return self.hierarchical_allreduce(nbytes, ranks)
         coef = formula(collective, algorithm)(nbytes, ranks)
@@ -203,14 +208,16 @@ class CostModel:
         self,
         scheme: str,
         numel: ArrayLike,
-        ratio: ArrayLike,
         ranks: ArrayLike,
+        ratio: ArrayLike,
         payload: SparsePayload = DEFAULT_PAYLOAD,
         algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
     ) -> CostBreakdown:
-        """Predicted time of one gradient exchange (dense, topk-ag or topk-ar) of ``numel`` elements."""
+        """Predicted time of one gradient exchange (dense, topk-ag or topk-ar) of ``numel`` elements
+        (a count such as ``"11.69M"`` or a number) over ``ranks``, keeping the fraction ``ratio``."""
+        numel = coerce(numel, parse_count, "numel")
         total: CostBreakdown | None = None
-        for collective, algorithm, coef in scheme_parts(scheme, numel, ratio, ranks, payload, algorithms):
+        for collective, algorithm, coef in scheme_parts(scheme, numel, ranks, ratio, payload, algorithms):
             p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))
             alpha, beta, gamma = self._params(collective, algorithm, p)
             part = coef.time(alpha, beta, gamma)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _PREFIX = {
@@ -51,9 +53,10 @@ def _plain_number(value: int | float, field: str, expected: str) -> float:
 
 
 def _finite_nonnegative(value: float, field: str, raw: object, expected: str) -> float:
-    if not math.isfinite(value) or value < 0:
+    # A typed "-0" is refused too (a typo for something; it printed as "-0ns"); a computed -0.0 becomes 0.0.
+    if not math.isfinite(value) or value < 0 or (isinstance(raw, str) and raw.strip().startswith("-")):
         raise InputError(field, raw, expected)
-    return value
+    return value + 0.0
 
 
 def parse_size(value: str | float | int, field: str = "size") -> float:
@@ -155,3 +158,19 @@ def parse_count(value: str | float | int, field: str = "count") -> int:
     if not (math.isfinite(number) and number >= 1):
         raise InputError(field, value, "a positive count such as 11.69M or 25557032")
     return int(round(number))
+
+
+# --- unit strings or numbers, at the API's edge --------------------------------------------------
+
+
+def coerce(value: Any, parser: Callable[[Any, str], float], field: str) -> Any:
+    """``parser(value)`` for a unit string (or a list of them); numbers and numpy arrays pass through unchanged.
+
+    Why: every public function takes ``"64MiB"`` as well as ``67108864``, while the vectorised paths keep
+    taking arrays without a per-element parse.
+    """
+    if isinstance(value, str):
+        return parser(value, field)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
+        return [parser(v, field) for v in value]
+    return value

@@ -10,8 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from costmodel.errors import InputError
-from experiments.commands import COMMANDS
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands import COMMANDS
 
 EXIT_BAD_INPUT = 2
 

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from compression.flexible import FlexibleCompressor
-from compression.moo import RULES, GainModel, MOOConfig, ParetoFront, choose_point, objectives, pareto_front
-from costmodel.cluster import Cluster
-from costmodel.errors import InputError
-from experiments.emulated import EmulatedRun, EmulationConfig
+from flexcomm.compression.flexible import FlexibleCompressor
+from flexcomm.compression.moo import RULES, GainModel, MOOConfig, ParetoFront, choose_point, objectives, pareto_front
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.emulation.engine import EmulatedRun, EmulationConfig
 
 SPARSE = ("topk-ag", "topk-ar")
 
@@ -121,7 +121,7 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    from costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.atomic import save_figure_atomic
 
     own = ax is None
     if own:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.compressed import SchemeAlgorithms, SparsePayload
-from costmodel.model import CostModel
+from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload
+from flexcomm.costmodel.model import CostModel
 
 LATENCY_S = 4e-3
 BANDWIDTH_BPS = 20e9 / 8
@@ -68,7 +68,7 @@ def reproduce_table_iv() -> pd.DataFrame:
                 cost = model.collective("allreduce", "tree", spec.params * 4, WORKERS)
                 extra = 0.0
             else:
-                cost = model.scheme(scheme, spec.params, ratio, WORKERS, payload, algorithms)
+                cost = model.scheme(scheme, spec.params, WORKERS, ratio, payload, algorithms)
                 extra = spec.compress_ms
             comm_ms = float(cost.total) * 1e3
             predicted = spec.compute_ms + extra + comm_ms
@@ -122,7 +122,7 @@ def plot(table: pd.DataFrame, path):  # -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.atomic import save_figure_atomic
 
     labels = [f"{r.model}\n{'dense' if r.scheme == 'dense' else f'c={r.ratio:g}'}" for r in table.itertuples()]
     x = np.arange(len(table))

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients
-from costmodel.compute import V100_TOPK_ELEMENTS_PER_S
-from costmodel.model import CostModel
+from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients
+from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.model import CostModel
 
 if TYPE_CHECKING:
-    from costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import Cluster
 
 #: Model sizes of the default study (parameters): ResNet-50, VGG-16 and a 1.3B transformer.
 DEFAULT_MODELS: dict[str, float] = {"resnet50": 25.557e6, "vgg16": 138.36e6, "transformer-1.3b": 1.3e9}
@@ -98,7 +98,7 @@ def run_whatif(
     for model_name, params in grid.models.items():
         times, compress = {}, {}
         for scheme in SCHEMES:
-            cost = scheme_coefficients(scheme, params, ratio, ranks, grid.payload, grid.algorithms).time(
+            cost = scheme_coefficients(scheme, params, ranks, ratio, grid.payload, grid.algorithms).time(
                 alpha, beta, grid.reduce_gamma_s_per_byte)
             times[scheme] = cost
             compress[scheme] = np.full_like(cost.total, _compress_seconds(grid, scheme, params))

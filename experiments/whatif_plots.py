@@ -13,9 +13,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
-from costmodel.compressed import SCHEMES  # noqa: E402
-from costmodel.units import format_time  # noqa: E402
+from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
+from flexcomm.costmodel.compressed import SCHEMES  # noqa: E402
+from flexcomm.costmodel.units import format_time  # noqa: E402
 
 SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e"}
 SCHEME_LABELS = {"dense": "dense ring allreduce", "topk-ag": "Top-k over Allgather",

@@ -15,11 +15,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-import experiments
-from costmodel import CostModel, load_cluster
-from costmodel.units import format_time
-from experiments.cli import main as flexcomm
-from experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, paper_threshold, price
+from flexcomm import experiments
+from flexcomm.costmodel import CostModel, load_cluster
+from flexcomm.costmodel.units import format_time
+from flexcomm.experiments.cli import main as flexcomm
+from flexcomm.experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, paper_threshold, price
 
 work = Path(tempfile.mkdtemp(prefix="flexcomm-nb1-"))
 
@@ -32,7 +32,7 @@ cluster = load_cluster("8x1-10gbe")
 model = CostModel.from_cluster(cluster)
 params = 25.56e6
 for scheme in ("dense", "topk-ag", "topk-ar"):
-    cost = model.scheme(scheme, params, 0.01, cluster.world_size)
+    cost = model.scheme(scheme, params, cluster.world_size, 0.01)
     print(f"{scheme:8s} {format_time(float(cost.total)):>10s}  (latency {format_time(float(cost.latency))}, "
           f"bandwidth {format_time(float(cost.bandwidth))})")
 

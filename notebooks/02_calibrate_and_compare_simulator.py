@@ -19,11 +19,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from costmodel import CostModel
-from costmodel.calibration import CalibrationProfile, calibrated_cluster, fit, load_measurements
-from costmodel.cluster import Cluster
-from real_backend.bench import run_benchmark
-from sim.collectives import simulate_collective
+from flexcomm.costmodel import CostModel
+from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster, fit, load_measurements
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.real_backend.bench import run_benchmark
+from flexcomm.sim.collectives import simulate_collective
 
 work = Path(tempfile.mkdtemp(prefix="flexcomm-nb2-"))
 

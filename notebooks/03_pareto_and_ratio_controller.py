@@ -9,8 +9,8 @@
 # %%
 import matplotlib.pyplot as plt
 
-from experiments.emulated import EmulatedRun, EmulationConfig
-from experiments.pareto import pareto_study, plot_pareto, summary_lines
+from flexcomm.emulation.engine import EmulatedRun, EmulationConfig
+from flexcomm.experiments.pareto import pareto_study, plot_pareto, summary_lines
 
 # %% [md]
 # ## The front: measured gains, priced times

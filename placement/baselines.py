@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from placement.simulator import PlacementProblem
+from flexcomm.placement.simulator import PlacementProblem
 
 
 @dataclass

@@ -9,7 +9,7 @@ long plain chains, which ``max_unit_ops`` caps (so a deep chain can still be cut
 
 from __future__ import annotations
 
-from placement.simulator import PlacementProblem
+from flexcomm.placement.simulator import PlacementProblem
 
 
 def chain_units(problem: PlacementProblem, max_unit_ops: int | None = None,

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from costmodel.errors import InputError
-from placement.baselines import BASELINES, PlacerResult
-from placement.es import ESConfig, SearchResult, async_es, sync_es
-from placement.ppo import PPOConfig, PPOPlacer, train_ppo
-from placement.simulator import PlacementProblem
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.baselines import BASELINES, PlacerResult
+from flexcomm.placement.es import ESConfig, SearchResult, async_es, sync_es
+from flexcomm.placement.ppo import PPOConfig, PPOPlacer, train_ppo
+from flexcomm.placement.simulator import PlacementProblem
 
 SEARCHES = ("ppo", "es", "async-es")
 METHODS = (*BASELINES, *SEARCHES)

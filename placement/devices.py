@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.cluster import Cluster, Device
-from costmodel.errors import InputError
+from flexcomm.costmodel.cluster import Cluster, Device
+from flexcomm.costmodel.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ class DeviceSet:
                      rank_devices: Sequence[Device] | None = None) -> DeviceSet:
         """The first ``devices`` ranks of ``cluster`` (all when None), or exactly ``ranks``.
 
-        ``rank_devices`` gives every rank its own device (a mixed cluster, e.g. from
-        ``planner.devices.load_plan_cluster``); by default every rank has ``cluster.device``.
+        ``rank_devices`` overrides the device of every rank; by default each rank has its cluster's own
+        (:attr:`Cluster.rank_devices`: ``device``, or a ``node_devices`` entry on a mixed cluster).
         """
         if rank_devices is not None and len(rank_devices) != cluster.world_size:
             raise InputError("rank_devices", len(rank_devices), f"one device per rank ({cluster.world_size})")
@@ -95,7 +95,8 @@ class DeviceSet:
                     link = cluster.path_link(nodes[i], nodes[j])
                 latency[i, j] = link.latency_s
                 beta[i, j] = 1.0 / link.bandwidth_Bps
-        per_rank = [cluster.device if rank_devices is None else rank_devices[r] for r in ranks]
+        devices = cluster.rank_devices if rank_devices is None else rank_devices
+        per_rank = [devices[r] for r in ranks]
         return cls(
             names=tuple(f"rank{r}:{d.name}" for r, d in zip(ranks, per_rank, strict=True)),
             peak_flops=np.array([d.peak_flops for d in per_rank], dtype=float),

@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.errors import InputError
-from placement.coarsen import chain_units, expand, unit_devices_of
-from placement.simulator import PlacementProblem
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.coarsen import chain_units, expand, unit_devices_of
+from flexcomm.placement.simulator import PlacementProblem
 
 RULES = ("linear", "sigmoid", "absolute", "relative")
 

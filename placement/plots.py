@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costmodel.atomic import save_figure_atomic
-from placement.compare import Comparison
-from placement.simulator import PlacementProblem
+from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.placement.compare import Comparison
+from flexcomm.placement.simulator import PlacementProblem
 
 _COLOURS = {"ppo": "tab:purple", "sync-es": "tab:orange", "async-es": "tab:green"}
 

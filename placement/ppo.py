@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from costmodel.errors import InputError
-from placement.es import SearchResult
-from placement.simulator import PlacementProblem
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.es import SearchResult
+from flexcomm.placement.simulator import PlacementProblem
 
 KIND_BUCKETS = 8
 
@@ -151,7 +151,7 @@ class PPOPlacer:
         if cfg.segment_init:
             self._segment_init(cfg.segment_steps)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
-        from placement.baselines import single
+        from flexcomm.placement.baselines import single
 
         self.reference = max(problem.step_time(single(problem)), 1e-30)
         self.best = math.inf
@@ -169,7 +169,7 @@ class PPOPlacer:
         the graph everywhere and the reward says little about any one choice; segments start from
         placements with few cuts, the way a pipeline stage or a branch would be placed.
         """
-        from placement.baselines import dfs_order
+        from flexcomm.placement.baselines import dfs_order
 
         n, groups = len(self.problem.nodes), self.net.groups
         pos = np.empty(n, dtype=int)

@@ -11,7 +11,7 @@ by ``benchmarks/bench_placement.py`` (its placements-per-second baseline).
 
 from __future__ import annotations
 
-from placement.simulator import PlacementProblem
+from flexcomm.placement.simulator import PlacementProblem
 
 
 def reference_makespan(problem: PlacementProblem, placement: list[int]) -> float:

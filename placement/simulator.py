@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from costmodel.errors import InputError
-from placement.devices import DeviceSet
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.devices import DeviceSet
 
 Placement = Sequence[int] | np.ndarray
 
@@ -125,7 +125,7 @@ class PlacementProblem:
 
     def _op_times(self, efficiency: float) -> np.ndarray:
         try:
-            from planner.graphs import op_time_s  # the graph builder's own op cost, when it exists
+            from flexcomm.planner.graphs import op_time_s  # the graph builder's own op cost, when it exists
         except ImportError:
             return op_time_table(self.graph, self.nodes, self.devices, efficiency)
         times = np.zeros((len(self.nodes), self.devices.count))
@@ -133,7 +133,7 @@ class PlacementProblem:
         for d in range(self.devices.count):
             peak = float(self.devices.peak_flops[d])
             if peak not in cache:
-                from costmodel.cluster import Device
+                from flexcomm.costmodel.cluster import Device
 
                 device = Device(name=self.devices.names[d], peak_flops=peak,
                                 memory_bytes=float(self.devices.memory_bytes[d]))

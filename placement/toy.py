@@ -10,7 +10,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 
 def _op(graph: nx.DiGraph, name: str, kind: str, flops: float, params: float, act: float) -> None:

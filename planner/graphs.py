@@ -36,10 +36,10 @@ import torch.fx as fx
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from costmodel.compute import DEFAULT_EFFICIENCY
-from costmodel.errors import InputError
-from planner import zoo
-from workloads.models import ECAResNet
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner import zoo
+from flexcomm.workloads.models import ECAResNet
 
 #: Ops that return a view of their input (no new storage): they carry no activation memory.
 VIEW_KINDS = frozenset({"view", "reshape", "transpose", "permute", "getitem", "flatten", "split", "squeeze",
@@ -328,7 +328,7 @@ def save_op_times(path: str, measured: Mapping[str, float], batch_size: int, pea
     """Write measured per-op medians as the JSON ``flexcomm plan --op-times`` reads."""
     import json
 
-    from costmodel.atomic import write_text_atomic
+    from flexcomm.costmodel.atomic import write_text_atomic
 
     payload: dict[str, Any] = {"batch_size": batch_size, "ops": dict(measured)}
     if peak_flops is not None:
@@ -344,7 +344,7 @@ def load_op_times(path: str) -> tuple[int, dict[str, float], float | None]:
     import json
     from pathlib import Path
 
-    from costmodel.units import parse_flops
+    from flexcomm.costmodel.units import parse_flops
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

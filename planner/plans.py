@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from costmodel.collectives import formula
-from costmodel.compute import DEFAULT_BACKWARD_FACTOR
-from costmodel.errors import InputError
-from costmodel.units import format_size
-from planner.devices import PlanCluster
-from planner.units import Units
+from flexcomm.costmodel.collectives import formula
+from flexcomm.costmodel.compute import DEFAULT_BACKWARD_FACTOR
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_size
+from flexcomm.planner.devices import PlanCluster
+from flexcomm.planner.units import Units
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "rabenseifner")
 ORDERS = ("tp-dp-pp", "tp-pp-dp")  # innermost to outermost rank dimension

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
-from costmodel.units import format_size, format_time
-from planner.plans import PlanCost, Pricer
-from planner.search import SearchResult, signature
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.planner.plans import PlanCost, Pricer
+from flexcomm.planner.search import SearchResult, signature
 
 PARTS = (("compute_s", "compute"), ("tp_comm_s", "tensor-parallel allreduce"), ("p2p_s", "pipeline sends"),
          ("bubble_s", "bubble"), ("dp_comm_s", "gradient allreduce"))

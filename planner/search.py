@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.errors import InputError
-from planner.plans import ORDERS, PlanConfig, PlanCost, Pricer
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.plans import ORDERS, PlanConfig, PlanCost, Pricer
 
 SEARCHES = ("exhaustive", "random")
 
@@ -145,7 +145,7 @@ def search(pricer: Pricer, *, method: str = "exhaustive", samples: int = 200, se
     simulated: dict[str, float] = {}
     start = time.perf_counter()
     if simulate_top and ranked:
-        from planner.simulate import simulate_plan
+        from flexcomm.planner.simulate import simulate_plan
 
         # ZeRO stages move the same bytes in the same time: simulate distinct schedules only
         by_signature: dict[tuple, float] = {}

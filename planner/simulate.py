@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from planner.plans import PlanCost, Pricer
-from sim.collectives import run_collective
-from sim.network import CountingEnvironment, Network
+from flexcomm.planner.plans import PlanCost, Pricer
+from flexcomm.sim.collectives import run_collective
+from flexcomm.sim.network import CountingEnvironment, Network
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from costmodel.compute import DEFAULT_EFFICIENCY
-from costmodel.errors import InputError
-from planner.graphs import SHARDABLE_KINDS, VIEW_KINDS, op_time_s
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.graphs import SHARDABLE_KINDS, VIEW_KINDS, op_time_s
 
 
 @dataclass(frozen=True)

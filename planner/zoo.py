@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from costmodel.errors import InputError
-from workloads.models import ECA
+from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads.models import ECA
 
 
 def _positive(name: str, value: object) -> int:

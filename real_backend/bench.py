@@ -2,7 +2,7 @@
 
 The parent side (:func:`run_benchmark`, ``flexcomm bench-collectives``) validates the request and
 starts the ranks through :mod:`real_backend.launch` (or inside a shaped testbed); the worker side
-(``python -m real_backend.bench``, :func:`worker_main`) measures. Per collective and size: a few
+(``python -m flexcomm.real_backend.bench``, :func:`worker_main`) measures. Per collective and size: a few
 warm-up operations, then timed repetitions, each preceded by a barrier; a repetition's time is
 the **maximum over ranks** (an ``allreduce(MAX)`` of every rank's own time, as nccl-tests does),
 since a collective is done when its slowest rank is.
@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.atomic import AppendingCsv
-from costmodel.collectives import BUS_BANDWIDTH_FACTOR
-from costmodel.errors import InputError
-from costmodel.units import format_bandwidth, format_size, format_time, parse_size
+from flexcomm.costmodel.atomic import AppendingCsv
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
 
 FSYNC_EVERY_S = 1.0
 ELEMENT_BYTES = 4  # float32
@@ -212,7 +212,8 @@ def _operation(collective: str, numel: int, info: object):  # -> Callable[[], No
 
 
 def _worker_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m real_backend.bench", description="benchmark worker (one rank)")
+    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.bench",
+                                     description="benchmark worker (one rank)")
     parser.add_argument("--sizes", required=True, help="MIN:MAX or comma list of sizes")
     parser.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES))
     parser.add_argument("--warmup", type=int, default=5)
@@ -230,7 +231,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from real_backend.dist import Watchdog, init_from_env, shutdown
+    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 
     args = _worker_parser().parse_args(argv)
     sizes = parse_sizes(args.sizes)
@@ -319,8 +320,8 @@ def worker_command(
     op_timeout_s: float | None = None,
     quiet: bool = False,
 ) -> list[str]:
-    """The ``python -m real_backend.bench ...`` command line every rank runs."""
-    cmd = [sys.executable, "-m", "real_backend.bench", "--sizes", ",".join(str(int(s)) for s in sizes),
+    """The ``python -m flexcomm.real_backend.bench ...`` command line every rank runs."""
+    cmd = [sys.executable, "-m", "flexcomm.real_backend.bench", "--sizes", ",".join(str(int(s)) for s in sizes),
            "--collectives", ",".join(collectives), "--warmup", str(warmup), "--iters", str(iters),
            "--out", str(Path(out).resolve()), "--link-class", link_class]
     if backend:
@@ -351,7 +352,7 @@ def run_benchmark(
 
     ``link_class`` defaults to ``intra`` for local ranks (one host) and ``inter`` on a testbed.
     """
-    from real_backend.launch import launch
+    from flexcomm.real_backend.launch import launch
 
     size_list = parse_sizes(sizes) if isinstance(sizes, str) else [int(s) for s in sizes]
     names = parse_collectives(collectives)

@@ -35,12 +35,13 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
@@ -61,7 +62,7 @@ class StrategySpec:
 
 def parse_strategies(spec: str | Sequence[str], ratio: float | None = None) -> list[StrategySpec]:
     """``dense,topk-ag,topk-ar@0.1`` -> specs; ``--ratio`` applies to the ratio strategies without ``@``."""
-    from real_backend.hooks import RATIO_STRATEGIES, STRATEGIES
+    from flexcomm.real_backend.hooks import RATIO_STRATEGIES, STRATEGIES
 
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[StrategySpec] = []
@@ -113,7 +114,7 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
     Every rank is its own node, so every collective crosses the ``inter`` link (latency, bandwidth):
     the testbed as the cost model and the simulator see it.
     """
-    from costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import Cluster
 
     link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
     return Cluster.from_dict({
@@ -126,9 +127,9 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
 def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,
                      profile: str | Path | None = None) -> Any:
     """The cost model of the log: the link as a cluster, calibrated by ``profile`` where it has fits."""
-    from costmodel.calibration import CalibrationProfile
-    from costmodel.model import CostModel
-    from real_backend.hooks import DEFAULT_PRIOR_BANDWIDTH_BPS, DEFAULT_PRIOR_LATENCY_S
+    from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.costmodel.model import CostModel
+    from flexcomm.real_backend.hooks import DEFAULT_PRIOR_BANDWIDTH_BPS, DEFAULT_PRIOR_LATENCY_S
 
     cluster = link_cluster(max(int(ranks), 1), DEFAULT_PRIOR_LATENCY_S if latency_s is None else latency_s,
                            DEFAULT_PRIOR_BANDWIDTH_BPS if bandwidth_Bps is None else bandwidth_Bps)
@@ -140,7 +141,8 @@ def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float |
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m real_backend.ddp_train", description="DDP training worker (one rank)")
+    p = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.ddp_train",
+                                description="DDP training worker (one rank)")
     p.add_argument("--workload", default="mlp-digits")
     p.add_argument("--strategy", required=True)
     p.add_argument("--ratio", type=float)
@@ -163,7 +165,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _workload(args: argparse.Namespace) -> Any:
-    from workloads import MLP, get_workload
+    from flexcomm.workloads import MLP, get_workload
 
     workload = get_workload(args.workload, seed=args.seed)
     hidden = parse_hidden(args.hidden)
@@ -227,7 +229,7 @@ def _median_step_max_over_ranks(model: Any, optimizer: Any, workload: Any, strea
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    from costmodel.atomic import write_text_atomic
+    from flexcomm.costmodel.atomic import write_text_atomic
 
     write_text_atomic(path, json.dumps(document, indent=2, default=_jsonable) + "\n")
 
@@ -259,13 +261,15 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from real_backend.hooks import register
-    from workloads import batch_stream, shard
+    from flexcomm.real_backend.hooks import register
+    from flexcomm.workloads import batch_stream, shard
 
     model = workload.build_model(args.seed).to(info.device)
     ddp = DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None,
               process_group=solo_group)
-    state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank)
+    with warnings.catch_warnings():  # the solo step prices nothing: no cost model on purpose
+        warnings.simplefilter("ignore", UserWarning)
+        state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank)
     optimizer = workload.make_optimizer(ddp, lr=args.lr)
     data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 2, rank=info.rank)
@@ -283,9 +287,9 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from compression.moo import MOOConfig
-    from real_backend.hooks import CsvLog, register
-    from workloads import batch_stream, shard
+    from flexcomm.compression.moo import MOOConfig
+    from flexcomm.real_backend.hooks import CsvLog, register
+    from flexcomm.workloads import batch_stream, shard
 
     rank, world = info.rank, info.world_size
     model = workload.build_model(args.seed).to(info.device)
@@ -377,7 +381,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     """One rank: compute-only measurement, then every strategy in turn."""
     import torch
 
-    from real_backend.dist import Watchdog, init_from_env, shutdown
+    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 
     args = _parser().parse_args(argv)
     specs = parse_strategies(args.strategy, args.ratio)
@@ -393,7 +397,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     cost_model = build_cost_model(info.world_size, args.latency, args.bandwidth, args.profile)
     status = 0
     try:
-        from workloads import batch_stream, shard
+        from flexcomm.workloads import batch_stream, shard
 
         data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
         stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 1, rank=info.rank)
@@ -410,12 +414,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 solo_s = solo_step_seconds(spec, workload, args, info, solo_groups[info.rank], watchdog)
             results.append(run_strategy(spec, workload, args, info, cost_model, out, compute_s, watchdog, solo_s))
             if info.rank == 0:
-                r = results[-1]
-                print(f"{spec.label:<18} loss {r['first_loss']:.4f} -> {r['last_loss']:.4f}  step "
-                      f"{r['median_step_s'] * 1e3:8.2f} ms  solo {r['solo_step_s'] * 1e3:8.2f} ms  "
-                      f"comm {r['median_comm_s'] * 1e3:8.2f} ms  "
-                      f"predicted comm {r['median_predicted_comm_s'] * 1e3:8.2f} ms  "
-                      f"bytes {r['median_payload_bytes']:.0f}", flush=True)
+                print(summary_line(spec.label, results[-1]), flush=True)
         if info.rank == 0:
             _write_json(out / "run.json", {
                 "workload": workload.name, "hidden": parse_hidden(args.hidden), "ranks": info.world_size,
@@ -435,6 +434,30 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.2f} ms" if math.isfinite(seconds) else "       - ms"
+
+
+def summary_line(label: str, r: Mapping[str, float]) -> str:
+    """One strategy's medians; ``builtin`` runs DDP's own allreduce inside backward, so it has no hook to time
+    (its comm columns say so instead of printing nan)."""
+    if label == "builtin":
+        comm = "comm (inside DDP's backward, not timed)"
+    else:
+        comm = f"comm {_ms(r['median_comm_s'])}  predicted comm {_ms(r['median_predicted_comm_s'])}  " \
+               f"bytes {r['median_payload_bytes']:.0f}"
+    return (f"{label:<18} loss {r['first_loss']:.4f} -> {r['last_loss']:.4f}  step {_ms(r['median_step_s'])}  "
+            f"solo {_ms(r['solo_step_s'])}  {comm}")
+
+
+def check_training_options(batch_size: int | None, lr: float | None) -> None:
+    """Refuse a batch size or learning rate every rank would otherwise trip over (or silently replace)."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise InputError("batch-size", batch_size, "an integer >= 1 samples per rank")
+    if lr is not None and not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise InputError("lr", lr, "a positive, finite learning rate such as 0.05")
+
+
 # --- the parent --------------------------------------------------------------------------------------
 
 
@@ -444,9 +467,9 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
                    warmup_steps: int = DEFAULT_WARMUP_STEPS, latency_s: float | None = None,
                    bandwidth_Bps: float | None = None, profile: str | Path | None = None, backend: str | None = None,
                    op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20) -> list[str]:
-    """The ``python -m real_backend.ddp_train ...`` command every rank runs."""
+    """The ``python -m flexcomm.real_backend.ddp_train ...`` command every rank runs."""
     labels = ",".join(s.label for s in strategies)
-    cmd = [sys.executable, "-m", "real_backend.ddp_train", "--workload", workload, "--strategy", labels,
+    cmd = [sys.executable, "-m", "flexcomm.real_backend.ddp_train", "--workload", workload, "--strategy", labels,
            "--steps", str(steps), "--out", str(Path(out).resolve()), "--seed", str(seed),
            "--compute-steps", str(compute_steps), "--warmup-steps", str(warmup_steps),
            "--powersgd-rank", str(powersgd_rank), "--moo-reeval", str(moo_reeval)]
@@ -468,12 +491,13 @@ def run_training(nproc: int | None, workload: str, strategies: str | Sequence[St
     ``options`` go to :func:`worker_command`. On a testbed without ``bandwidth_Bps`` the log's link is
     the testbed's goodput (``Testbed.effective_bandwidth_Bps``).
     """
-    from real_backend.launch import launch
-    from workloads import get_workload
+    from flexcomm.real_backend.launch import launch
+    from flexcomm.workloads import get_workload
 
     specs = parse_strategies(strategies, ratio) if isinstance(strategies, str) else list(strategies)
     get_workload(workload)  # validate the name before starting anything
     parse_hidden(options.get("hidden"))
+    check_training_options(options.get("batch_size"), options.get("lr"))
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError("steps", steps, "an integer >= 1")
     backend = options.get("backend")

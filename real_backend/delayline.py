@@ -106,8 +106,8 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run inside the middle namespace (``ip netns exec NS python -m real_backend.delayline ...``)."""
-    parser = argparse.ArgumentParser(prog="python -m real_backend.delayline")
+    """Run inside the middle namespace (``ip netns exec NS python -m flexcomm.real_backend.delayline ...``)."""
+    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.delayline")
     parser.add_argument("--delay", type=float, required=True, help="one-way delay in seconds")
     parser.add_argument("--name", default=TUN_NAME)
     parser.add_argument("--state-file", help="stop when this file is removed")
@@ -136,19 +136,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ip(*argv: str) -> None:
-    from real_backend.testbed import _run
+    from flexcomm.real_backend.testbed import _run
 
     _run(["ip", *argv])
 
 
 def _mac(namespace: str, device: str) -> str:
-    from real_backend.testbed import _run
+    from flexcomm.real_backend.testbed import _run
 
     return json.loads(_run(["ip", "-n", namespace, "-j", "link", "show", "dev", device]).stdout)[0]["address"]
 
 
 def _sysctl(namespace: str, assignments: dict[str, str]) -> None:
-    from real_backend.testbed import _run
+    from flexcomm.real_backend.testbed import _run
 
     script = "; ".join(f"echo {value} > /proc/sys/{key.replace('.', '/')}" for key, value in assignments.items())
     _run(["ip", "netns", "exec", namespace, "sh", "-c", script])
@@ -160,7 +160,7 @@ def setup_routed_core(testbed) -> None:
     Static neighbours everywhere (each rank reaches every peer through the router's port MAC, the
     router each rank through its MAC), so no ARP is needed across a router that has no addresses.
     """
-    from real_backend.testbed import BRIDGE_PORT_IF
+    from flexcomm.real_backend.testbed import BRIDGE_PORT_IF
 
     core = testbed.bridge_namespace
     ports = [BRIDGE_PORT_IF.format(r) for r in range(testbed.ranks)]
@@ -183,11 +183,11 @@ def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 2
 
     Its stderr goes to ``<state dir>/testbed-ID.delayline.log`` (removed with the testbed).
     """
-    from real_backend.testbed import TestbedError, _state_path
+    from flexcomm.real_backend.testbed import TestbedError, _state_path
 
     state = _state_path(testbed.id)
     log_path = state.with_suffix(".delayline.log")
-    cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "real_backend.delayline",
+    cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "flexcomm.real_backend.delayline",
            "--delay", repr(float(testbed.delay_s)), "--state-file", str(state)]
     if owner_pid is not None:
         cmd += ["--owner-pid", str(owner_pid)]

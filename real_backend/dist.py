@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 #: Default bound (seconds) on rendezvous and on each collective: long enough for a 256 MiB
 #: allreduce over a 100 Mbit/s link (~22 s), short enough that a dead peer is noticed.

@@ -78,19 +78,19 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log, record the
 }
 
 rm -f "$OUT_DIR/nccl_collectives.csv"
-step nccl-bench 150 "$PY" -m experiments.cli bench-collectives --backend nccl --nproc "$NGPU" \
+step nccl-bench 150 "$PY" -m flexcomm.experiments.cli bench-collectives --backend nccl --nproc "$NGPU" \
     --sizes 1MiB:256MiB --collectives allreduce,allgather,broadcast,reduce-scatter --warmup 3 --iters 10 \
     --out "$OUT_DIR/nccl_collectives.csv" --timeout 140s --op-timeout 60s --log-dir "$OUT_DIR/logs/nccl-bench"
 if [ "$NGPU" -ge 2 ] && [ -s "$OUT_DIR/nccl_collectives.csv" ]; then
-    step nccl-calibrate 30 "$PY" -m experiments.cli calibrate "$OUT_DIR/nccl_collectives.csv" \
+    step nccl-calibrate 30 "$PY" -m flexcomm.experiments.cli calibrate "$OUT_DIR/nccl_collectives.csv" \
         -o "$OUT_DIR/nccl_profile.json"
 fi
 
-step ddp-hooks 90 "$PY" -m experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \
+step ddp-hooks 90 "$PY" -m flexcomm.experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \
     --hidden 2048,2048 --strategy builtin,dense,fp16,topk-ag@0.01,topk-ar@0.01,powersgd,flexible@0.01 \
     --steps 15 --out "$OUT_DIR/ddp" --timeout 85s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-hooks"
 
-step gpu-topk 60 "$PY" -m real_backend.gpu_topk --device cuda --repeats 10 --out "$OUT_DIR/topk.json"
+step gpu-topk 60 "$PY" -m flexcomm.real_backend.gpu_topk --device cuda --repeats 10 --out "$OUT_DIR/topk.json"
 
 echo "gpu_check: done in ${SECONDS}s; $(tr '\n' ';' < "$STATUS")"
 exit "$failed"

@@ -11,7 +11,7 @@ per-worker compression/decompression critical path the :class:`compression.StepS
 Every timing is bracketed by ``torch.cuda.synchronize`` (the kernels are asynchronous), warm-up first,
 median of ``--repeats``. ``--device cpu`` runs the same code on the CPU (for a quick check without a GPU).
 
-Run: ``python -m real_backend.gpu_topk --out results/gpu_check/topk.json [--sizes 1000000 25000000]``.
+Run: ``python -m flexcomm.real_backend.gpu_topk --out results/gpu_check/topk.json [--sizes 1000000 25000000]``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int,
 
 
 def _one_size(device: torch.device, n: int, ratios: Sequence[float], repeats: int) -> list[dict]:
-    from compression.compressors import Threshold
+    from flexcomm.compression.compressors import Threshold
 
     t = torch.randn(int(n), device=device)
     magnitude = t.abs()
@@ -89,7 +89,7 @@ def selection(device: torch.device, sizes: Sequence[int], ratios: Sequence[float
 
 
 def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repeats: int) -> list[dict]:
-    from compression import LocalCommunicator, make_compressor
+    from flexcomm.compression import LocalCommunicator, make_compressor
 
     comm = LocalCommunicator(workers)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -114,7 +114,8 @@ def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m real_backend.gpu_topk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.gpu_topk",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(DEFAULT_SIZES))
     parser.add_argument("--ratios", type=float, nargs="*", default=list(DEFAULT_RATIOS))
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "selection": selection(device, args.sizes, args.ratios, args.repeats),
               "exchanges": exchanges(device, args.numel, args.workers, min(args.ratios), max(1, args.repeats // 2))}
     if args.out is not None:
-        from costmodel.atomic import write_text_atomic
+        from flexcomm.costmodel.atomic import write_text_atomic
 
         write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     return 0

@@ -45,6 +45,7 @@ strategies), flushed at once, so a crash loses nothing already logged.
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,14 +60,14 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
     powerSGD_hook,
 )
 
-from compression import Compressor, TorchDistCommunicator, make_compressor
-from compression.comm import CollectiveRecord
-from compression.flexible import FlexibleCompressor
-from compression.moo import MOOConfig, RatioController
-from compression.network_estimate import timed_records
-from costmodel.atomic import AppendingCsv
-from costmodel.errors import InputError
-from costmodel.model import CostModel
+from flexcomm.compression import Compressor, TorchDistCommunicator, make_compressor
+from flexcomm.compression.comm import CollectiveRecord
+from flexcomm.compression.flexible import FlexibleCompressor
+from flexcomm.compression.moo import MOOConfig, RatioController
+from flexcomm.compression.network_estimate import timed_records
+from flexcomm.costmodel.atomic import AppendingCsv
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 
 STRATEGIES = (
     "builtin", "dense", "fp16", "bf16", "topk-ag", "topk-ar", "topk-ar-var", "topk-ar-sketch", "randomk",
@@ -483,6 +484,10 @@ def register(
     """
     if not dist.is_available() or not dist.is_initialized():
         raise InputError("group", group, "an initialised torch.distributed process group")
+    if cost_model is None and strategy != "builtin":
+        warnings.warn(f"hook {strategy!r} registered without a cost model: its predicted times "
+                      "(predicted_comm_s, and the adaptive strategies' prior) will be nan; pass cost_model= "
+                      "(or cluster= / latency= and bandwidth= to flexcomm.hooks.register)", UserWarning, stacklevel=2)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     moo_cfg = moo_config or MOOConfig()
     if strategy == "moo" and ratio is None:

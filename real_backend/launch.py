@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 #: Exit code of a run stopped by the launcher's timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124

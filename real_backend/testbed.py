@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from costmodel.atomic import write_text_atomic
-from costmodel.errors import InputError
-from costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
 
 PREFIX = "fxc-"
 FORMAT = "flexcomm-testbed/1"
@@ -276,7 +276,7 @@ class Testbed:
                 _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
                       f"{int(round(rate * 8))}bit", "burst", str(burst_bytes(rate)), "latency", TBF_LATENCY])
         if routed:
-            from real_backend.delayline import setup_routed_core, start_delay_line
+            from flexcomm.real_backend.delayline import setup_routed_core, start_delay_line
 
             setup_routed_core(self)
             self.delay_pid = start_delay_line(self, owner_pid)
@@ -331,7 +331,7 @@ class Testbed:
         Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
         """
         if self.delay_pid:
-            from real_backend.delayline import stop_delay_line
+            from flexcomm.real_backend.delayline import stop_delay_line
 
             stop_delay_line(self.delay_pid)
         errors = []
@@ -379,7 +379,7 @@ class Testbed:
                timeout_s: float | None = None, backend: str | None = None, log_dir: str | Path | None = None,
                grace_s: float = 0.0, dist_timeout_s: float | None = None):  # -> LaunchResult
         """Run ``command`` as ``nproc`` (default: all) ranks, rank r inside namespace r."""
-        from real_backend.launch import launch
+        from flexcomm.real_backend.launch import launch
 
         count = self.ranks if nproc is None else nproc
         if not isinstance(count, int) or not 1 <= count <= self.ranks:
@@ -423,7 +423,7 @@ def down_all() -> list[str]:
     """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
     for testbed in list_testbeds():
         if testbed.delay_pid:
-            from real_backend.delayline import stop_delay_line
+            from flexcomm.real_backend.delayline import stop_delay_line
 
             stop_delay_line(testbed.delay_pid)
     removed, errors = [], []
@@ -446,7 +446,7 @@ def run_in_testbed(command: Sequence[str], ranks: int, bandwidth: str | float,
                    per_link: str | Mapping[int, object] | None = None, delay: str | float = 0.0,
                    **launch_args: object):  # -> LaunchResult
     """Create a testbed, run ``command`` in it, and remove it whatever happens (the one-shot form)."""
-    from real_backend.launch import resolve_command
+    from flexcomm.real_backend.launch import resolve_command
 
     resolve_command(command)  # bad commands are refused before anything is built
     with Testbed.up(ranks, bandwidth, per_link, delay) as testbed:

@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from costmodel.errors import InputError
-from costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
-from experiments.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
+from flexcomm.real_backend.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
 
 DEFAULT_BANDWIDTHS = ("100Mbit/s", "1Gbit/s")
 DEFAULT_SIZES = VALIDATE_SIZES
@@ -137,9 +137,9 @@ def run_condition(condition: Condition, out: Path, *, ranks: int, sizes: str, co
                   warmup: int, iters: int, strategies: str, ratio: float, steps: int, workload: str,
                   hidden: str | None, ddp: bool, timeout_s: float, quiet: bool) -> list[str]:
     """Benchmark, calibrate and train under one condition; returns what failed (empty when all ran)."""
-    from costmodel.calibration import fit
-    from real_backend.bench import run_benchmark
-    from real_backend.ddp_train import run_training
+    from flexcomm.costmodel.calibration import fit
+    from flexcomm.real_backend.bench import run_benchmark
+    from flexcomm.real_backend.ddp_train import run_training
 
     folder = out / condition.slug
     if folder.exists():
@@ -177,7 +177,7 @@ def run_condition(condition: Condition, out: Path, *, ranks: int, sizes: str, co
         _log(f"{condition.name}: DDP {time.monotonic() - started:.0f}s", quiet)
 
     if condition.on_testbed:
-        from real_backend.testbed import Testbed
+        from flexcomm.real_backend.testbed import Testbed
 
         with Testbed.up(ranks, condition.rate_Bps) as testbed:  # removed however the block ends
             body(testbed)
@@ -207,8 +207,8 @@ def run_validation(
     quiet: bool = False,
 ) -> ValidationResult:
     """Measure every condition, then :func:`analyze` (see the module docstring)."""
-    from real_backend.bench import parse_collectives, parse_sizes
-    from real_backend.ddp_train import parse_hidden, parse_strategies
+    from flexcomm.real_backend.bench import parse_collectives, parse_sizes
+    from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
@@ -221,7 +221,7 @@ def run_validation(
         raise InputError("steps", steps, "an integer >= 1")
     conditions = [Condition("loopback")] if loopback else []
     if testbed:
-        from real_backend.testbed import require_privileges
+        from flexcomm.real_backend.testbed import require_privileges
 
         require_privileges()  # one-line error before anything runs
         conditions += [Condition(format_bandwidth(rate), rate) for rate in parse_bandwidths(bandwidths)]
@@ -245,7 +245,7 @@ def run_validation(
 
 def _fit_params(frame: pd.DataFrame) -> tuple[float, float] | None:
     """(alpha, beta) of one (collective, algorithm) group's rows, or None when they cannot be fitted."""
-    from costmodel.calibration import fit
+    from flexcomm.costmodel.calibration import fit
 
     try:
         profile = fit(frame)
@@ -258,7 +258,7 @@ def _fit_params(frame: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def _coefficients(collective: str, algorithm: str, nbytes: float, ranks: int) -> tuple[float, float]:
-    from costmodel.collectives import formula
+    from flexcomm.costmodel.collectives import formula
 
     coef = formula(collective, algorithm)(float(nbytes), float(ranks))
     return float(coef.alpha), float(coef.beta + coef.gamma)
@@ -272,8 +272,8 @@ class _Simulator:
 
     def __call__(self, collective: str, algorithm: str, nbytes: float, ranks: int, alpha: float,
                  bandwidth: float) -> float:
-        from real_backend.ddp_train import link_cluster
-        from sim.collectives import simulate_collective
+        from flexcomm.real_backend.ddp_train import link_cluster
+        from flexcomm.sim.collectives import simulate_collective
 
         if not (math.isfinite(alpha) and math.isfinite(bandwidth) and bandwidth > 0):
             return math.nan
@@ -293,8 +293,8 @@ def _rel(predicted: float, measured: float) -> float:
 
 def bench_rows(condition: dict[str, Any], bench: pd.DataFrame, simulate: _Simulator) -> list[dict[str, Any]]:
     """Every (collective, algorithm, ranks, bytes) point: measured median and the three predictions."""
-    from costmodel.calibration import load_measurements
-    from costmodel.collectives import predict
+    from flexcomm.costmodel.calibration import load_measurements
+    from flexcomm.costmodel.collectives import predict
 
     table = load_measurements(bench)
     goodput = condition.get("goodput_Bps")
@@ -353,9 +353,9 @@ def _condition_link(condition: dict[str, Any], profile: Any) -> tuple[float, flo
 
 def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """One row per strategy run under ``folder/ddp``: measured vs predicted median step time."""
-    from costmodel.calibration import CalibrationProfile
-    from real_backend.ddp_train import build_cost_model
-    from real_backend.hooks import parse_records, predict_records
+    from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.real_backend.ddp_train import build_cost_model
+    from flexcomm.real_backend.hooks import parse_records, predict_records
 
     ddp = folder / "ddp"
     if not (ddp / "run.json").is_file():
@@ -457,7 +457,7 @@ def summarize(table: pd.DataFrame, conditions: Sequence[dict[str, Any]]) -> dict
         rate = condition.get("rate_Bps")
         beyond = coll
         if rate:
-            from real_backend.testbed import burst_bytes
+            from flexcomm.real_backend.testbed import burst_bytes
 
             # tc tbf lets its bucket (max(rate/250, 64 KiB)) through at line rate: a message of a few buckets
             # is partly unshaped, faster than any alpha-beta model of the link can be (a negative intercept)
@@ -568,7 +568,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.atomic import save_figure_atomic
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharex=True, sharey=True)
     collectives = sorted(table["collective"].unique()) if len(table) else []
@@ -604,7 +604,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 def write_outputs(folder: Path, table: pd.DataFrame, summary: dict[str, Any]) -> None:
     """errors.csv, errors.md, predicted_vs_measured.png and summary.json, each written atomically."""
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
     write_csv_atomic(table, folder / "errors.csv")
     write_text_atomic(folder / "errors.md", markdown(table, summary))

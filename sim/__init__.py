@@ -8,16 +8,16 @@
 * :mod:`sim.records`: the per-coflow record that explains a simulated time.
 """
 
-from sim.collectives import (
+from flexcomm.sim.collectives import (
     SimResult,
     run_collective,
     run_scheme,
     simulate_collective,
     simulate_scheme,
 )
-from sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion, TraceDynamics, TraceEvent
-from sim.network import CountingEnvironment, Network, Pattern
-from sim.records import CoflowRecord, Recorder, explain
+from flexcomm.sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion, TraceDynamics, TraceEvent
+from flexcomm.sim.network import CountingEnvironment, Network, Pattern
+from flexcomm.sim.records import CoflowRecord, Recorder, explain
 
 __all__ = [
     "CoflowRecord",

@@ -51,9 +51,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from costmodel.cluster import Cluster, load_cluster
-from costmodel.collectives import FORMULAS, HIERARCHICAL, PIPELINE_SEGMENT_BYTES, formula
-from costmodel.compressed import (
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, PIPELINE_SEGMENT_BYTES, formula
+from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
     SchemeAlgorithms,
@@ -61,10 +61,10 @@ from costmodel.compressed import (
     scheme_parts,
     topk_count,
 )
-from costmodel.errors import InputError
-from costmodel.units import parse_size
-from sim.network import Network
-from sim.records import explain
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_size
+from flexcomm.sim.network import Network
+from flexcomm.sim.records import explain
 
 GRANULARITIES = ("aggregate", "steps")
 
@@ -448,8 +448,8 @@ def _check_gamma(gamma: float) -> float:
 def scheme_collectives(
     scheme: str,
     numel: float,
-    ratio: float,
     ranks: int,
+    ratio: float,
     payload: SparsePayload = DEFAULT_PAYLOAD,
     algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
 ) -> list[tuple[str, str, float, float]]:
@@ -461,7 +461,7 @@ def scheme_collectives(
     beta coefficients so the simulator cannot drift from the cost model. Reduction work the
     collective itself does not account for (topk-ag's scatter-add) is the extra reduced bytes.
     """
-    parts = scheme_parts(scheme, numel, ratio, ranks, payload, algorithms)
+    parts = scheme_parts(scheme, numel, ranks, ratio, payload, algorithms)
     vb, ib = payload.value_bytes, payload.index_bytes
     if scheme == "dense":
         sizes = [float(numel) * vb]
@@ -486,8 +486,8 @@ def run_scheme(
     network: Network,
     scheme: str,
     numel: float,
-    ratio: float,
     ranks: Sequence[int] | int | None,
+    ratio: float,
     payload: SparsePayload = DEFAULT_PAYLOAD,
     algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
     tag: str = "",
@@ -501,7 +501,7 @@ def run_scheme(
     """
     group = _check_ranks(network, ranks)
     gamma = _check_gamma(gamma)
-    plan = scheme_collectives(scheme, numel, ratio, len(group), payload, algorithms)
+    plan = scheme_collectives(scheme, numel, len(group), ratio, payload, algorithms)
     prefix = f"{tag}:{scheme}" if tag else scheme
 
     def run() -> Generator[Any, Any, float]:
@@ -531,7 +531,7 @@ class SimResult:
 
 
 def _simulate(cluster: Cluster | str, dynamics: Any, start: Any) -> SimResult:
-    from sim.network import CountingEnvironment
+    from flexcomm.sim.network import CountingEnvironment
 
     env = CountingEnvironment()
     network = Network(env, load_cluster(cluster), dynamics=dynamics)
@@ -563,10 +563,10 @@ def simulate_scheme(
     cluster: Cluster | str,
     scheme: str,
     numel: float,
-    ratio: float,
     ranks: Sequence[int] | int | None = None,
+    ratio: float = 1.0,
     dynamics: Any = None,
     **kw: Any,
 ) -> SimResult:
     """As :func:`simulate_collective` for one gradient exchange (``kw`` goes to :func:`run_scheme`)."""
-    return _simulate(cluster, dynamics, lambda env, net: run_scheme(env, net, scheme, numel, ratio, ranks, **kw))
+    return _simulate(cluster, dynamics, lambda env, net: run_scheme(env, net, scheme, numel, ranks, ratio, **kw))

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth, parse_size, parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth, parse_size, parse_time
 
 if TYPE_CHECKING:
-    from sim.network import Network
+    from flexcomm.sim.network import Network
 
 TRACE_COLUMNS = ("time_s", "link", "bandwidth", "latency")
 

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth, parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
 if TYPE_CHECKING:
-    from sim.network import Network
+    from flexcomm.sim.network import Network
 
 FAULT_FORM = (
     "node<N>@<time> (e.g. node3@12s), link:<link>@<time> (e.g. link:node3->switch@5s) "

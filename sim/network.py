@@ -56,9 +56,9 @@ import numpy as np
 import simpy
 from simpy.events import Event, Timeout
 
-from costmodel.cluster import Cluster, load_cluster
-from costmodel.errors import InputError
-from sim.records import CoflowRecord, Recorder
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.sim.records import CoflowRecord, Recorder
 
 #: A coflow is finished when less than this fraction of its bytes is left (float round-off).
 _DONE_FRACTION = 1e-9

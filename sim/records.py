@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from costmodel.units import format_bandwidth, format_size, format_time
+from flexcomm.costmodel.units import format_bandwidth, format_size, format_time
 
 #: Column order of :meth:`Recorder.frame`.
 COLUMNS = (

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.atomic import write_text_atomic
 
 if TYPE_CHECKING:
-    from sim.training import TrainingResult
+    from flexcomm.sim.training import TrainingResult
 
 COMPUTE, COMM, COMPRESSION = 0, 1, 2
 THREADS = {COMPUTE: "compute", COMM: "comm", COMPRESSION: "compression"}

@@ -40,17 +40,17 @@ import pandas as pd
 import simpy
 from simpy.events import Timeout
 
-from costmodel.cluster import Cluster, load_cluster
-from costmodel.compressed import SCHEMES, SchemeAlgorithms
-from costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from costmodel.units import parse_size
-from sim.collectives import GRANULARITIES, run_collective, run_scheme
-from sim.faults import Fault, FaultInjector, FaultPolicy, FaultSource, LostTime, parse_faults
-from sim.network import CountingEnvironment, Network
-from sim.records import Recorder
-from sim.workload import TrainingWorkload, get_training_workload
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.units import parse_size
+from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
+from flexcomm.sim.faults import Fault, FaultInjector, FaultPolicy, FaultSource, LostTime, parse_faults
+from flexcomm.sim.network import CountingEnvironment, Network
+from flexcomm.sim.records import Recorder
+from flexcomm.sim.workload import TrainingWorkload, get_training_workload
 
 MIB = 2**20
 #: DDP's default bucket cap (``bucket_cap_mb=25``).
@@ -340,7 +340,7 @@ class TrainingSimulator:
         if cfg.scheme == "dense":
             return run_collective(self.env, self.network, "allreduce", cfg.algorithm, world, bucket.nbytes, tag=tag,
                                   gamma=cfg.gamma, granularity=self.granularity)
-        return run_scheme(self.env, self.network, cfg.scheme, bucket.numel, cfg.ratio, world,
+        return run_scheme(self.env, self.network, cfg.scheme, bucket.numel, world, cfg.ratio,
                           algorithms=SchemeAlgorithms(allreduce=cfg.algorithm), tag=tag, gamma=cfg.gamma,
                           granularity=self.granularity)
 
@@ -750,7 +750,7 @@ def analytical_iteration(cluster: Cluster | str, config: TrainingConfig | None =
     elif cfg.scheme == "dense":
         times = np.asarray(model.collective("allreduce", cfg.algorithm, numel * 4.0, p).total, dtype=float)
     else:
-        times = np.asarray(model.scheme(cfg.scheme, numel, cfg.ratio, p,
+        times = np.asarray(model.scheme(cfg.scheme, numel, p, cfg.ratio,
                                         algorithms=SchemeAlgorithms(allreduce=cfg.algorithm)).total, dtype=float)
     times = np.broadcast_to(times, numel.shape)
     ready = sim.bucket_compute + sim.compress_cum

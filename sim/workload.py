@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from costmodel.compute import MODEL_ZOO, ModelSpec, get_model
-from costmodel.errors import InputError
+from flexcomm.costmodel.compute import MODEL_ZOO, ModelSpec, get_model
+from flexcomm.costmodel.errors import InputError
 
 #: Samples per rank per iteration when none is given (a sample of transformer-1.3b is one 2048-token sequence).
 DEFAULT_BATCH: dict[str, int] = {
@@ -48,7 +48,7 @@ class TrainingWorkload:
 
 def _package_names() -> list[str]:
     try:
-        from workloads.registry import WORKLOADS
+        from flexcomm.workloads.registry import WORKLOADS
     except ImportError:  # torch missing: the zoo still works
         return []
     return list(WORKLOADS)
@@ -70,7 +70,7 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
             batch_per_rank)
     names = _package_names()
     if key in names:
-        from workloads.registry import get_workload
+        from flexcomm.workloads.registry import get_workload
 
         workload = get_workload(key)
         spec = workload.spec()

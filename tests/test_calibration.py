@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.calibration import (
+from flexcomm.costmodel.calibration import (
     FORMAT,
     CalibrationProfile,
     FitResult,
@@ -20,8 +20,8 @@ from costmodel.calibration import (
     load_measurements,
     synthetic_measurements,
 )
-from costmodel.collectives import FORMULAS
-from costmodel.errors import InputError
+from flexcomm.costmodel.collectives import FORMULAS
+from flexcomm.costmodel.errors import InputError
 
 ALPHA = 2e-5  # 20 us
 BETA = 1 / 5e9  # 5 GB/s

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.cli import main
+from flexcomm.experiments.cli import main
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -41,7 +41,7 @@ def test_cost_plain_text_names_the_parts(capsys: pytest.CaptureFixture[str]) -> 
 def test_cost_with_a_cluster_uses_its_links(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "cost", "--ranks", "8", "--size", "64MiB", "--cluster", "8x1-10gbe", "--json")
     assert code == 0
-    from costmodel.cluster import load_cluster
+    from flexcomm.costmodel.cluster import load_cluster
 
     link = load_cluster("8x1-10gbe").inter_link
     expected = 14 * link.latency_s + 2 * 7 / 8 * 64 * 2**20 / link.bandwidth_Bps
@@ -123,7 +123,7 @@ def test_whatif_on_a_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("flexcomm")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "experiments.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "flexcomm.experiments.cli"]
     proc = subprocess.run([*cmd, "cost", "--ranks", "8", "--size", "1 parsec"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=120)
     assert proc.returncode == 2
@@ -153,7 +153,7 @@ def test_allgather_bus_bandwidth_follows_nccl_tests(capsys: pytest.CaptureFixtur
 
 def test_every_cluster_command_takes_a_calibration_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A profile fitted at 1 Gbit/s makes whatif and simulate price the 10 GbE cluster at 1 Gbit/s."""
-    from costmodel.calibration import fit, synthetic_measurements
+    from flexcomm.costmodel.calibration import fit, synthetic_measurements
 
     profile = tmp_path / "profile.json"
     fit(synthetic_measurements("allreduce", "ring", 50e-6, 1 / 1.25e8, noise=0.0)).save(profile)
@@ -183,8 +183,8 @@ def test_unusable_output_path_is_one_line(tmp_path: Path, capsys: pytest.Capture
 
 def test_cli_option_lists_match_the_modules_that_use_them() -> None:
     """`experiments.options` keeps start-up light; the lists must stay the ones the modules act on."""
-    from compression.moo import RULES
-    from experiments import options
+    from flexcomm.compression.moo import RULES
+    from flexcomm.experiments import options
 
     assert options.MOO_RULES == RULES
 

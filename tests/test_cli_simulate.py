@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from sim.trace import validate_chrome_trace
+from flexcomm.experiments.cli import main
+from flexcomm.sim.trace import validate_chrome_trace
 
 BASE = ["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet18", "--iterations", "3"]
 
@@ -97,7 +97,7 @@ def test_malformed_trace_csv_names_the_column(tmp_path: Path, capsys: pytest.Cap
     missing = tmp_path / "wrong.csv"
     missing.write_text("when,where\n1,2\n")
     code, _, err = run_cli(capsys, *BASE, "--network-trace", str(missing))
-    assert code == 2 and "error: trace" in err
+    assert code == 2 and "error: network-trace" in err  # the flag, not the engine's parameter
     unknown_link = tmp_path / "link.csv"
     unknown_link.write_text("time_s,link,bandwidth\n0.5,node42->switch,1Gbit/s\n")
     code, _, err = run_cli(capsys, *BASE, "--network-trace", str(unknown_link))

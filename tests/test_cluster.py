@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.cluster import Cluster, Link, embedded_clusters, load_cluster
-from costmodel.errors import InputError
+from flexcomm.costmodel.cluster import Cluster, Link, cluster_names, load_cluster
+from flexcomm.costmodel.errors import InputError
 
 EXPECTED_CLUSTERS = {
     "8x1-10gbe",
@@ -61,7 +61,7 @@ def check_routes_match_graph(cluster: Cluster) -> None:
 
 
 def test_embedded_names():
-    assert EXPECTED_CLUSTERS <= set(embedded_clusters())
+    assert EXPECTED_CLUSTERS <= set(cluster_names())
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_CLUSTERS))

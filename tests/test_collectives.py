@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.collectives import (
+from flexcomm.costmodel.collectives import (
     BUS_BANDWIDTH_FACTOR,
     FORMULAS,
     PIPELINE_SEGMENT_BYTES,
@@ -36,7 +36,7 @@ from costmodel.collectives import (
     formula,
     reduce_scatter_ring,
 )
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 MIB64 = 67_108_864  # 64 MiB
 ALPHA = 10e-6

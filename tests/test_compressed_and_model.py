@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients, topk_count
-from costmodel.errors import InputError
-from costmodel.model import CostModel
+from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients, topk_count
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 
 ALPHA, BETA = 4e-3, 1 / 2.5e9  # 4 ms, 20 Gbit/s: the paper's Table IV network
 
@@ -34,10 +34,10 @@ def paper_ar_tree(alpha, beta, m_bytes, c, n):
 def test_schemes_reduce_to_paper_forms(n: int, c: float) -> None:
     numel = 1_000_000  # divisible so k = numel * c exactly
     m_bytes = 4 * numel
-    ag = scheme_coefficients("topk-ag", numel, c, n).time(ALPHA, BETA)
-    ar_ring = scheme_coefficients("topk-ar", numel, c, n, algorithms=SchemeAlgorithms(allreduce="ring")).time(
+    ag = scheme_coefficients("topk-ag", numel, n, c).time(ALPHA, BETA)
+    ar_ring = scheme_coefficients("topk-ar", numel, n, c, algorithms=SchemeAlgorithms(allreduce="ring")).time(
         ALPHA, BETA)
-    ar_tree = scheme_coefficients("topk-ar", numel, c, n, algorithms=SchemeAlgorithms(allreduce="tree")).time(
+    ar_tree = scheme_coefficients("topk-ar", numel, n, c, algorithms=SchemeAlgorithms(allreduce="tree")).time(
         ALPHA, BETA)
     assert float(ag.latency + ag.bandwidth) == pytest.approx(paper_topk_ag(ALPHA, BETA, m_bytes, c, n), rel=1e-12)
     assert float(ar_ring.total) == pytest.approx(paper_ar_ring(ALPHA, BETA, m_bytes, c, n), rel=1e-12)
@@ -45,22 +45,22 @@ def test_schemes_reduce_to_paper_forms(n: int, c: float) -> None:
 
 
 def test_int64_indices_cost_more_than_the_paper_prices() -> None:
-    int32 = scheme_coefficients("topk-ag", 1e6, 0.01, 8, SparsePayload(index_dtype="int32")).time(ALPHA, BETA)
-    int64 = scheme_coefficients("topk-ag", 1e6, 0.01, 8, SparsePayload(index_dtype="int64")).time(ALPHA, BETA)
+    int32 = scheme_coefficients("topk-ag", 1e6, 8, 0.01, SparsePayload(index_dtype="int32")).time(ALPHA, BETA)
+    int64 = scheme_coefficients("topk-ag", 1e6, 8, 0.01, SparsePayload(index_dtype="int64")).time(ALPHA, BETA)
     # values 4 B + indices 8 B instead of 4 B: the bandwidth term grows by exactly 12/8
     assert float(int64.bandwidth) == pytest.approx(1.5 * float(int32.bandwidth))
 
 
 def test_var_owner_election_adds_an_allgather_of_norms() -> None:
-    star = scheme_coefficients("topk-ar", 1e6, 0.01, 8).time(ALPHA, BETA)
-    var = scheme_coefficients("topk-ar", 1e6, 0.01, 8, algorithms=SchemeAlgorithms(index_owner="var")).time(
+    star = scheme_coefficients("topk-ar", 1e6, 8, 0.01).time(ALPHA, BETA)
+    var = scheme_coefficients("topk-ar", 1e6, 8, 0.01, algorithms=SchemeAlgorithms(index_owner="var")).time(
         ALPHA, BETA)
     assert float(var.latency - star.latency) == pytest.approx(3 * ALPHA)  # Bruck over 8 ranks: 3 rounds
     assert float(var.bandwidth - star.bandwidth) == pytest.approx(7 * 4 * BETA)
 
 
 def test_dense_scheme_is_ring_allreduce() -> None:
-    dense = scheme_coefficients("dense", 25e6, 0.01, 8).time(ALPHA, BETA)
+    dense = scheme_coefficients("dense", 25e6, 8, 0.01).time(ALPHA, BETA)
     expected = 2 * 7 * ALPHA + 2 * 7 / 8 * 100e6 * BETA
     assert float(dense.total) == pytest.approx(expected)
 
@@ -75,14 +75,14 @@ def test_topk_count_convention(numel: int, ratio: float) -> None:
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan")])
 def test_bad_ratio_is_an_input_error(bad: float) -> None:
     with pytest.raises(InputError, match="ratio"):
-        scheme_coefficients("topk-ag", 1000, bad, 4)
+        scheme_coefficients("topk-ag", 1000, 4, bad)
 
 
 def test_unknown_scheme_and_dtype() -> None:
     with pytest.raises(InputError, match="scheme"):
-        scheme_coefficients("gossip", 1000, 0.1, 4)
+        scheme_coefficients("gossip", 1000, 4, 0.1)
     with pytest.raises(InputError, match="index_dtype"):
-        scheme_coefficients("topk-ag", 1000, 0.1, 4, SparsePayload(index_dtype="int33"))
+        scheme_coefficients("topk-ag", 1000, 4, 0.1, SparsePayload(index_dtype="int33"))
 
 
 def test_flat_model_matches_formula_and_vectorises() -> None:
@@ -125,7 +125,7 @@ def test_bad_link(latency: float, bandwidth: float, field: str) -> None:
 
 
 def test_predict_is_vectorised_over_links_and_matches_the_model() -> None:
-    from costmodel import predict
+    from flexcomm.costmodel import predict
 
     bandwidths = np.array([1.25e8, 1.25e9, 1.25e10])
     latencies = np.array([[1e-6], [1e-3]])  # broadcasts against bandwidths: a 2 x 3 grid
@@ -143,7 +143,7 @@ def test_atomic_write_replaces_whole_files_with_normal_permissions(tmp_path) -> 
     import os
     import stat
 
-    from costmodel.atomic import write_text_atomic
+    from flexcomm.costmodel.atomic import write_text_atomic
 
     target = tmp_path / "out.json"
     write_text_atomic(target, "first\n")
@@ -156,8 +156,8 @@ def test_atomic_write_replaces_whole_files_with_normal_permissions(tmp_path) -> 
 
 
 def test_profile_prices_only_its_own_link_class_on_a_cluster() -> None:
-    from costmodel.calibration import fit, synthetic_measurements
-    from costmodel.cluster import load_cluster
+    from flexcomm.costmodel.calibration import fit, synthetic_measurements
+    from flexcomm.costmodel.cluster import load_cluster
 
     cluster = load_cluster("4x8-a100-ib")
     profile = fit(synthetic_measurements("allreduce", "ring", 1e-3, 1 / 1e8, noise=0.0))  # an "inter" fit
@@ -176,7 +176,7 @@ def test_profile_prices_only_its_own_link_class_on_a_cluster() -> None:
                                                    ("allreduce", "recursive-doubling"), ("allgather", "bruck")])
 def test_calibrated_model_predicts_exactly_what_the_profile_predicts(collective: str, algorithm: str) -> None:
     """The fitted beta is effective (it covers the reduced bytes too): the model must price b + g with it."""
-    from costmodel.calibration import fit, synthetic_measurements
+    from flexcomm.costmodel.calibration import fit, synthetic_measurements
 
     profile = fit(synthetic_measurements(collective, algorithm, 2e-4, 1 / 1.25e9, noise=0.0))
     model = CostModel.from_profile(profile)

@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compression import LocalCommunicator, make_compressor
-from compression.compressors import COMPRESSORS, pack, random_subset, unpack
-from costmodel.compressed import SchemeAlgorithms, scheme_parts, topk_count
-from costmodel.errors import InputError
+from flexcomm.compression import LocalCommunicator, make_compressor
+from flexcomm.compression.compressors import COMPRESSORS, pack, random_subset, unpack
+from flexcomm.costmodel.compressed import SchemeAlgorithms, scheme_parts, topk_count
+from flexcomm.costmodel.errors import InputError
 
 torch.set_num_threads(1)
 
@@ -248,7 +248,7 @@ def test_payload_matches_cost_model(numel: int, ratio: float, n_workers: int, sc
     comp = make_compressor(name, ratio if name != "dense" else None, **opts)
     stats = comp.exchange(grads_for(n_workers, numel), comm).stats
     algorithms = SchemeAlgorithms(allreduce=allreduce, index_owner=owner)
-    expected = scheme_parts(name, numel, ratio, n_workers, algorithms=algorithms)
+    expected = scheme_parts(name, numel, n_workers, ratio, algorithms=algorithms)
     got_names, got_terms = _as_rows(stats.parts())
     want_names, want_terms = _as_rows(expected)
     assert got_names == want_names

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from compression import LocalCommunicator, TorchDistCommunicator, make_compressor
+from flexcomm.compression import LocalCommunicator, TorchDistCommunicator, make_compressor
 
 WORLD = 2
 STEPS = 4

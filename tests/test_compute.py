@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from costmodel.compute import (
+from flexcomm.costmodel.compute import (
     DEFAULT_EFFICIENCY,
     MODEL_ZOO,
     LayerSpec,
@@ -24,7 +24,7 @@ from costmodel.compute import (
     transformer_spec,
     vgg16_spec,
 )
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 # --- compute_seconds ------------------------------------------------------------------------
 

@@ -13,11 +13,11 @@ from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.env import CompressionEnv, EnvConfig, action_to_knobs, knobs_to_action
-from controller.traces import GBIT, NetworkTrace, family, paper_trace, parse_traces, static_trace
-from controller.train import TrainConfig, make_ppo
-from costmodel.errors import InputError
-from experiments.cli import main
+from flexcomm.controller.env import CompressionEnv, EnvConfig, action_to_knobs, knobs_to_action
+from flexcomm.controller.traces import GBIT, NetworkTrace, family, paper_trace, parse_traces, static_trace
+from flexcomm.controller.train import TrainConfig, make_ppo
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
 
 torch.set_num_threads(1)
 
@@ -162,7 +162,7 @@ def test_cli_trains_and_evaluates_end_to_end(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_comparison_ranks_never_reaching_the_target_last() -> None:
-    from controller.evaluate import markdown, summarise
+    from flexcomm.controller.evaluate import markdown, summarise
 
     def run(strategy: str, accs: list[float]) -> pd.DataFrame:
         return pd.DataFrame({"trace": "t", "strategy": strategy, "step": [1, 2, 3], "sim_time_s": [1.0, 2.0, 3.0],

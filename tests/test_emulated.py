@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from compression.moo import MOOConfig
-from experiments.cli import main
-from experiments.emulated import CSV_COLUMNS, EmulatedRun, EmulationConfig, run_emulation
+from flexcomm.compression.moo import MOOConfig
+from flexcomm.emulation.engine import CSV_COLUMNS, EmulatedRun, EmulationConfig, run_emulation
+from flexcomm.experiments.cli import main
 
 torch.set_num_threads(1)
 
@@ -107,7 +107,7 @@ def test_cli_rejects_bad_input_in_one_line(argv: list[str], field: str, tmp_path
 def test_pareto_front_figure_marks_the_chosen_point(tmp_path: Path) -> None:
     import pandas as pd
 
-    from experiments.emulated_plots import plot_pareto_fronts
+    from flexcomm.emulation.plots import plot_pareto_fronts
 
     fronts = pd.DataFrame({
         "step": [0, 0, 0, 50, 50, 50], "c": [0.001, 0.01, 0.1] * 2, "step_s": [1.0, 1.1, 1.5] * 2,

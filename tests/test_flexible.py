@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from compression import LocalCommunicator, make_compressor
-from compression.comm import CollectiveRecord
-from compression.flexible import FlexibleCompressor, SchemePredictor, TopkTimeModel
-from compression.network_estimate import NetworkEstimator, record_coefficients, timed_records
-from costmodel.compressed import scheme_coefficients
-from costmodel.errors import InputError
-from costmodel.model import CostModel
+from flexcomm.compression import LocalCommunicator, make_compressor
+from flexcomm.compression.comm import CollectiveRecord
+from flexcomm.compression.flexible import FlexibleCompressor, SchemePredictor, TopkTimeModel
+from flexcomm.compression.network_estimate import NetworkEstimator, record_coefficients, timed_records
+from flexcomm.costmodel.compressed import scheme_coefficients
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 
 torch.set_num_threads(1)
 
@@ -109,8 +109,8 @@ def grads(n_workers: int, numel: int, step: int) -> list[torch.Tensor]:
 
 def crossover_alpha(numel: int, ratio: float, ranks: int, beta: float, scale: float) -> float:
     """alpha at which the cost model prices topk-ag and topk-ar equally (independent of the compressor)."""
-    ag = scheme_coefficients("topk-ag", numel, ratio, ranks)
-    ar = scheme_coefficients("topk-ar", numel, ratio, ranks)
+    ag = scheme_coefficients("topk-ag", numel, ranks, ratio)
+    ar = scheme_coefficients("topk-ar", numel, ranks, ratio)
     return float((ag.beta - ar.beta) * scale * beta / (ar.alpha - ag.alpha))
 
 
@@ -130,10 +130,10 @@ def test_choice_moves_from_allreduce_to_allgather_as_latency_grows() -> None:
     model_low = CostModel.from_link(alphas[0], 1 / BETA)
     model_high = CostModel.from_link(alphas[-1], 1 / BETA)
     big = numel * scale
-    assert float(model_low.scheme("topk-ar", big, ratio, n).total) < float(
-        model_low.scheme("topk-ag", big, ratio, n).total)
-    assert float(model_high.scheme("topk-ag", big, ratio, n).total) < float(
-        model_high.scheme("topk-ar", big, ratio, n).total)
+    assert float(model_low.scheme("topk-ar", big, n, ratio).total) < float(
+        model_low.scheme("topk-ag", big, n, ratio).total)
+    assert float(model_high.scheme("topk-ag", big, n, ratio).total) < float(
+        model_high.scheme("topk-ar", big, n, ratio).total)
     assert chosen[0] == "topk-ar" and chosen[-1] == "topk-ag"
     switches = sum(a != b for a, b in zip(chosen, chosen[1:], strict=False))
     assert switches == 1
@@ -235,7 +235,7 @@ def test_clock_feeds_the_estimator_and_a_probe_separates_alpha_from_beta() -> No
     assert last["measured_comm_s"] == pytest.approx(last["pred_comm_s"], rel=0.02)
     # at 2 ms the Allgather's lg N latency wins (checked against the cost model itself)
     big = numel * scale
-    assert float(true.scheme("topk-ag", big, ratio, n).total) < float(true.scheme("topk-ar", big, ratio, n).total)
+    assert float(true.scheme("topk-ag", big, n, ratio).total) < float(true.scheme("topk-ar", big, n, ratio).total)
     assert flex.current() == "topk-ag"
 
 
@@ -273,7 +273,7 @@ def _gloo_worker(rank: int, port: int, out_dir: str) -> None:
 
     import torch.distributed as dist
 
-    from compression import TorchDistCommunicator
+    from flexcomm.compression import TorchDistCommunicator
 
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from compression.moo import GainModel, MOOConfig, RatioController, choose_point, pareto_front
-from compression.network_estimate import NetworkEstimator
-from costmodel.errors import InputError
+from flexcomm.compression.moo import GainModel, MOOConfig, RatioController, choose_point, pareto_front
+from flexcomm.compression.network_estimate import NetworkEstimator
+from flexcomm.costmodel.errors import InputError
 
 # a smooth synthetic trade-off: time grows linearly with c, gain like c^0.35 (as probed gains do)
 LO, HI = 0.001, 0.1

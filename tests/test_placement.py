@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.cluster import load_cluster
-from costmodel.errors import InputError
-from placement.baselines import BASELINES, chain_stages, critical_path, dp_chain, partition, single
-from placement.coarsen import chain_units, expand, unit_devices_of
-from placement.devices import DeviceSet
-from placement.simulator import PlacementProblem
-from placement.toy import branchy_graph, chain_graph, random_dag
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.baselines import BASELINES, chain_stages, critical_path, dp_chain, partition, single
+from flexcomm.placement.coarsen import chain_units, expand, unit_devices_of
+from flexcomm.placement.devices import DeviceSet
+from flexcomm.placement.simulator import PlacementProblem
+from flexcomm.placement.toy import branchy_graph, chain_graph, random_dag
 
 
 def _check_schedule(problem: PlacementProblem, placement: list[int]) -> None:
@@ -194,7 +194,7 @@ def test_bad_placements_and_graphs_are_input_errors() -> None:
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), ops=st.integers(1, 18), devices=st.integers(1, 3), micro=st.integers(1, 2))
 def test_simulator_agrees_with_the_plain_reference_schedule(seed: int, ops: int, devices: int, micro: int) -> None:
-    from placement.reference import reference_makespan
+    from flexcomm.placement.reference import reference_makespan
 
     problem = PlacementProblem(random_dag(ops, seed=seed), DeviceSet.uniform(devices), micro_batches=micro,
                                contention=False)
@@ -204,7 +204,7 @@ def test_simulator_agrees_with_the_plain_reference_schedule(seed: int, ops: int,
 
 
 def test_mixed_devices_run_ops_at_their_own_speed() -> None:
-    from planner.devices import load_plan_cluster
+    from flexcomm.planner.devices import load_plan_cluster
 
     plan = load_plan_cluster("4x4-a100-v100")
     devices = DeviceSet.from_cluster(plan.cluster, rank_devices=plan.devices)

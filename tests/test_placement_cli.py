@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.cli import main
+from flexcomm.experiments.cli import main
 
 
 def test_place_writes_placement_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

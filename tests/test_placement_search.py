@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from costmodel.errors import InputError
-from placement.baselines import critical_path, single
-from placement.compare import compare, parse_methods, table, time_to_within
-from placement.devices import DeviceSet
-from placement.es import ESConfig, async_es, sync_es
-from placement.ppo import PPOConfig, PPOPlacer, train_ppo
-from placement.simulator import PlacementProblem
-from placement.toy import branchy_graph, random_dag
+from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.baselines import critical_path, single
+from flexcomm.placement.compare import compare, parse_methods, table, time_to_within
+from flexcomm.placement.devices import DeviceSet
+from flexcomm.placement.es import ESConfig, async_es, sync_es
+from flexcomm.placement.ppo import PPOConfig, PPOPlacer, train_ppo
+from flexcomm.placement.simulator import PlacementProblem
+from flexcomm.placement.toy import branchy_graph, random_dag
 
 
 @pytest.fixture(scope="module", autouse=True)

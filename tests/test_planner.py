@@ -11,14 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.errors import InputError
-from experiments.cli import main
-from planner.devices import MIXED_CLUSTERS, load_plan_cluster, plan_cluster_from_dict
-from planner.graphs import VIEW_KINDS, build_graph
-from planner.plans import PlanConfig, Pricer
-from planner.search import enumerate_plans, loses_on, search
-from planner.simulate import one_f_one_b, simulate_plan
-from planner.units import Units, build_units
+from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.planner.devices import load_plan_cluster
+from flexcomm.planner.graphs import VIEW_KINDS, build_graph
+from flexcomm.planner.plans import PlanConfig, Pricer
+from flexcomm.planner.search import enumerate_plans, loses_on, search
+from flexcomm.planner.simulate import one_f_one_b, simulate_plan
+from flexcomm.planner.units import Units, build_units
 
 GPT_SMALL = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000}
 
@@ -36,7 +37,7 @@ def _cluster(memory: str = "32GiB", bandwidth: str = "10Gbit/s", nodes: int = 4,
             "inter_link": {"latency": "10us", "bandwidth": bandwidth}}
     if node_devices:
         data["node_devices"] = node_devices
-    return plan_cluster_from_dict(data)
+    return load_plan_cluster(Cluster.from_dict(data))
 
 
 def _uniform_units(n: int, work: float = 1e9, params: float = 4e6, act: float = 1e6, boundary: float = 1e3) -> Units:
@@ -134,13 +135,14 @@ def test_heterogeneous_cluster_gives_faster_devices_more_work_and_beats_an_even_
     assert best_speed.step_s < best_even.step_s
 
 
-def test_the_shipped_mixed_cluster_loads() -> None:
+def test_the_shipped_mixed_cluster_loads_from_the_one_registry() -> None:
     cluster = load_plan_cluster("4x4-a100-v100")
     names = [d.name for d in cluster.devices]
     assert names[:8] == ["A100-80GB"] * 8 and names[8:] == ["V100-32GB"] * 8
-    assert set(MIXED_CLUSTERS) == {"4x4-a100-v100"}
+    assert "4x4-a100-v100" in cluster_names()  # the same registry `clusters` and `cost` read
+    data = load_cluster("4x4-a100-v100").to_dict()
     with pytest.raises(InputError) as err:
-        plan_cluster_from_dict({**MIXED_CLUSTERS["4x4-a100-v100"], "node_devices": [{"nodes": [9], "device": {}}]})
+        Cluster.from_dict({**data, "node_devices": [{"nodes": [9], "device": data["device"]}]})
     assert err.value.field == "cluster.node_devices.0.nodes"
     with pytest.raises(InputError) as err:
         load_plan_cluster("no-such-cluster")
@@ -236,7 +238,7 @@ def test_cli_plan_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_cli_plan_with_measured_op_times(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from planner.graphs import save_op_times
+    from flexcomm.planner.graphs import save_op_times
 
     graph = build_graph("eca-resnet20", batch_size=8)
     slow = tmp_path / "slow.json"
@@ -271,7 +273,7 @@ def test_cli_plan_bad_input_is_one_line_exit_2(argv: list[str], field: str, caps
 
 def test_cli_plan_takes_a_calibration_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A profile fitted at 1 Gbit/s makes the 10 GbE cluster's gradient allreduce about 10x slower."""
-    from costmodel.calibration import fit, synthetic_measurements
+    from flexcomm.costmodel.calibration import fit, synthetic_measurements
 
     profile = tmp_path / "profile.json"
     fit(synthetic_measurements("allreduce", "ring", 25e-6, 1 / 1.25e8, noise=0.0)).save(profile)

@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.cluster import load_cluster
-from costmodel.compute import transformer_spec
-from costmodel.errors import InputError
-from planner import zoo
-from planner.graphs import (
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.compute import transformer_spec
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner import zoo
+from flexcomm.planner.graphs import (
     GRAPH_NAMES,
     VIEW_KINDS,
     build_graph,
@@ -21,8 +21,8 @@ from planner.graphs import (
     op_time_s,
     trace,
 )
-from planner.units import build_units, clean_cuts
-from workloads.models import ECAResNet
+from flexcomm.planner.units import build_units, clean_cuts
+from flexcomm.workloads.models import ECAResNet
 
 SMALL_GPT = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 100}
 

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costmodel.calibration import load_measurements
-from costmodel.collectives import BUS_BANDWIDTH_FACTOR
-from costmodel.errors import InputError
-from experiments.cli import main
-from real_backend.bench import (
+from flexcomm.costmodel.calibration import load_measurements
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.bench import (
     CSV_COLUMNS,
     MeasurementWriter,
     algorithm_bytes,

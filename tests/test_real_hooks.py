@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import torch
 
-from costmodel.errors import InputError
-from experiments.cli import main
-from real_backend.ddp_train import parse_hidden, parse_strategies
-from real_backend.hooks import EXCHANGE_COLUMNS, compression_hook, parse_records, timed_powersgd_hook
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies
+from flexcomm.real_backend.hooks import EXCHANGE_COLUMNS, compression_hook, parse_records, timed_powersgd_hook
 
 STEPS = 6
 STRATEGIES = ["builtin", "dense", "topk-ag@1.0", "topk-ar@1.0", "topk-ar-var@1.0", "powersgd", "fp16",

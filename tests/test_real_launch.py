@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.calibration import load_measurements
-from costmodel.errors import InputError
-from experiments.cli import main
-from real_backend.launch import EXIT_TIMEOUT, exit_status, launch, resolve_command
+from flexcomm.costmodel.calibration import load_measurements
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.launch import EXIT_TIMEOUT, exit_status, launch, resolve_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def _script(tmp_path: Path, name: str, body: str) -> Path:
 def test_two_gloo_ranks_allreduce_and_agree(tmp_path: Path) -> None:
     worker = _script(tmp_path, "worker.py", f"""
         import torch, torch.distributed as dist
-        from real_backend.dist import init_from_env, shutdown
+        from flexcomm.real_backend.dist import init_from_env, shutdown
         info = init_from_env(timeout_s=30)
         t = torch.tensor([float(info.rank + 1), 10.0])
         dist.all_reduce(t)
@@ -94,14 +94,14 @@ def test_cli_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_init_from_env_without_a_launcher_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from real_backend.dist import init_from_env
+    from flexcomm.real_backend.dist import init_from_env
 
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(InputError, match="RANK"):
         init_from_env()
     monkeypatch.setenv("FLEXCOMM_DIST_TIMEOUT_S", "-1")
-    from real_backend.dist import timeout_from_env
+    from flexcomm.real_backend.dist import timeout_from_env
 
     with pytest.raises(InputError):
         timeout_from_env()
@@ -123,7 +123,7 @@ def test_a_stuck_peer_makes_the_survivor_fail_by_itself_within_its_timeout(tmp_p
     # Rank 1 joins, then never calls the collective: rank 0's allreduce must end at its 3 s timeout.
     worker = _script(tmp_path, "stuck.py", """
         import time, torch, torch.distributed as dist
-        from real_backend.dist import init_from_env
+        from flexcomm.real_backend.dist import init_from_env
         info = init_from_env(timeout_s=3)
         if info.rank == 1:
             time.sleep(120)
@@ -146,7 +146,7 @@ def _rank_pid(marker: str, rank: int) -> int | None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"real_backend.bench" in cmdline and any(marker.encode() in c for c in cmdline):
+        if b"flexcomm.real_backend.bench" in cmdline and any(marker.encode() in c for c in cmdline):
             if f"RANK={rank}".encode() in environ:
                 return int(entry.name)
     return None
@@ -155,7 +155,8 @@ def _rank_pid(marker: str, rank: int) -> int | None:
 @pytest.mark.timeout(90)
 def test_a_rank_killed_mid_run_fails_the_run_and_keeps_the_measured_rows(tmp_path: Path) -> None:
     out = tmp_path / "killed.csv"
-    cmd = [sys.executable, "-m", "experiments.cli", "bench-collectives", "--nproc", "2", "--sizes", "1KiB,2KiB",
+    cmd = [sys.executable, "-m", "flexcomm.experiments.cli", "bench-collectives", "--nproc", "2",
+           "--sizes", "1KiB,2KiB",
            "--collectives", "allreduce", "--warmup", "1", "--iters", "100000", "--out", str(out),
            "--op-timeout", "20s", "--timeout", "80s"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

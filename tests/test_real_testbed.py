@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from conftest import needs_netns
 
-from costmodel.calibration import load_measurements
-from costmodel.collectives import predict
-from costmodel.errors import InputError
-from experiments.cli import main
-from real_backend.testbed import Testbed, burst_bytes, list_namespaces, parse_per_link, run_in_testbed
+from flexcomm.costmodel.calibration import load_measurements
+from flexcomm.costmodel.collectives import predict
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.testbed import Testbed, burst_bytes, list_namespaces, parse_per_link, run_in_testbed
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +60,7 @@ def test_without_root_it_is_a_one_line_error(
 @needs_netns
 @pytest.mark.timeout(90)
 def test_allreduce_on_the_shaped_testbed_matches_the_bandwidth_term(tmp_path: Path) -> None:
-    from real_backend.bench import run_benchmark
+    from flexcomm.real_backend.bench import run_benchmark
 
     out = tmp_path / "shaped.csv"
     with Testbed.up(2, "100Mbit/s") as testbed:

@@ -20,9 +20,9 @@ import pytest
 import torch
 from conftest import needs_netns
 
-from experiments.cli import main
-from real_backend.testbed import list_namespaces
-from real_backend.validate import TABLE_COLUMNS, analyze, parse_bandwidths, run_validation
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.testbed import list_namespaces
+from flexcomm.real_backend.validate import TABLE_COLUMNS, analyze, parse_bandwidths, run_validation
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_CHECK = ROOT / "real_backend" / "gpu_check.sh"
@@ -125,7 +125,7 @@ def test_gpu_check_without_a_cuda_torch_exits_69_too(tmp_path: Path) -> None:
 
 
 def test_gpu_topk_runs_on_the_cpu_too(tmp_path: Path) -> None:
-    from real_backend.gpu_topk import main as gpu_topk
+    from flexcomm.real_backend.gpu_topk import main as gpu_topk
 
     out = tmp_path / "topk.json"
     assert gpu_topk(["--device", "cpu", "--sizes", "20000", "--ratios", "0.01", "--repeats", "1", "--numel", "4000",

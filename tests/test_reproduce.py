@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from experiments.cli import main
-from experiments.reproduce import TABLE_IV, reproduce_table_iv, summary
+from flexcomm.experiments.cli import main
+from flexcomm.experiments.reproduce import TABLE_IV, reproduce_table_iv, summary
 
 
 def test_dense_tree_allreduce_steps_match_the_papers_measurements() -> None:

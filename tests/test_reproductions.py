@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients
-from costmodel.errors import InputError
-from experiments.cli import main
-from experiments.reproductions import (
+from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.experiments.reproductions import (
     REPRODUCTIONS,
     accuracy_time,
     adaptation,
@@ -24,7 +24,7 @@ from experiments.reproductions import (
     scaling,
     speedup,
 )
-from experiments.reproductions.base import Settings
+from flexcomm.experiments.reproductions.base import Settings
 
 PAPER = (SparsePayload(index_dtype="int32"), SchemeAlgorithms())
 
@@ -37,7 +37,7 @@ class Tiny(Settings):
 
 
 def sparse_times(c: float, latency: float, bandwidth: float, ranks: int, params: float) -> tuple[float, float]:
-    ag, ar = (float(scheme_coefficients(s, params, c, ranks, *PAPER).time(latency, 1 / bandwidth).total)
+    ag, ar = (float(scheme_coefficients(s, params, ranks, c, *PAPER).time(latency, 1 / bandwidth).total)
               for s in ("topk-ag", "topk-ar"))
     return ag, ar
 

@@ -16,11 +16,11 @@ import math
 import numpy as np
 import pytest
 
-from costmodel.cluster import load_cluster
-from costmodel.collectives import FORMULAS, HIERARCHICAL, formula
-from costmodel.compressed import SchemeAlgorithms
-from costmodel.model import CostModel
-from sim.collectives import SCHEDULES, simulate_collective, simulate_scheme
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, formula
+from flexcomm.costmodel.compressed import SchemeAlgorithms
+from flexcomm.costmodel.model import CostModel
+from flexcomm.sim.collectives import SCHEDULES, simulate_collective, simulate_scheme
 
 SIZES = [1024.0, 1e6 + 3, 64 * 2.0**20, 256 * 2.0**20]
 GAMMA = 2e-11  # s per reduced byte: small but visible in the totals
@@ -130,9 +130,9 @@ def test_schemes_agree_on_uniform_networks(cluster_name: str, ranks: int, scheme
     model = CostModel.from_cluster(cluster, gamma=GAMMA)
     for numel in (1000, 25_000_000):
         for ratio in (0.01, 0.001):
-            result = simulate_scheme(cluster, scheme, numel, ratio, ranks=ranks, algorithms=algorithms,
+            result = simulate_scheme(cluster, scheme, numel, ranks, ratio, algorithms=algorithms,
                                      gamma=GAMMA, granularity=granularity)
-            predicted = float(model.scheme(scheme, numel, ratio, ranks, algorithms=algorithms).total)
+            predicted = float(model.scheme(scheme, numel, ranks, ratio, algorithms=algorithms).total)
             _check(result.seconds, predicted, f"{scheme} numel={numel} ratio={ratio}")
 
 

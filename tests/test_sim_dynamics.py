@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import simpy
 
-from costmodel.errors import InputError
-from sim.collectives import simulate_collective
-from sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion, TraceDynamics, TraceEvent
-from sim.network import Network
+from flexcomm.costmodel.errors import InputError
+from flexcomm.sim.collectives import simulate_collective
+from flexcomm.sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion, TraceDynamics, TraceEvent
+from flexcomm.sim.network import Network
 
 GBIT = 1e9 / 8
 

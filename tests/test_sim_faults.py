@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costmodel.errors import InputError
-from sim.faults import Fault, FaultPolicy, RandomNodeFaults, parse_fault
-from sim.training import TrainingConfig, simulate_training
+from flexcomm.costmodel.errors import InputError
+from flexcomm.sim.faults import Fault, FaultPolicy, RandomNodeFaults, parse_fault
+from flexcomm.sim.training import TrainingConfig, simulate_training
 
 CLUSTER = "8x1-10gbe"
 CONFIG = TrainingConfig(workload="resnet18", iterations=6)

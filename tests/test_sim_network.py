@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import simpy
 
-from costmodel.cluster import Cluster, load_cluster
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from sim.collectives import simulate_collective
-from sim.network import Network
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.sim.collectives import simulate_collective
+from flexcomm.sim.network import Network
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 
@@ -235,7 +235,7 @@ def test_explicit_rank_lists_route_over_their_own_nodes() -> None:
 
 def test_concurrent_collectives_share_the_network() -> None:
     """Two identical rings at once: same latency, twice the bandwidth time (one NIC, two flows)."""
-    from sim.collectives import run_collective
+    from flexcomm.sim.collectives import run_collective
 
     cluster = load_cluster("8x1-10gbe")
     n, p = 32 * 2.0**20, 8

@@ -9,10 +9,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.dynamics import JitterDynamics, MarkovCongestion
-from sim.faults import FaultPolicy
-from sim.trace import COMM, COMPRESSION, COMPUTE, chrome_trace, trace_json, validate_chrome_trace, write_chrome_trace
-from sim.training import TrainingConfig, TrainingResult, simulate_training
+from flexcomm.sim.dynamics import JitterDynamics, MarkovCongestion
+from flexcomm.sim.faults import FaultPolicy
+from flexcomm.sim.trace import (
+    COMM,
+    COMPRESSION,
+    COMPUTE,
+    chrome_trace,
+    trace_json,
+    validate_chrome_trace,
+    write_chrome_trace,
+)
+from flexcomm.sim.training import TrainingConfig, TrainingResult, simulate_training
 
 
 def _noisy(seed: int = 5) -> TrainingResult:

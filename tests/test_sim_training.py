@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costmodel.cluster import load_cluster
-from costmodel.compute import get_model
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from sim.dynamics import JitterDynamics
-from sim.training import (
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.compute import get_model
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.sim.dynamics import JitterDynamics
+from flexcomm.sim.training import (
     DEFAULT_BUCKET_CAP,
     TrainingConfig,
     TrainingSimulator,
@@ -20,7 +20,7 @@ from sim.training import (
     parse_straggler,
     simulate_training,
 )
-from sim.workload import DEFAULT_BATCH, get_training_workload
+from flexcomm.sim.workload import DEFAULT_BATCH, get_training_workload
 
 PARTS = ["compute_s", "compression_s", "exposed_comm_s", "stall_s"]
 
@@ -103,7 +103,7 @@ def test_compressed_scheme_adds_compression_before_the_exchange() -> None:
     result = simulate_training(cluster, workload=workload, iterations=1, bucket_count=1, scheme="topk-ar",
                                ratio=0.01, compress_elements_per_s=1e9)
     numel = get_training_workload(workload).model.params
-    exchange = float(CostModel.from_cluster(load_cluster(cluster)).scheme("topk-ar", numel, 0.01, 8).total)
+    exchange = float(CostModel.from_cluster(load_cluster(cluster)).scheme("topk-ar", numel, 8, 0.01).total)
     row = result.iterations.iloc[0]
     assert row.compression_s == pytest.approx(numel / 1e9)
     assert row.time_s == pytest.approx(_compute(cluster, workload) + numel / 1e9 + exchange, rel=0.01)

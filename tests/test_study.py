@@ -18,13 +18,13 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.cluster import load_cluster
-from costmodel.compute import get_model
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from experiments.cli import main
-from experiments.study.runner import JOURNAL, _lock, run_study
-from experiments.study.spec import build_spec, load_spec
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.compute import get_model
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.experiments.cli import main
+from flexcomm.experiments.study.runner import JOURNAL, _lock, run_study
+from flexcomm.experiments.study.spec import build_spec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,7 +188,7 @@ def test_model_engine_rows_are_the_shared_cost_model_and_speedup_is_against_dens
     cluster = base.model_copy(update={"inter_link": base.inter_link.model_copy(
         update={"bandwidth_Bps": 1.25e8, "latency_s": 1e-3})})
     model = get_model("resnet50")
-    comm = float(CostModel.from_cluster(cluster).scheme("topk-ar", model.params, 0.01, 8).total)
+    comm = float(CostModel.from_cluster(cluster).scheme("topk-ar", model.params, 8, 0.01).total)
     compute = float(model.iteration_seconds(256, cluster.device.peak_flops))
     assert row["comm_time_s"] == pytest.approx(comm, rel=1e-12)
     assert row["step_time_s"] == pytest.approx(comm + compute + model.params / 0.75e9, rel=1e-12)

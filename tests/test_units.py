@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.errors import InputError
-from costmodel.units import (
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import (
     format_bandwidth,
     format_size,
     format_time,

@@ -12,9 +12,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodel.compute import ModelSpec
-from costmodel.errors import InputError
-from workloads import (
+from flexcomm.costmodel.compute import ModelSpec
+from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads import (
     ECA,
     MLP,
     ECAResNet,
@@ -33,7 +33,7 @@ from workloads import (
     train,
     workload_names,
 )
-from workloads.data import SYNTHETIC_PATTERNS, digits, motif_sequences, synthetic_images
+from flexcomm.workloads.data import SYNTHETIC_PATTERNS, digits, motif_sequences, synthetic_images
 
 # --- ECA ------------------------------------------------------------------------------------------
 

@@ -4,10 +4,18 @@ Each also hands the cost model its per-layer sizes and FLOPs (:meth:`Workload.sp
 simulator, the emulator and the real backend all talk about the same network.
 """
 
-from workloads.data import TensorData, batch_stream, batches, shard, shard_indices, steps_per_epoch
-from workloads.models import ECA, MLP, ECAResNet, LSTMClassifier, ResNet, TransformerClassifier, eca_kernel_size
-from workloads.registry import Workload, get_workload, workload_names
-from workloads.training import TrainResult, evaluate, train
+from flexcomm.workloads.data import TensorData, batch_stream, batches, shard, shard_indices, steps_per_epoch
+from flexcomm.workloads.models import (
+    ECA,
+    MLP,
+    ECAResNet,
+    LSTMClassifier,
+    ResNet,
+    TransformerClassifier,
+    eca_kernel_size,
+)
+from flexcomm.workloads.registry import Workload, get_workload, workload_names
+from flexcomm.workloads.training import TrainResult, evaluate, train
 
 __all__ = [
     "ECA",

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 __all__ = [
     "TensorData",

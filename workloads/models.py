@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 __all__ = [
     "MLP",

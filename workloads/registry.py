@@ -14,11 +14,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.compute import ModelSpec, layers_from_torch
-from costmodel.errors import InputError
-from workloads import data
-from workloads.data import TensorData
-from workloads.models import MLP, LSTMClassifier, ResNet, TransformerClassifier
+from flexcomm.costmodel.compute import ModelSpec, layers_from_torch
+from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads import data
+from flexcomm.workloads.data import TensorData
+from flexcomm.workloads.models import MLP, LSTMClassifier, ResNet, TransformerClassifier
 
 __all__ = ["Workload", "get_workload", "workload_names", "WORKLOADS"]
 

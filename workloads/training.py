@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from costmodel.errors import InputError
-from workloads.data import TensorData, batch_stream
+from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads.data import TensorData, batch_stream
 
 if TYPE_CHECKING:
-    from workloads.registry import Workload
+    from flexcomm.workloads.registry import Workload
 
 __all__ = ["evaluate", "train", "TrainResult"]
 

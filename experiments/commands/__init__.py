@@ -1,6 +1,6 @@
 """Sub-commands of the ``flexcomm`` CLI; each module has ``register(subparsers)``."""
 
-from experiments.commands import (
+from flexcomm.experiments.commands import (
     bench_collectives,
     calibrate,
     clusters,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import InputError
-from costmodel.units import parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from real_backend.bench import parse_collectives, parse_sizes, run_benchmark
-    from real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.bench import parse_collectives, parse_sizes, run_benchmark
+    from flexcomm.real_backend.launch import sigterm_as_exit
 
     sizes = parse_sizes(args.sizes)
     collectives = parse_collectives(args.collectives)
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("timeout", f"{args.timeout}/{args.op_timeout}", "positive times such as 2h and 120s")
     testbed = None
     if args.testbed:
-        from real_backend.testbed import Testbed
+        from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
     with sigterm_as_exit():

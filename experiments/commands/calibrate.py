@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.commands.common import print_json
+from flexcomm.experiments.commands.common import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.calibration import fit, load_measurements
+    from flexcomm.costmodel.calibration import fit, load_measurements
 
     profile = fit(load_measurements(args.measurements), loss=args.loss)
     profile.save(args.output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.commands.common import print_json
+from flexcomm.experiments.commands.common import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,13 +14,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.cluster import embedded_clusters, load_cluster
-    from costmodel.units import format_bandwidth, format_time
+    from flexcomm.costmodel.cluster import cluster_names, load_cluster
+    from flexcomm.costmodel.units import format_bandwidth, format_time
 
     if args.cluster:
         print_json(load_cluster(args.cluster).to_dict())
         return 0
-    for name in embedded_clusters():
+    for name in cluster_names():
         c = load_cluster(name)
         print(
             f"{name:24s} {c.nodes:4d} x {c.devices_per_node:<2d} {c.device.name:10s} "

@@ -7,9 +7,8 @@ import json
 import sys
 from typing import Any
 
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from costmodel.units import parse_bandwidth, parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,34 +22,12 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cost_model_from_args(args: argparse.Namespace) -> CostModel:
-    """Build the model the arguments describe; complain in one line if they don't describe one."""
-    from costmodel.calibration import CalibrationProfile
-    from costmodel.cluster import load_cluster
+    """Build the model the arguments describe (:func:`flexcomm._pricing.cost_model`, the API's own rules)."""
+    from flexcomm._pricing import cost_model
 
-    gamma = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth") if args.reduce_bandwidth else 0.0
-    profile = CalibrationProfile.load(args.profile) if args.profile else None
-    if args.cluster:
-        if args.latency or args.bandwidth:
-            raise InputError("cluster", args.cluster, "either --cluster or --latency/--bandwidth, not both")
-        model = CostModel.from_cluster(load_cluster(args.cluster), profile=profile, gamma=gamma)
-        if args.ranks_per_node:
-            model.ranks_per_node = args.ranks_per_node
-        return model
-    if profile is not None and not args.bandwidth:
-        return CostModel.from_profile(profile)
-    if not args.bandwidth or args.latency is None:
-        missing = "bandwidth" if not args.bandwidth else "latency"
-        raise InputError(
-            missing, "(missing)", "--latency and --bandwidth (e.g. 10us, 10Gbit/s), or --cluster NAME|FILE"
-        )
-    if args.ranks_per_node is not None and args.ranks_per_node < 1:
-        raise InputError("ranks-per-node", args.ranks_per_node, "an integer >= 1")
-    return CostModel.from_link(
-        parse_time(args.latency, "latency"),
-        parse_bandwidth(args.bandwidth, "bandwidth"),
-        gamma=gamma,
-        ranks_per_node=args.ranks_per_node,
-    )
+    return cost_model(cluster=args.cluster or None, profile=args.profile or None, latency=args.latency,
+                      bandwidth=args.bandwidth or None, reduce_bandwidth=args.reduce_bandwidth,
+                      ranks_per_node=args.ranks_per_node)
 
 
 def print_json(payload: Any) -> None:
@@ -71,8 +48,8 @@ def add_cluster_arguments(
 
 def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel.cluster imported lazily)
     """The cluster the arguments name, with the profile's fitted links when ``--profile`` is given."""
-    from costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from costmodel.cluster import load_cluster
+    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from flexcomm.costmodel.cluster import load_cluster
 
     if not args.cluster:
         if getattr(args, "profile", None):

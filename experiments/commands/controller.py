@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,8 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _env_config(args: argparse.Namespace):  # -> EnvConfig (imported lazily)
-    from controller.env import EnvConfig
-    from costmodel.units import parse_count
+    from flexcomm.controller.env import EnvConfig
+    from flexcomm.costmodel.units import parse_count
 
     text = str(args.price_params).strip().lower()
     price = None if text in ("none", "0", "") else parse_count(args.price_params, "price-params")
@@ -106,7 +106,7 @@ def _env_config(args: argparse.Namespace):  # -> EnvConfig (imported lazily)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from controller.train import TrainConfig, train
+    from flexcomm.controller.train import TrainConfig, train
 
     if args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
@@ -133,9 +133,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from controller.evaluate import evaluate
-    from controller.traces import parse_traces
-    from controller.train import load_settings
+    from flexcomm.controller.evaluate import evaluate
+    from flexcomm.controller.traces import parse_traces
+    from flexcomm.controller.train import load_settings
 
     if args.seed is not None and args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
@@ -159,9 +159,9 @@ def run_curves(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from controller.plots import plot_training_curves
-    from controller.train import load_settings
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.controller.plots import plot_training_curves
+    from flexcomm.controller.train import load_settings
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
     if args.window < 1:
         raise InputError("window", args.window, "an integer >= 1")

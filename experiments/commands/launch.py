@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import InputError
-from costmodel.units import parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from real_backend.launch import launch, sigterm_as_exit
+    from flexcomm.real_backend.launch import launch, sigterm_as_exit
 
     if args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")

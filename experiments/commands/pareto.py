@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from costmodel.units import parse_count
-    from experiments.commands.common import single_threaded_torch
-    from experiments.pareto import pareto_study, plot_pareto, summary_lines
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.costmodel.units import parse_count
+    from flexcomm.experiments.commands.common import single_threaded_torch
+    from flexcomm.experiments.pareto import pareto_study, plot_pareto, summary_lines
 
     single_threaded_torch()
     cluster = cluster_from_args(args)

@@ -12,8 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from costmodel.errors import InputError
-from experiments.commands.common import add_cluster_arguments
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.common import add_cluster_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,9 +80,9 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _devices(args: argparse.Namespace):
-    from costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from placement.devices import DeviceSet
-    from planner.devices import load_plan_cluster
+    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from flexcomm.placement.devices import DeviceSet
+    from flexcomm.planner.devices import load_plan_cluster
 
     plan = load_plan_cluster(args.cluster)
     if args.profile:
@@ -95,10 +95,10 @@ def _devices(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    from placement.compare import parse_methods
+    from flexcomm.placement.compare import parse_methods
 
     methods = parse_methods(args.method)
-    from placement.baselines import BASELINES
+    from flexcomm.placement.baselines import BASELINES
 
     if args.es_start != "best" and args.es_start not in BASELINES:
         raise InputError("es-start", args.es_start, "best or one of " + ", ".join(BASELINES))
@@ -106,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from placement.compare import compare, markdown, table
-    from placement.es import RULES, ESConfig
-    from placement.ppo import PPOConfig
-    from placement.simulator import PlacementProblem
-    from planner.graphs import build_graph
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.placement.compare import compare, markdown, table
+    from flexcomm.placement.es import RULES, ESConfig
+    from flexcomm.placement.ppo import PPOConfig
+    from flexcomm.placement.simulator import PlacementProblem
+    from flexcomm.planner.graphs import build_graph
 
     if args.rule not in RULES:
         raise InputError("rule", args.rule, "one of " + ", ".join(RULES))
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     }
     write_text_atomic(out / "placement.json", json.dumps(payload, indent=2) + "\n")
     if not args.no_plot:
-        from placement.plots import search_curves, timeline
+        from flexcomm.placement.plots import search_curves, timeline
 
         if comparison.curves:
             search_curves(comparison, out / "search_curves.png", title)

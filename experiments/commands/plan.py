@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from costmodel.errors import InputError
-from experiments.commands.common import add_cluster_arguments
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.common import add_cluster_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,14 +50,14 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from costmodel.units import format_size, format_time
-    from planner.devices import load_plan_cluster
-    from planner.graphs import build_graph, calibrate_op_times, load_op_times
-    from planner.plans import Pricer
-    from planner.report import write_outputs
-    from planner.search import search
-    from planner.units import build_units
+    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from flexcomm.costmodel.units import format_size, format_time
+    from flexcomm.planner.devices import load_plan_cluster
+    from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
+    from flexcomm.planner.plans import Pricer
+    from flexcomm.planner.report import write_outputs
+    from flexcomm.planner.search import search
+    from flexcomm.planner.units import build_units
 
     _check_int("batch-size", args.batch_size, 1)
     _check_int("top", args.top, 1)
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
                     simulate_top=args.simulate_top, progress=progress)
     if not result.ranked:  # keep the evidence: every plan and why it did not fit
-        from costmodel.atomic import write_csv_atomic
+        from flexcomm.costmodel.atomic import write_csv_atomic
 
         table = result.table()
         write_csv_atomic(table, Path(args.out) / "plans.csv")

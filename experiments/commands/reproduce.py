@@ -26,10 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.errors import InputError
-    from experiments.commands.common import single_threaded_torch
-    from experiments.reproductions import resolve, run_reproductions
-    from experiments.reproductions.base import Settings
+    from flexcomm.costmodel.errors import InputError
+    from flexcomm.experiments.commands.common import single_threaded_torch
+    from flexcomm.experiments.reproductions import resolve, run_reproductions
+    from flexcomm.experiments.reproductions.base import Settings
 
     if args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")

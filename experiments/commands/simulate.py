@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from costmodel.compressed import SCHEMES
-from costmodel.errors import InputError
-from costmodel.units import format_size, format_time, parse_size, parse_time
-from experiments.commands.common import add_cluster_arguments, cluster_from_args, print_json
+from flexcomm.costmodel.compressed import SCHEMES
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.experiments.commands.common import add_cluster_arguments, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,37 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _congestion(text: str, seed: int) -> Any:
-    from sim.dynamics import MarkovCongestion
-
-    form = "good=MEAN,bad=MEAN,factor=F, e.g. good=50ms,bad=10ms,factor=0.25"
-    values = {"good": 0.05, "bad": 0.01, "factor": 0.25}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in values:
-            raise InputError("congestion", text, form)
-        try:
-            values[key] = float(value) if key == "factor" else parse_time(value, "congestion")
-        except (ValueError, InputError):
-            raise InputError("congestion", text, form) from None
-    return MarkovCongestion(values["good"], values["bad"], values["factor"], seed=seed)
-
-
-def _dynamics(args: argparse.Namespace) -> list[Any]:
-    from sim.dynamics import JitterDynamics, TraceDynamics
-
-    dynamics: list[Any] = []
-    if args.network_trace:
-        dynamics.append(TraceDynamics.from_csv(args.network_trace))
-    if args.jitter is not None:
-        dynamics.append(JitterDynamics(args.jitter, parse_time(args.jitter_period, "jitter-period"),
-                                       seed=args.seed + 1))
-    if args.congestion is not None:
-        dynamics.append(_congestion(args.congestion, args.seed + 2))
-    return dynamics
-
-
 def _plain(value: Any) -> Any:
     """JSON-safe: NaN -> null, numpy scalars -> Python."""
     if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
@@ -140,41 +109,12 @@ def _table(iterations: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from sim.faults import FaultPolicy, parse_fault
-    from sim.trace import write_chrome_trace
-    from sim.training import TrainingConfig, TrainingSimulator, parse_straggler
+    from flexcomm._running import simulate
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.sim.trace import write_chrome_trace
 
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
-    cluster = cluster_from_args(args)
-    faults = [parse_fault(spec, args.seed) for spec in args.fail]
-    stragglers = dict(parse_straggler(text) for text in args.straggler)
-    if args.buckets is not None and args.buckets < 1:
-        raise InputError("buckets", args.buckets, "an integer >= 1")
-    parse_size(args.bucket_size, "bucket-size")
-    checkpoint_cost = parse_time(args.checkpoint_cost, "checkpoint-cost") if args.checkpoint_cost else None
-    policy = FaultPolicy(
-        timeout_s=parse_time(args.timeout, "timeout"), restart_s=parse_time(args.restart_cost, "restart-cost"),
-        repair_s=parse_time(args.repair_time, "repair-time"), checkpoint_every=args.checkpoint_every,
-        checkpoint_write_s=checkpoint_cost, checkpoint_load_s=checkpoint_cost, elastic=args.elastic,
-    )
-    extra: dict[str, Any] = {}
-    if args.efficiency is not None:
-        if not 0 < args.efficiency <= 1:
-            raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
-        extra["efficiency"] = args.efficiency
-    config = TrainingConfig(
-        workload=args.workload, iterations=args.iterations, ranks=args.ranks, batch_per_rank=args.batch,
-        scheme=args.scheme, ratio=args.ratio, algorithm=args.algorithm, bucket_cap=args.bucket_size,
-        bucket_count=args.buckets, optimizer_s=parse_time(args.optimizer_time, "optimizer-time"),
-        stragglers=stragglers, compute_jitter=args.compute_jitter, granularity=args.granularity, seed=args.seed,
-        **extra,
-    )
-    if config.batch_per_rank is not None and not config.batch_per_rank > 0:
-        raise InputError("batch", args.batch, "a positive number of samples per rank")
-    sim = TrainingSimulator(cluster, config, dynamics=_dynamics(args), faults=faults, policy=policy)
-
     bar = None
     if sys.stderr.isatty() and not args.json:
         from tqdm import tqdm
@@ -183,7 +123,16 @@ def run(args: argparse.Namespace) -> int:
     progress = None if bar is None else (lambda done, total: bar.update(done - bar.n))
     started = time.perf_counter()
     try:
-        result = sim.run(progress)
+        result = simulate(
+            args.cluster, args.workload, iterations=args.iterations, ranks=args.ranks, batch=args.batch,
+            scheme=args.scheme, ratio=args.ratio, algorithm=args.algorithm, bucket_size=args.bucket_size,
+            buckets=args.buckets, efficiency=args.efficiency, optimizer_time=args.optimizer_time,
+            granularity=args.granularity, network_trace=args.network_trace, jitter=args.jitter,
+            jitter_period=args.jitter_period, congestion=args.congestion, stragglers=args.straggler,
+            compute_jitter=args.compute_jitter, faults=args.fail, checkpoint_every=args.checkpoint_every,
+            checkpoint_cost=args.checkpoint_cost, restart_cost=args.restart_cost, timeout=args.timeout,
+            repair_time=args.repair_time, elastic=args.elastic, profile=args.profile, seed=args.seed,
+            progress=progress)
     finally:
         if bar is not None:
             bar.close()
@@ -209,10 +158,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     buckets = result.bucket_list
     cap = f"{args.buckets} buckets" if args.buckets else f"{len(buckets)} buckets ({args.bucket_size} cap)"
-    exchange = "allreduce/" + config.algorithm if config.scheme == "dense" else \
-        f"{config.scheme} ratio {config.ratio:g}"
-    print(f"{result.config['workload']} on {cluster.name}: {sim.ranks} ranks x batch "
-          f"{sim.workload.batch_per_rank:g}, {exchange}, {cap}, gradient {format_size(sum(b.nbytes for b in buckets))}")
+    config = result.config
+    exchange = "allreduce/" + config["algorithm"] if config["scheme"] == "dense" else \
+        f"{config['scheme']} ratio {config['ratio']:g}"
+    print(f"{config['workload']} on {config['cluster']}: {config['ranks']} ranks x batch "
+          f"{config['batch_per_rank']:g}, {exchange}, {cap}, gradient {format_size(sum(b.nbytes for b in buckets))}")
     for line in _table(result.iterations):
         print(line)
     print(f"median iteration {_ms(summary['median_time_s'])}: compute {_ms(summary['median_compute_s'])}, "

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("file", help="study file (YAML or JSON), or the name of a shipped one: whatif-small, "
                         "sim-small, emulated-small")
-    parser.add_argument("--out", required=True, help="output directory (created; reused to resume)")
+    parser.add_argument("--out", help="output directory (created; reused to resume); not needed with --list")
     parser.add_argument("--workers", type=int, help="local worker processes (default: CPUs; 0 runs in this process)")
     parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (replaces the local "
                         "pool; workers need flexcomm installed)")
@@ -31,21 +31,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.units import parse_time
-    from experiments.study.runner import run_study
-    from experiments.study.spec import load_spec
+    from flexcomm._running import study
+    from flexcomm.costmodel.errors import InputError
+    from flexcomm.costmodel.units import parse_time
+    from flexcomm.experiments.study.spec import load_spec
 
-    timeout = parse_time(args.scheduler_timeout, "scheduler-timeout")
-
-    spec = load_spec(args.file)
+    parse_time(args.scheduler_timeout, "scheduler-timeout")
     if args.list:
+        spec = load_spec(args.file)
         print(",".join(["point_id", *spec.param_columns]))
         for point in spec.points:
             print(",".join([point.id, *("" if point.params.get(c) is None else str(point.params.get(c))
                                         for c in spec.param_columns)]))
         return 0
-    result = run_study(spec, args.out, workers=args.workers, scheduler=args.scheduler, max_points=args.max_points,
-                       scheduler_timeout_s=timeout, progress=not args.no_progress, figures=not args.no_figures)
+    if not args.out:
+        raise InputError("out", "(missing)", "an output directory, e.g. --out results/study (or --list)")
+    result = study(args.file, args.out, workers=args.workers, scheduler=args.scheduler, max_points=args.max_points,
+                   scheduler_timeout=args.scheduler_timeout, progress=not args.no_progress,
+                   figures=not args.no_figures)
+    spec = result.spec
     done = result.skipped + len(result.ran)
     print(f"study {spec.name}: {len(result.ran)} points run, {result.skipped} already in {args.out}/results.csv, "
           f"{done}/{result.total} done in {result.wall_s:.2f}s")
@@ -53,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"incomplete: rerun the same command to run the remaining {result.total - done} points")
         return 0
     if result.table is not None:
-        from experiments.study.report import winners
+        from flexcomm.experiments.study.report import winners
 
         best = winners(spec, result.table)
         counts = best["winner"].value_counts()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from costmodel.errors import InputError
-from costmodel.units import parse_time
-from experiments.commands.common import print_json
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_time
+from flexcomm.experiments.commands.common import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def _fail(error: Exception) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from real_backend.testbed import Testbed, TestbedError
+    from flexcomm.real_backend.testbed import Testbed, TestbedError
 
     try:
         testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True)
@@ -84,7 +84,7 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from real_backend.testbed import Testbed, TestbedError, down_all, require_privileges
+    from flexcomm.real_backend.testbed import Testbed, TestbedError, down_all, require_privileges
 
     require_privileges()
     testbed_id = args.id or args.id_option
@@ -104,7 +104,7 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from real_backend.testbed import list_namespaces, list_testbeds
+    from flexcomm.real_backend.testbed import list_namespaces, list_testbeds
 
     testbeds = list_testbeds()
     namespaces = set(list_namespaces())
@@ -127,8 +127,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from real_backend.launch import sigterm_as_exit
-    from real_backend.testbed import Testbed, TestbedError, run_in_testbed
+    from flexcomm.real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.testbed import Testbed, TestbedError, run_in_testbed
 
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth, parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,11 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from real_backend.ddp_train import parse_hidden, parse_strategies, run_training
-    from real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, parse_strategies, run_training
+    from flexcomm.real_backend.launch import sigterm_as_exit
 
     specs = parse_strategies(args.strategy, args.ratio)
     parse_hidden(args.hidden)
+    check_training_options(args.batch_size, args.lr)
     if args.nproc is not None and args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")
     if args.steps < 1:
@@ -67,20 +68,22 @@ def run(args: argparse.Namespace) -> int:
     if bandwidth is not None and bandwidth <= 0:
         raise InputError("bandwidth", args.bandwidth, "a positive bandwidth such as 100Mbit/s")
     if args.profile:
-        from costmodel.calibration import CalibrationProfile
+        from flexcomm.costmodel.calibration import CalibrationProfile
 
         CalibrationProfile.load(args.profile)  # a bad profile is a one-line error here, not in every rank
     testbed = None
     if args.testbed:
-        from real_backend.testbed import Testbed
+        from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
     with sigterm_as_exit():
-        result = run_training(args.nproc, args.workload, specs, args.steps, args.out, testbed=testbed,
+        result = run_training(args.nproc, args.workload, specs, args.steps, args.out, ratio=args.ratio, testbed=testbed,
                               timeout_s=timeout, log_dir=args.log_dir, hidden=args.hidden,
                               batch_size=args.batch_size, lr=args.lr, seed=args.seed, compute_steps=args.compute_steps,
                               latency_s=latency, bandwidth_Bps=bandwidth, profile=args.profile, backend=args.backend,
                               op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank)
     if result.returncode == 0:
-        print(f"wrote {args.out}/<strategy>/steps.csv, exchanges.csv, summary.json and {args.out}/run.json")
+        for spec in specs:
+            print(f"wrote {args.out}/{spec.label}/steps.csv, exchanges.csv, summary.json")
+        print(f"wrote {args.out}/run.json")
     return result.returncode

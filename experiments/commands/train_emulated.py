@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import InputError
-from costmodel.units import parse_count, parse_time
-from experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
 
 
 def _ratios(text: str, field: str) -> tuple[float, ...]:
@@ -20,10 +19,10 @@ def _ratios(text: str, field: str) -> tuple[float, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from experiments.options import COMPRESS_TIME_MODES
-    from experiments.options import EMULATION_NETWORKS as NETWORKS
-    from experiments.options import EMULATION_STRATEGIES as STRATEGIES
-    from experiments.options import MOO_RULES as RULES
+    from flexcomm.emulation.options import COMPRESS_TIME_MODES
+    from flexcomm.emulation.options import EMULATION_NETWORKS as NETWORKS
+    from flexcomm.emulation.options import EMULATION_STRATEGIES as STRATEGIES
+    from flexcomm.experiments.options import MOO_RULES as RULES
 
     parser = sub.add_parser(
         "train-emulated",
@@ -72,23 +71,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compression.moo import MOOConfig
-    from experiments.emulated import EmulationConfig, run_emulation
+    from flexcomm._running import emulate
+    from flexcomm.compression.moo import MOOConfig
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else [args.strategy]
     moo = MOOConfig(candidates=_ratios(args.candidates, "candidates"), rule=args.moo_rule,
                     reeval_every=args.moo_every, probe_steps=args.probe_steps)
-    config = EmulationConfig(
-        workload=args.workload, workers=args.workers, cluster=cluster_from_args(args), strategy=strategies[0],
-        ratio=args.cr,
-        steps=args.steps, seed=args.seed, eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr,
-        network=args.network, jitter=args.jitter,
-        compute_time_s=parse_time(args.compute_time, "compute-time") if args.compute_time else None,
-        compress_time=args.compress_time, compress_throughput=args.compress_throughput,
-        price_params=parse_count(args.price_params, "price-params") if args.price_params else None,
+    results = emulate(
+        args.workload, strategies=strategies, out=args.out, progress=not args.no_progress, plot=not args.no_plot,
+        compute_time=args.compute_time or None, price_params=args.price_params or None,
+        workers=args.workers, cluster=cluster_from_args(args), ratio=args.cr, steps=args.steps, seed=args.seed,
+        eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, network=args.network,
+        jitter=args.jitter, compress_time=args.compress_time, compress_throughput=args.compress_throughput,
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
     )
-    results = run_emulation(config, strategies, args.out, progress=not args.no_progress, plot=not args.no_plot)
     print(f"{'strategy':9s} {'final acc':>9s} {'sim time':>10s} {'mean step':>10s}  schemes / ratios")
     for name, res in results.items():
         s = res.summary

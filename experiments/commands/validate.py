@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.errors import InputError
-from costmodel.units import parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from experiments.options import VALIDATE_SIZES as DEFAULT_SIZES
-    from experiments.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
+    from flexcomm.real_backend.options import VALIDATE_SIZES as DEFAULT_SIZES
+    from flexcomm.real_backend.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
 
     parser = sub.add_parser(
         "validate",
@@ -44,8 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from real_backend.launch import sigterm_as_exit
-    from real_backend.validate import parse_bandwidths, run_validation, summary_lines
+    from flexcomm.real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines
 
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:

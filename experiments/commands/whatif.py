@@ -7,9 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth
-from experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,10 +45,10 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.atomic import write_csv_atomic, write_text_atomic
-    from costmodel.compressed import SparsePayload
-    from experiments import whatif_plots
-    from experiments.whatif import WhatIfGrid, run_whatif, winners
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.costmodel.compressed import SparsePayload
+    from flexcomm.experiments import whatif_plots
+    from flexcomm.experiments.whatif import WhatIfGrid, run_whatif, winners
 
     cluster = cluster_from_args(args)  # with --cluster, its links replace the bandwidth/latency sweep
     payload = SparsePayload(index_dtype=args.index_dtype)

@@ -11,10 +11,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from costmodel.atomic import write_text_atomic
-from costmodel.errors import InputError
-from experiments.reproductions import accuracy_time, adaptation, crossover, pareto_fronts, scaling, speedup, table4
-from experiments.reproductions.base import Outcome, Reproduction, Settings, write_outcome
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.reproductions import (
+    accuracy_time,
+    adaptation,
+    crossover,
+    pareto_fronts,
+    scaling,
+    speedup,
+    table4,
+)
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, write_outcome
 
 REPRODUCTIONS: dict[str, Reproduction] = {
     r.id: r for r in (crossover.REPRODUCTION, speedup.REPRODUCTION, pareto_fronts.REPRODUCTION,

@@ -16,8 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.emulated import EmulatedRun, EmulationConfig, time_to_accuracy  # noqa: E402
-from experiments.reproductions.base import (  # noqa: E402
+from flexcomm.emulation.engine import EmulatedRun, EmulationConfig, time_to_accuracy  # noqa: E402
+from flexcomm.experiments.reproductions.base import (  # noqa: E402
     ECA_RESNET50_PARAMS,
     Outcome,
     Reproduction,
@@ -25,7 +25,7 @@ from experiments.reproductions.base import (  # noqa: E402
     finish_figure,
     paper_model,
 )
-from workloads import Workload, get_workload  # noqa: E402
+from flexcomm.workloads import Workload, get_workload  # noqa: E402
 
 #: (workload, label, workers, parameters priced, compute per step s, small steps, full steps)
 WORKLOADS = [

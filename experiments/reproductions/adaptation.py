@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.emulated import EmulatedRun, EmulationConfig  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure, paper_model  # noqa: E402
+from flexcomm.emulation.engine import EmulatedRun, EmulationConfig  # noqa: E402
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure, paper_model  # noqa: E402
 
 #: (label, parameters priced, compute per step s): the paper's smallest and largest model.
 PRICED = [("ResNet-18 size", *paper_model("resnet18")), ("'ViT' size", *paper_model("vit"))]

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
 T = TypeVar("T")
 
@@ -92,7 +92,7 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
 def paper_model(name: str) -> tuple[int, float]:
     """(parameters, measured compute seconds per step) of one of Tyagi & Swany's models
     (:data:`experiments.reproduce.MODELS`): what a small emulated workload is priced as."""
-    from experiments.reproduce import MODELS
+    from flexcomm.experiments.reproduce import MODELS
 
     model = MODELS[name]
     return int(model.params), model.compute_ms * 1e-3
@@ -105,7 +105,7 @@ ECA_RESNET50_PARAMS = 24_370_000
 def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
     """Title, atomic save, close: how every reproduction figure ends (closing keeps long runs' memory flat)."""
 
-    from costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.atomic import save_figure_atomic
 
     if title:
         fig.suptitle(title)

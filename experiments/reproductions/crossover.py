@@ -18,9 +18,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
-from experiments.whatif import WhatIfGrid, run_whatif  # noqa: E402
+from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload  # noqa: E402
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from flexcomm.experiments.whatif import WhatIfGrid, run_whatif  # noqa: E402
 
 PARAMS = 25.56e6  #: ResNet-50, the paper's mid-size model
 VARIANTS: dict[str, tuple[SparsePayload, SchemeAlgorithms]] = {

@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.pareto import ParetoResult, pareto_study, plot_pareto  # noqa: E402
-from experiments.reproductions.base import (  # noqa: E402
+from flexcomm.experiments.pareto import ParetoResult, pareto_study, plot_pareto  # noqa: E402
+from flexcomm.experiments.reproductions.base import (  # noqa: E402
     ECA_RESNET50_PARAMS,
     Outcome,
     Reproduction,

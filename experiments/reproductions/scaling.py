@@ -19,10 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.cluster import Cluster, load_cluster  # noqa: E402
-from costmodel.model import CostModel  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
-from sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
+from flexcomm.costmodel.cluster import Cluster, load_cluster  # noqa: E402
+from flexcomm.costmodel.model import CostModel  # noqa: E402
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from flexcomm.sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
 
 RATIO = 0.01
 #: (label, scheme, allreduce algorithm)
@@ -45,7 +45,7 @@ def cluster_of(ranks: int, network: str) -> Cluster:
 def flexible_choice(cluster: Cluster, numel: float, ranks: int) -> str:
     """The Top-k exchange the cost model predicts faster for the whole gradient at this size."""
     model = CostModel.from_cluster(cluster)
-    times = {s: float(model.scheme(s, numel, RATIO, ranks).total) for s in ("topk-ag", "topk-ar")}
+    times = {s: float(model.scheme(s, numel, ranks, RATIO).total) for s in ("topk-ag", "topk-ar")}
     return min(times, key=times.__getitem__)
 
 
@@ -58,7 +58,7 @@ def run(settings: Settings, out: Path) -> Outcome:
         cluster = cluster_of(ranks, network)
         chosen = scheme
         if scheme == "flexible":
-            from sim.workload import get_training_workload
+            from flexcomm.sim.workload import get_training_workload
 
             chosen = flexible_choice(cluster, get_training_workload(model).model.params, ranks)
         config = TrainingConfig(workload=model, iterations=settings.steps(2, 5), scheme=chosen, ratio=RATIO,

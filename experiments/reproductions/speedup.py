@@ -20,11 +20,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.cluster import Cluster  # noqa: E402
-from costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
-from experiments.emulated import DYNAMIC_NETWORKS  # noqa: E402
-from experiments.reproduce import MODELS, TABLE_IV, PaperModel, reproduce_table_iv, summary  # noqa: E402
-from experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from flexcomm.costmodel.cluster import Cluster  # noqa: E402
+from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
+from flexcomm.emulation.network import DYNAMIC_NETWORKS  # noqa: E402
+from flexcomm.experiments.reproduce import MODELS, TABLE_IV, PaperModel, reproduce_table_iv, summary  # noqa: E402
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 
 WORKERS = 8
 RATIOS = (0.1, 0.01, 0.001)
@@ -49,7 +49,7 @@ def networks() -> list[tuple[str, list[tuple[float, float, float]]]]:
 
 def comm_seconds(scheme: str, params: float, ratio: float, lat: float, bw: float,
                  algorithms: SchemeAlgorithms) -> float:
-    coef = scheme_coefficients(scheme, params, ratio, WORKERS, PAYLOAD, algorithms)
+    coef = scheme_coefficients(scheme, params, WORKERS, ratio, PAYLOAD, algorithms)
     return float(coef.time(lat, 1.0 / bw).total)
 
 
@@ -100,7 +100,7 @@ def run(settings: Settings, out: Path) -> Outcome:
 
 def simulator_check(settings: Settings) -> pd.DataFrame:
     """Every scheme on every static network through the flow-level simulator vs the cost model (ResNet-18)."""
-    from sim.collectives import simulate_scheme
+    from flexcomm.sim.collectives import simulate_scheme
 
     rows = []
     params = MODELS["resnet18"].params
@@ -113,7 +113,7 @@ def simulator_check(settings: Settings) -> pd.DataFrame:
                                      "topology": {"kind": "flat"}})
         for ratio in ratios:
             for scheme in ("dense", "topk-ag", "topk-ar"):
-                simulated = simulate_scheme(cluster, scheme, params, ratio, WORKERS, payload=PAYLOAD,
+                simulated = simulate_scheme(cluster, scheme, params, WORKERS, ratio, payload=PAYLOAD,
                                             algorithms=RING).seconds
                 predicted = comm_seconds(scheme, params, ratio, lat, gb * 1.25e8, RING)
                 rows.append({"latency_s": lat, "bandwidth_gbit_s": gb, "scheme": scheme, "ratio": ratio,

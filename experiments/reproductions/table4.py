@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costmodel.atomic import write_text_atomic
-from experiments.reproduce import plot, reproduce_table_iv, summary, to_markdown
-from experiments.reproductions.base import Outcome, Reproduction, Settings
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.experiments.reproduce import plot, reproduce_table_iv, summary, to_markdown
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings
 
 
 def run(settings: Settings, out: Path) -> Outcome:

@@ -6,6 +6,6 @@ points in a process pool or on a Dask cluster with an append-only journal (resum
 :mod:`.report` turns the journal into the tidy table, the plots and ``summary.md``.
 """
 
-from experiments.study.spec import Point, StudySpec, load_spec
+from flexcomm.experiments.study.spec import Point, StudySpec, load_spec
 
 __all__ = ["Point", "StudySpec", "load_spec"]

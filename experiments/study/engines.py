@@ -11,7 +11,7 @@ latency, grown to ``ceil(ranks / devices_per_node)`` nodes when the point asks f
   + the exchange (``CostModel.scheme`` over the group's link) + Top-k selection (0.75e9 elements/s).
 * ``sim``: :class:`sim.training.TrainingSimulator` (DDP buckets overlapping the backward pass); the
   median iteration and its breakdown.
-* ``emulated``: :class:`experiments.emulated.EmulatedRun` (real gradients, simulated clock); mean step,
+* ``emulated``: :class:`emulation.engine.EmulatedRun` (real gradients, simulated clock); mean step,
   accuracy and the simulated time at which test accuracy first reaches the study's target.
 """
 
@@ -23,12 +23,12 @@ import math
 import time
 from typing import Any
 
-from costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError
 
 
 @functools.lru_cache(maxsize=64)
 def _cluster(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> Cluster
-    from costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import Cluster
 
     data = json.loads(cluster_json)
     data["inter_link"] = {**data["inter_link"], "bandwidth_Bps": bandwidth_Bps, "latency_s": latency_s}
@@ -46,14 +46,14 @@ def point_cluster(payload: dict[str, Any]):  # -> Cluster
 @functools.lru_cache(maxsize=64)
 def _cost_model(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> CostModel
     """One model per point cluster: the points that differ only in strategy and ratio share its link cache."""
-    from costmodel.model import CostModel
+    from flexcomm.costmodel.model import CostModel
 
     return CostModel.from_cluster(_cluster(cluster_json, ranks, bandwidth_Bps, latency_s))
 
 
 def _model(payload: dict[str, Any]) -> dict[str, Any]:
-    from sim.training import DEFAULT_COMPRESS_ELEMENTS_PER_S
-    from sim.workload import get_training_workload
+    from flexcomm.sim.training import DEFAULT_COMPRESS_ELEMENTS_PER_S
+    from flexcomm.sim.workload import get_training_workload
 
     p = payload["params"]
     cluster = point_cluster(payload)
@@ -62,7 +62,7 @@ def _model(payload: dict[str, Any]) -> dict[str, Any]:
     workload = get_training_workload(p["workload"], p["batch"])
     numel = workload.model.params
     ranks = int(p["ranks"])
-    comm = float(model.scheme(p["strategy"], numel, p["ratio"] or 1.0, ranks).total)
+    comm = float(model.scheme(p["strategy"], numel, ranks, p["ratio"] or 1.0).total)
     compute = float(workload.model.iteration_seconds(workload.batch_per_rank, cluster.device.peak_flops))
     compress = 0.0 if p["strategy"] == "dense" else numel / DEFAULT_COMPRESS_ELEMENTS_PER_S
     step = compute + comm + compress
@@ -71,7 +71,7 @@ def _model(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sim(payload: dict[str, Any]) -> dict[str, Any]:
-    from sim.training import TrainingConfig, TrainingSimulator
+    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
 
     p = payload["params"]
     config = TrainingConfig(workload=p["workload"], iterations=int(p["steps"]), ranks=int(p["ranks"]),
@@ -88,7 +88,7 @@ def _sim(payload: dict[str, Any]) -> dict[str, Any]:
 def _emulated(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from experiments.emulated import EmulatedRun, EmulationConfig, time_to_accuracy
+    from flexcomm.emulation.engine import EmulatedRun, EmulationConfig, time_to_accuracy
 
     torch.set_num_threads(1)  # points run side by side; one thread each keeps them fast and reproducible
     p = payload["params"]
@@ -116,7 +116,7 @@ def check_point(payload: dict[str, Any]) -> None:
     point_cluster(payload)
     p = payload["params"]
     if payload["engine"] != "emulated":
-        from sim.workload import get_training_workload
+        from flexcomm.sim.workload import get_training_workload
 
         get_training_workload(p["workload"], p["batch"])
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
-from experiments.study.runner import JOURNAL
-from experiments.study.spec import METRICS, RATIO_FREE, StudySpec
+from flexcomm.costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.experiments.study.runner import JOURNAL
+from flexcomm.experiments.study.spec import METRICS, RATIO_FREE, StudySpec
 
 #: Columns that, with strategy and ratio, identify a setting (the seed is a function of them).
 SETTING = ["workload", "ranks", "bandwidth_Bps", "latency_s", "batch", "steps", "repeat"]
@@ -82,7 +82,7 @@ def _fmt(column: str, value: object) -> str:
     if column == "bandwidth_Bps":
         return f"{float(value) * 8 / 1e9:g} Gbit/s"
     if column == "latency_s":
-        from costmodel.units import format_time
+        from flexcomm.costmodel.units import format_time
 
         return format_time(float(value))
     return f"{value:g}" if isinstance(value, float) else str(value)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from costmodel.atomic import AppendingCsv, write_text_atomic
-from costmodel.errors import InputError
-from experiments.study.engines import check_point, run_point, run_points
-from experiments.study.spec import StudySpec, point_payload
+from flexcomm.costmodel.atomic import AppendingCsv, write_text_atomic
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.study.engines import check_point, run_point, run_points
+from flexcomm.experiments.study.spec import StudySpec, point_payload
 
 JOURNAL = "results.csv"
 STUDY_JSON = "study.json"
@@ -210,7 +210,7 @@ def run_study(
             _execute(run, payloads, columns, workers, scheduler, scheduler_timeout_s, progress)
         run.complete = len(done) + len(run.ran) == len(spec.points)
         if run.complete:
-            from experiments.study.report import finish
+            from flexcomm.experiments.study.report import finish
 
             run.table, run.files = finish(spec, out, figures=figures)
         run.wall_s = time.perf_counter() - started

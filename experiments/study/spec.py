@@ -39,8 +39,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from costmodel.errors import InputError
-from costmodel.units import parse_bandwidth, parse_time
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
 ENGINES = ("model", "sim", "emulated")
 SPARSE_SCHEMES = ("dense", "topk-ag", "topk-ar")
@@ -329,7 +329,7 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
-    from costmodel.cluster import Cluster, load_cluster
+    from flexcomm.costmodel.cluster import Cluster, load_cluster
 
     base, override, field = (ref, {}, "cluster") if isinstance(ref, str) else (ref.base, ref.override, "cluster.base")
     local = folder / base
@@ -348,16 +348,16 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
 
 
 def _check_workload(name: str, engine: str, field: str) -> str:
-    from costmodel.compute import MODEL_ZOO
+    from flexcomm.costmodel.compute import MODEL_ZOO
 
     if engine == "emulated":
-        from workloads.registry import WORKLOADS
+        from flexcomm.workloads.registry import WORKLOADS
 
         known = list(WORKLOADS)
     elif name in MODEL_ZOO:
         return name
     else:
-        from sim.workload import workload_names
+        from flexcomm.sim.workload import workload_names
 
         known = workload_names()
     if name not in known:

@@ -46,32 +46,24 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from compression.base import Compressor, StepStats
-from compression.comm import CollectiveRecord, LocalCommunicator
-from compression.compressors import make_compressor
-from compression.flexible import V100_TOPK_ELEMENTS_PER_S, FlexibleCompressor, TopkTimeModel
-from compression.moo import MOOConfig, RatioController
-from compression.network_estimate import NetworkEstimator, timed_records
-from costmodel.atomic import write_csv_atomic, write_text_atomic
-from costmodel.cluster import Cluster, load_cluster
-from costmodel.compressed import scheme_coefficients
-from costmodel.compute import DEFAULT_EFFICIENCY
-from costmodel.errors import InputError
-from costmodel.model import CostModel
-from experiments.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
-from workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch
+from flexcomm.compression.base import Compressor, StepStats
+from flexcomm.compression.comm import LocalCommunicator
+from flexcomm.compression.compressors import make_compressor
+from flexcomm.compression.flexible import V100_TOPK_ELEMENTS_PER_S, FlexibleCompressor, TopkTimeModel
+from flexcomm.compression.moo import MOOConfig, RatioController
+from flexcomm.compression.network_estimate import NetworkEstimator, timed_records
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.compressed import scheme_coefficients
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.emulation.network import NetworkClock
+from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
+from flexcomm.workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch
 
 STRATEGIES = EMULATION_STRATEGIES
 NETWORKS = EMULATION_NETWORKS
-
-#: Tyagi & Swany's dynamic networks, (start epoch, latency s, bandwidth Gbit/s) and total epochs.
-#: C1: latency 1 ms for epochs 0-24, 50 ms after; bandwidth 25 Gbit/s for 0-12, 1 for 13-36, 25 after.
-#: C2: every 4 epochs (1 ms, 25G) -> (2, 20) -> (4, 15) -> (8, 10) -> (16, 5) -> (32, 1) for 20-27, then back.
-DYNAMIC_NETWORKS: dict[str, tuple[list[tuple[float, float, float]], float]] = {
-    "c1": ([(0, 1e-3, 25), (13, 1e-3, 1), (25, 50e-3, 1), (37, 50e-3, 25)], 50),
-    "c2": ([(0, 1e-3, 25), (4, 2e-3, 20), (8, 4e-3, 15), (12, 8e-3, 10), (16, 16e-3, 5), (20, 32e-3, 1),
-            (28, 16e-3, 5), (32, 8e-3, 10), (36, 4e-3, 15), (40, 2e-3, 20), (44, 1e-3, 25)], 48),
-}
 
 CSV_COLUMNS = [
     "step", "strategy", "scheme", "ratio", "sim_time_s", "step_time_s", "compute_s", "comm_s", "compress_s",
@@ -178,48 +170,6 @@ class ShardedBatches:
         part = self.shards[rank]
         idx = torch.from_numpy(self.indices(rank, step))
         return part.inputs[idx], part.targets[idx]
-
-
-# --- the simulated network -------------------------------------------------------------------------
-
-
-class NetworkClock:
-    """Seconds each collective takes on the simulated cluster at the current step (see module docstring)."""
-
-    def __init__(self, cluster: Cluster, config: EmulationConfig, price_scale: float) -> None:
-        self.price_scale = price_scale
-        self.jitter = config.jitter
-        self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, 0xC10C]))
-        self.phases: list[tuple[int, CostModel, float, float]] = []
-        if config.network == "static":
-            model = CostModel.from_cluster(cluster)
-            _, link = model.group_link(config.workers)
-            self.phases.append((0, model, link.alpha, 1.0 / link.beta))
-        else:
-            phases, epochs = DYNAMIC_NETWORKS[config.network]
-            for start, latency, gbits in phases:
-                bandwidth = gbits * 1.25e8
-                step = int(round(start / epochs * config.steps))
-                self.phases.append((step, CostModel.from_link(latency, bandwidth), latency, bandwidth))
-        self._current = self.phases[0]
-
-    def at(self, step: int) -> None:
-        """Move to the network phase of ``step``."""
-        for phase in self.phases:
-            if phase[0] <= step:
-                self._current = phase
-
-    @property
-    def link(self) -> tuple[float, float]:
-        """(latency s, bandwidth B/s) of the current phase."""
-        return self._current[2], self._current[3]
-
-    def seconds(self, record: CollectiveRecord, world_size: int) -> float:
-        nbytes = record.nbytes * (self.price_scale if record.purpose == "payload" else 1.0)
-        t = float(self._current[1].collective(record.collective, record.algorithm, nbytes, world_size).total)
-        if self.jitter > 0:
-            t *= math.exp(self.rng.normal(0.0, self.jitter) - self.jitter**2 / 2)  # mean-one noise
-        return t
 
 
 # --- one run -------------------------------------------------------------------------------------
@@ -391,7 +341,7 @@ class EmulatedRun:
         sparse = [s for s in flex.candidates if s != "dense"] or ["topk-ar"]
         coefficients = []
         for scheme in sparse:
-            coef = scheme_coefficients(scheme, self.numel, flex.ratio or 1.0, self.config.workers,
+            coef = scheme_coefficients(scheme, self.numel, self.config.workers, flex.ratio or 1.0,
                                        predictor.payload, predictor.algorithms)
             coefficients.append((float(coef.alpha), float(coef.beta) * self.price_scale))
         reason = ctl.due(step, estimator, coefficients)
@@ -574,14 +524,14 @@ def run_emulation(
     }
     write_text_atomic(outdir / "summary.json", json.dumps(summary, indent=2, default=float) + "\n")
     if plot:
-        from experiments.emulated_plots import plot_emulation
+        from flexcomm.emulation.plots import plot_emulation
 
         plot_emulation({n: r.frame for n, r in results.items()}, outdir / "emulated.png",
                        title=f"{config.workload}, {config.workers} workers, "
                              f"{summary['cluster']} ({config.network} network)")
         fronts = [r.fronts for r in results.values() if r.fronts is not None and len(r.fronts)]
         if fronts:
-            from experiments.emulated_plots import plot_pareto_fronts
+            from flexcomm.emulation.plots import plot_pareto_fronts
 
             plot_pareto_fronts(fronts[0], outdir / "pareto_fronts.png")
     return results

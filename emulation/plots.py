@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only: no display on servers or in CI
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costmodel.atomic import save_figure_atomic  # noqa: E402
+from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
 
 STRATEGY_COLOURS = {"dense": "#7f7f7f", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "flexible": "#2ca02c",
                     "moo": "#d62728"}

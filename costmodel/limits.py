@@ -1,0 +1,56 @@
+"""Limits on what one input may ask for, so no file or flag can hang flexcomm or eat the machine's memory.
+
+Why: a cluster of a billion nodes, a YAML alias bomb or a jitter redrawn every nanosecond are each one
+line of input, and each used to run for minutes or take gigabytes before failing. Every limit here is far
+above what a real study needs (the largest published training runs use ~10^5 GPUs), is checked before the
+work starts, and fails with one line naming the limit and the environment variable that raises it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from flexcomm.costmodel.errors import InputError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A ceiling with a default and an environment variable that overrides it."""
+
+    env: str
+    default: int
+    what: str  #: the unit counted, e.g. "nodes"
+
+    @property
+    def value(self) -> int:
+        raw = os.environ.get(self.env)
+        if raw is None or not raw.strip():
+            return self.default
+        try:
+            value = int(float(raw))
+        except ValueError:
+            raise InputError(self.env, raw, "a whole number (an environment variable raising a limit)") from None
+        if value < 1:
+            raise InputError(self.env, raw, "a whole number >= 1 (an environment variable raising a limit)")
+        return value
+
+    def check(self, field: str, got: float) -> None:
+        """Raise a one-line InputError when ``got`` exceeds the limit."""
+        limit = self.value
+        if got > limit:
+            raise InputError(field, got, f"at most {limit:,} {self.what} (set {self.env} to raise the limit)")
+
+
+#: Nodes of one cluster; and ranks (nodes x devices per node). Frontier and the largest GPU clusters have
+#: ~10^4-10^5 accelerators, so 10^6 ranks leave room for what-if studies while a cluster stays ~1 GB at most.
+MAX_NODES = Limit("FLEXCOMM_MAX_NODES", 131_072, "nodes")
+MAX_RANKS = Limit("FLEXCOMM_MAX_RANKS", 1_048_576, "ranks")
+#: Processes one `flexcomm launch` (or bench-collectives, train-ddp) starts on this machine.
+MAX_LOCAL_PROCESSES = Limit("FLEXCOMM_MAX_PROCESSES", 256, "local processes")
+#: A YAML/JSON document: bytes read, and nodes after expanding aliases (a "billion laughs" file has a few
+#: hundred bytes and expands to 10^9 nodes).
+MAX_DOCUMENT_BYTES = Limit("FLEXCOMM_MAX_DOCUMENT_BYTES", 2 * 2**20, "bytes")
+MAX_DOCUMENT_NODES = Limit("FLEXCOMM_MAX_DOCUMENT_NODES", 200_000, "YAML nodes after expanding aliases")
+#: Network-dynamics changes per simulated second (a jitter redrawn every 1 ns would be 10^9 events/s).
+MAX_EVENTS_PER_SIM_SECOND = Limit("FLEXCOMM_MAX_EVENTS_PER_SIM_SECOND", 1_000_000, "events per simulated second")

@@ -1,0 +1,69 @@
+"""The simulated network an emulated run is priced on: a static cluster or the paper's dynamic C1/C2.
+
+Why a module of its own: the emulated clock, the learned controller's traces and the speedup study all
+read the same phase tables; keeping them beside the clock that uses them stops three copies drifting.
+Each collective a step really issued is priced by the current phase's :class:`~costmodel.model.CostModel`
+(optionally with seeded, mean-one log-normal jitter).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.model import CostModel
+
+if TYPE_CHECKING:
+    from flexcomm.compression.comm import CollectiveRecord
+    from flexcomm.emulation.engine import EmulationConfig
+
+#: Tyagi & Swany's dynamic networks, (start epoch, latency s, bandwidth Gbit/s) and total epochs.
+#: C1: latency 1 ms for epochs 0-24, 50 ms after; bandwidth 25 Gbit/s for 0-12, 1 for 13-36, 25 after.
+#: C2: every 4 epochs (1 ms, 25G) -> (2, 20) -> (4, 15) -> (8, 10) -> (16, 5) -> (32, 1) for 20-27, then back.
+DYNAMIC_NETWORKS: dict[str, tuple[list[tuple[float, float, float]], float]] = {
+    "c1": ([(0, 1e-3, 25), (13, 1e-3, 1), (25, 50e-3, 1), (37, 50e-3, 25)], 50),
+    "c2": ([(0, 1e-3, 25), (4, 2e-3, 20), (8, 4e-3, 15), (12, 8e-3, 10), (16, 16e-3, 5), (20, 32e-3, 1),
+            (28, 16e-3, 5), (32, 8e-3, 10), (36, 4e-3, 15), (40, 2e-3, 20), (44, 1e-3, 25)], 48),
+}
+
+
+class NetworkClock:
+    """Seconds each collective takes on the simulated cluster at the current step (see module docstring)."""
+
+    def __init__(self, cluster: Cluster, config: EmulationConfig, price_scale: float) -> None:
+        self.price_scale = price_scale
+        self.jitter = config.jitter
+        self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, 0xC10C]))
+        self.phases: list[tuple[int, CostModel, float, float]] = []
+        if config.network == "static":
+            model = CostModel.from_cluster(cluster)
+            _, link = model.group_link(config.workers)
+            self.phases.append((0, model, link.alpha, 1.0 / link.beta))
+        else:
+            phases, epochs = DYNAMIC_NETWORKS[config.network]
+            for start, latency, gbits in phases:
+                bandwidth = gbits * 1.25e8
+                step = int(round(start / epochs * config.steps))
+                self.phases.append((step, CostModel.from_link(latency, bandwidth), latency, bandwidth))
+        self._current = self.phases[0]
+
+    def at(self, step: int) -> None:
+        """Move to the network phase of ``step``."""
+        for phase in self.phases:
+            if phase[0] <= step:
+                self._current = phase
+
+    @property
+    def link(self) -> tuple[float, float]:
+        """(latency s, bandwidth B/s) of the current phase."""
+        return self._current[2], self._current[3]
+
+    def seconds(self, record: CollectiveRecord, world_size: int) -> float:
+        nbytes = record.nbytes * (self.price_scale if record.purpose == "payload" else 1.0)
+        t = float(self._current[1].collective(record.collective, record.algorithm, nbytes, world_size).total)
+        if self.jitter > 0:
+            t *= math.exp(self.rng.normal(0.0, self.jitter) - self.jitter**2 / 2)  # mean-one noise
+        return t

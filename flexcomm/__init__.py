@@ -1,0 +1,93 @@
+"""flexcomm: a workbench for communication-efficient distributed deep-learning training.
+
+The public API, one import away (every size, time and bandwidth may be a unit string or a number in
+bytes, seconds, bytes/s; bad input raises :class:`InputError`, whose text is the CLI's one line)::
+
+    import flexcomm
+
+    flexcomm.cost("allreduce", "ring", ranks=8, size="64MiB", latency="10us", bandwidth="10Gbit/s")
+    flexcomm.cost(scheme="topk-ar", ratio=0.01, ranks=8, size="100MiB", cluster="8x1-v100-40g")
+    model = flexcomm.CostModel.from_cluster(flexcomm.load_cluster("4x8-a100-ib"))
+    model.collective("allreduce", "hierarchical", "256MiB", 32).total       # seconds
+    flexcomm.predict("allreduce", "ring", sizes, 64, latency="10us", bandwidth="10Gbit/s")  # numpy arrays
+    flexcomm.simulate("4x8-a100-ib", "resnet50", iterations=20, faults=["node3@1s"], checkpoint_every=5)
+    flexcomm.emulate("mlp-digits", strategies=["dense", "flexible"], steps=100)
+    flexcomm.hooks.register(ddp_model, "flexible", 0.01, cluster="8x1-10gbe")  # a DDP communication hook
+
+Submodules (``flexcomm.costmodel``, ``flexcomm.sim``, ``flexcomm.emulation``, ``flexcomm.compression``,
+``flexcomm.real_backend``, ``flexcomm.planner``, ``flexcomm.placement``, ``flexcomm.controller``,
+``flexcomm.experiments``, ``flexcomm.workloads``) hold the engines; the names here are the stable surface.
+Attributes load lazily: ``import flexcomm`` imports neither torch nor scipy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from flexcomm.costmodel.errors import InputError
+
+__version__ = "0.1.0"
+
+#: public name -> module that defines it (imported on first use)
+_LAZY: dict[str, str] = {
+    "cost": "flexcomm._pricing",
+    "Cost": "flexcomm._pricing",
+    "predict": "flexcomm.costmodel.collectives",
+    "CostModel": "flexcomm.costmodel.model",
+    "LinkParams": "flexcomm.costmodel.model",
+    "load_cluster": "flexcomm.costmodel.cluster",
+    "Cluster": "flexcomm.costmodel.cluster",
+    "cluster_names": "flexcomm.costmodel.cluster",
+    "calibrate": "flexcomm._pricing",
+    "CalibrationProfile": "flexcomm.costmodel.calibration",
+    "simulate": "flexcomm._running",
+    "simulate_collective": "flexcomm._running",
+    "emulate": "flexcomm._running",
+    "study": "flexcomm._running",
+    "parse_size": "flexcomm.costmodel.units",
+    "parse_time": "flexcomm.costmodel.units",
+    "parse_bandwidth": "flexcomm.costmodel.units",
+    "format_size": "flexcomm.costmodel.units",
+    "format_time": "flexcomm.costmodel.units",
+    "format_bandwidth": "flexcomm.costmodel.units",
+}
+_SUBMODULES = ("hooks", "costmodel", "sim", "emulation", "compression", "real_backend", "planner", "placement",
+               "controller", "experiments", "workloads")
+
+__all__ = [  # a literal list (tools read it statically); tests/test_api.py keeps it equal to _LAZY's keys
+    "Cluster", "CalibrationProfile", "Cost", "CostModel", "InputError", "LinkParams", "__version__", "calibrate",
+    "cluster_names", "cost", "emulate", "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster",
+    "parse_bandwidth", "parse_size", "parse_time", "predict", "simulate", "simulate_collective", "study",
+]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
+    from flexcomm import hooks
+    from flexcomm._pricing import Cost, calibrate, cost
+    from flexcomm._running import emulate, simulate, simulate_collective, study
+    from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
+    from flexcomm.costmodel.collectives import predict
+    from flexcomm.costmodel.model import CostModel, LinkParams
+    from flexcomm.costmodel.units import (
+        format_bandwidth,
+        format_size,
+        format_time,
+        parse_bandwidth,
+        parse_size,
+        parse_time,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"flexcomm.{name}")
+    raise AttributeError(f"module 'flexcomm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -1,0 +1,211 @@
+"""``flexcomm.cost`` and ``flexcomm.calibrate``: the cost model's questions as one call each.
+
+Why a layer over :class:`~flexcomm.costmodel.model.CostModel`: a user asking "how long is a 64 MiB
+allreduce on 8 ranks at 10 Gbit/s?" should not have to build link parameters, pick a default algorithm
+or convert units first. ``flexcomm cost`` (the CLI) calls :func:`cost` too, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, CostBreakdown, algorithms, canonical_collective
+from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.units import (
+    coerce,
+    format_bandwidth,
+    format_size,
+    format_time,
+    parse_bandwidth,
+    parse_count,
+    parse_size,
+    parse_time,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.costmodel.cluster import Cluster
+
+__all__ = ["Cost", "calibrate", "cost", "cost_model"]
+
+@dataclass(frozen=True)
+class Cost:
+    """One predicted time, split as the cost model splits it, with nccl-tests' bandwidth figures.
+
+    ``str(cost)`` is the line ``flexcomm cost`` prints; :meth:`as_dict` is its ``--json`` object.
+    """
+
+    collective: str
+    algorithm: str
+    scheme: str | None
+    ratio: float | None
+    index_dtype: str | None
+    ranks: int
+    nbytes: float
+    breakdown: CostBreakdown
+
+    @property
+    def seconds(self) -> float:
+        return float(self.breakdown.total)
+
+    @property
+    def latency_s(self) -> float:
+        return float(self.breakdown.latency)
+
+    @property
+    def bandwidth_s(self) -> float:
+        return float(self.breakdown.bandwidth)
+
+    @property
+    def reduction_s(self) -> float:
+        return float(self.breakdown.compute)
+
+    @property
+    def algorithm_bandwidth_Bps(self) -> float | None:
+        """nccl-tests' algbw = S / t, where S is the allgather's *output* (p x m) and the message otherwise."""
+        moved = self.nbytes * self.ranks if self.collective == "allgather" else self.nbytes
+        return moved / self.seconds if self.seconds > 0 else None
+
+    @property
+    def bus_bandwidth_Bps(self) -> float | None:
+        """nccl-tests' busbw = algbw x the collective's bus factor (None for a compressed scheme)."""
+        algbw = self.algorithm_bandwidth_Bps
+        if self.scheme or algbw is None:
+            return None
+        return float(BUS_BANDWIDTH_FACTOR[self.collective](np.float64(self.ranks))) * algbw
+
+    def __float__(self) -> float:
+        return self.seconds
+
+    def __str__(self) -> str:
+        if self.scheme:
+            what = f"{self.scheme} (ratio {self.ratio:g}, {self.index_dtype} indices)"
+        else:
+            what = f"{self.collective}/{self.algorithm}"
+        bus = self.bus_bandwidth_Bps
+        return (f"{what} over {self.ranks} ranks, {format_size(self.nbytes)}: {format_time(self.seconds)} "
+                f"(latency {format_time(self.latency_s)}, bandwidth {format_time(self.bandwidth_s)}, "
+                f"reduction {format_time(self.reduction_s)})"
+                + (f"; bus bandwidth {format_bandwidth(bus)}" if bus is not None else ""))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"collective": self.collective, "algorithm": self.algorithm, "scheme": self.scheme,
+                "ranks": self.ranks, "bytes": self.nbytes, **self.breakdown.as_dict(),
+                "algorithm_bandwidth_Bps": self.algorithm_bandwidth_Bps, "bus_bandwidth_Bps": self.bus_bandwidth_Bps}
+
+
+def cost_model(
+    *,
+    cluster: str | Path | Cluster | None = None,
+    profile: str | Path | CalibrationProfile | None = None,
+    latency: float | str | None = None,
+    bandwidth: float | str | None = None,
+    reduce_bandwidth: float | str | None = None,
+    ranks_per_node: int | None = None,
+) -> CostModel:
+    """The model a cluster, a calibration profile or a latency/bandwidth pair describes (exactly one way)."""
+    from flexcomm.costmodel.calibration import CalibrationProfile
+
+    gamma = 1.0 / coerce(reduce_bandwidth, parse_bandwidth, "reduce-bandwidth") if reduce_bandwidth else 0.0
+    if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+                                       or ranks_per_node < 1):
+        raise InputError("ranks-per-node", ranks_per_node, "an integer >= 1")
+    if profile is not None and not isinstance(profile, CalibrationProfile):
+        profile = CalibrationProfile.load(profile)
+    if cluster is not None:
+        from flexcomm.costmodel.cluster import load_cluster
+
+        if latency is not None or bandwidth is not None:
+            raise InputError("cluster", str(cluster), "either --cluster or --latency/--bandwidth, not both")
+        model = CostModel.from_cluster(load_cluster(cluster), profile=profile, gamma=gamma)
+        if ranks_per_node:
+            model.ranks_per_node = ranks_per_node
+        return model
+    if profile is not None and bandwidth is None:
+        return CostModel.from_profile(profile)
+    if bandwidth is None or latency is None:
+        missing = "bandwidth" if bandwidth is None else "latency"
+        raise InputError(missing, "(missing)",
+                         "--latency and --bandwidth (e.g. 10us, 10Gbit/s), or --cluster NAME|FILE")
+    return CostModel.from_link(coerce(latency, parse_time, "latency"), coerce(bandwidth, parse_bandwidth, "bandwidth"),
+                               gamma=gamma, ranks_per_node=ranks_per_node)
+
+
+def _whole(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(name, value, f"an integer >= {minimum}")
+    return int(value)
+
+
+def cost(
+    collective: str = "allreduce",
+    algorithm: str | None = None,
+    *,
+    ranks: int,
+    size: float | str | None = None,
+    numel: float | str | None = None,
+    scheme: str | None = None,
+    ratio: float = 0.01,
+    index_dtype: str = "int32",
+    cluster: str | Path | Cluster | None = None,
+    profile: str | Path | CalibrationProfile | None = None,
+    latency: float | str | None = None,
+    bandwidth: float | str | None = None,
+    reduce_bandwidth: float | str | None = None,
+    ranks_per_node: int | None = None,
+) -> Cost:
+    """Predicted time of one collective, or with ``scheme`` of one compressed gradient exchange.
+
+    ``size`` is bytes (``"64MiB"`` or a number): each rank's vector for allreduce, reduce-scatter,
+    broadcast and all-to-all, each rank's *contribution* for allgather, and the dense fp32 gradient for
+    a scheme (which may instead be given as ``numel`` elements). The network is ``cluster`` (a name, file
+    or :class:`Cluster`), or ``latency`` + ``bandwidth``, optionally calibrated by ``profile``.
+    """
+    ranks = _whole("ranks", ranks, 1)
+    if (size is None) == (numel is None):
+        raise InputError("size", size if numel is None else numel,
+                         "exactly one of size (bytes, e.g. 64MiB) or numel (elements, e.g. 11.69M)")
+    if numel is not None and not scheme:
+        raise InputError("numel", numel, "size (bytes) for a collective; numel is for a scheme's gradient")
+    payload = SparsePayload(index_dtype=index_dtype) if scheme else None
+    if numel is not None:
+        elements = float(parse_count(numel, "numel"))
+        nbytes = elements * payload.value_bytes
+    else:
+        nbytes = float(parse_size(size, "size"))
+        elements = max(1.0, nbytes / payload.value_bytes) if payload else 0.0
+    if scheme and scheme not in SCHEMES:
+        raise InputError("scheme", scheme, "one of " + ", ".join(SCHEMES))
+    name = canonical_collective(collective)
+    table = algorithms()
+    if not scheme and name not in table:
+        raise InputError("collective", collective, "one of " + ", ".join(table) + " (or all-to-all)")
+    model = cost_model(cluster=cluster, profile=profile, latency=latency, bandwidth=bandwidth,
+                       reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node)
+    if scheme:
+        chosen = SchemeAlgorithms(allreduce=algorithm or "ring")
+        breakdown = model.scheme(scheme, elements, ranks, ratio, payload, chosen)
+        return Cost("allreduce", chosen.allreduce, scheme, float(ratio), index_dtype, ranks, nbytes, breakdown)
+    chosen_algorithm = algorithm or table[name][0]
+    breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
+    return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown)
+
+
+def calibrate(measurements: str | Path | pd.DataFrame, out: str | Path | None = None,
+              loss: str = "cauchy") -> CalibrationProfile:
+    """Fit alpha and beta per (collective, algorithm, link class) from a measurement CSV or DataFrame
+    (``collective, algorithm, ranks, bytes, seconds[, link_class]``); saved to ``out`` when given."""
+    from flexcomm.costmodel.calibration import fit, load_measurements
+
+    profile = fit(load_measurements(measurements), loss=loss)
+    if out is not None:
+        profile.save(out)
+    return profile
