@@ -155,14 +155,10 @@ class TraceClock(NetworkClock):
     """A :class:`NetworkClock` whose phases come from a :class:`NetworkTrace` stretched over ``steps``."""
 
     def __init__(self, trace: NetworkTrace, steps: int, price_scale: float = 1.0, jitter: float = 0.0,
-                 seed: int = 0) -> None:  # the base __init__ reads a config: build the same attributes here
+                 seed: int = 0) -> None:
         self.trace = trace
-        self.price_scale = price_scale
-        self.jitter = jitter
-        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC10C]))
-        self.phases = [(int(round(start * steps)), CostModel.from_link(lat, bw), lat, bw)
-                       for start, lat, bw in trace.phases]
-        self._current = self.phases[0]
+        super().__init__([(int(round(start * steps)), CostModel.from_link(lat, bw), lat, bw)
+                          for start, lat, bw in trace.phases], price_scale, jitter, seed)
 
 
 def describe(traces: Sequence[NetworkTrace]) -> str:

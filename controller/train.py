@@ -120,8 +120,9 @@ def fixed_episodes(config: TrainConfig, traces: list[NetworkTrace]) -> list[tupl
 
 
 def fixed_returns(policy: Callable[[np.ndarray, np.random.Generator], np.ndarray], env: CompressionEnv,
-                  episodes: list[tuple[NetworkTrace, int]]) -> list[float]:
-    """Undiscounted return of ``policy(obs, rng)`` on each fixed episode (rng seeded by the model seed)."""
+                  episodes: list[tuple[NetworkTrace, int]], tick: Callable[[], Any] | None = None) -> list[float]:
+    """Undiscounted return of ``policy(obs, rng)`` on each fixed episode (rng seeded by the model seed);
+    ``tick()`` after each one (a progress bar's update)."""
     out = []
     for trace, model_seed in episodes:
         obs, _ = env.reset(seed=model_seed, options={"trace": trace, "model_seed": model_seed})
@@ -131,20 +132,26 @@ def fixed_returns(policy: Callable[[np.ndarray, np.random.Generator], np.ndarray
             obs, reward, done, _, _ = env.step(policy(obs, rng))
             total += reward
         out.append(total)
+        if tick is not None:
+            tick()
     return out
 
 
-def reference_returns(config: TrainConfig, traces: list[NetworkTrace], workload: Workload | None = None
-                      ) -> dict[str, list[float]]:
+def reference_returns(config: TrainConfig, traces: list[NetworkTrace], workload: Workload | None = None,
+                      progress: bool = False) -> dict[str, list[float]]:
     """Returns of a uniform random policy and of a static c=0.01 (collective by the cost model) on the
-    fixed episodes: the levels a trained policy should clear."""
+    fixed episodes: the levels a trained policy should clear (tens of seconds: a bar shows them pass)."""
+    from tqdm import tqdm
+
     from flexcomm.controller.env import knobs_to_action
 
     env = CompressionEnv(config.env, traces, workload=workload)
     episodes = fixed_episodes(config, traces)
     static = knobs_to_action(0.01, "auto")
-    return {"random": fixed_returns(lambda obs, rng: rng.uniform(-1, 1, 2).astype(np.float32), env, episodes),
-            "c=0.01 auto": fixed_returns(lambda obs, rng: static, env, episodes)}
+    with tqdm(total=2 * len(episodes), desc="reference episodes", unit="episode", disable=not progress) as bar:
+        return {"random": fixed_returns(lambda obs, rng: rng.uniform(-1, 1, 2).astype(np.float32), env, episodes,
+                                        bar.update),
+                "c=0.01 auto": fixed_returns(lambda obs, rng: static, env, episodes, bar.update)}
 
 
 class _Recorder:
@@ -164,6 +171,8 @@ class _Recorder:
                 self.next_eval = 0
 
             def _evaluate(self) -> None:
+                if self.bar is not None:
+                    self.bar.set_postfix_str("evaluating the fixed episodes")
                 returns = evaluate(self.model)
                 self.evals.append({"variant": variant, "timesteps": int(self.num_timesteps),
                                    "mean_return": float(np.mean(returns)),
@@ -171,11 +180,11 @@ class _Recorder:
                 self.next_eval = self.num_timesteps + eval_every
 
             def _on_training_start(self) -> None:
-                self._evaluate()
-                if progress:
+                if progress:  # the bar first: the initial evaluation alone takes seconds
                     from tqdm import tqdm
 
                     self.bar = tqdm(total=total, desc=variant, unit="step", leave=True)
+                self._evaluate()
 
             def _on_step(self) -> bool:
                 for info in self.locals.get("infos", []):
@@ -248,7 +257,7 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = False, plot:
                 "traces": [t.rows() for t in traces]}
     write_text_atomic(outdir / "train_config.json", json.dumps(settings, indent=2) + "\n")
     workload = get_workload(config.env.workload, seed=config.env.seed)  # one data set for every env
-    references = reference_returns(config, traces, workload)
+    references = reference_returns(config, traces, workload, progress=progress)
     curves, evals = [], [pd.DataFrame([{"variant": name, "timesteps": 0, "mean_return": float(np.mean(r)),
                                         **{f"return_{i}": x for i, x in enumerate(r)}}
                                        for name, r in references.items()])]

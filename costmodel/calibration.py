@@ -443,6 +443,18 @@ class CalibrationProfile:
         frame = pd.DataFrame(rows, columns=[*columns[:5], "bandwidth_Bps", *columns[5:]])
         return frame
 
+    def warnings(self) -> list[str]:
+        """One line per fit that explains its points worse than their mean does (R^2 < 0): its alpha and beta
+        describe no straight line through them, so predictions from it should not be trusted."""
+        lines = []
+        for item in self.fits:
+            if math.isfinite(item.r2) and item.r2 < 0:
+                lines.append(f"warning: {item.collective}/{item.algorithm} ({item.link_class}, {item.points} points): "
+                             f"R^2 = {item.r2:.2f} < 0, the alpha-beta line fits worse than a constant; its "
+                             f"predictions are unreliable (median error {item.median_abs_rel_error:.0%}). Measure a "
+                             "wider range of sizes or more repetitions")
+        return lines
+
     def to_dict(self) -> dict[str, object]:
         """The JSON document (format ``flexcomm-calibration/1``)."""
         entries = []

@@ -208,7 +208,8 @@ class EmulatedRun:
         self.data = ShardedBatches(self.workload.train_set, config.workers, batch, config.seed)
         self.comm = LocalCommunicator(config.workers)
         self.price_scale = (config.price_params / self.numel) if config.price_params else 1.0
-        self.clock = NetworkClock(self.cluster, config, self.price_scale)
+        self.clock = NetworkClock.for_run(self.cluster, config.network, config.workers, config.steps,
+                                          price_scale=self.price_scale, jitter=config.jitter, seed=config.seed)
         if config.compute_time_s is not None:
             self.compute_s = float(config.compute_time_s)
         else:

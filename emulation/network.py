@@ -18,7 +18,6 @@ from flexcomm.costmodel.model import CostModel
 
 if TYPE_CHECKING:
     from flexcomm.compression.comm import CollectiveRecord
-    from flexcomm.emulation.engine import EmulationConfig
 
 #: Tyagi & Swany's dynamic networks, (start epoch, latency s, bandwidth Gbit/s) and total epochs.
 #: C1: latency 1 ms for epochs 0-24, 50 ms after; bandwidth 25 Gbit/s for 0-12, 1 for 13-36, 25 after.
@@ -30,25 +29,32 @@ DYNAMIC_NETWORKS: dict[str, tuple[list[tuple[float, float, float]], float]] = {
 }
 
 
+#: One phase of a clock: (first step, its cost model, latency s, bandwidth B/s).
+Phase = tuple[int, CostModel, float, float]
+
+
 class NetworkClock:
     """Seconds each collective takes on the simulated cluster at the current step (see module docstring)."""
 
-    def __init__(self, cluster: Cluster, config: EmulationConfig, price_scale: float) -> None:
+    def __init__(self, phases: list[Phase], price_scale: float = 1.0, jitter: float = 0.0, seed: int = 0) -> None:
+        self.phases = phases
         self.price_scale = price_scale
-        self.jitter = config.jitter
-        self.rng = np.random.default_rng(np.random.SeedSequence([config.seed, 0xC10C]))
-        self.phases: list[tuple[int, CostModel, float, float]] = []
-        if config.network == "static":
-            model = CostModel.from_cluster(cluster)
-            _, link = model.group_link(config.workers)
-            self.phases.append((0, model, link.alpha, 1.0 / link.beta))
-        else:
-            phases, epochs = DYNAMIC_NETWORKS[config.network]
-            for start, latency, gbits in phases:
-                bandwidth = gbits * 1.25e8
-                step = int(round(start / epochs * config.steps))
-                self.phases.append((step, CostModel.from_link(latency, bandwidth), latency, bandwidth))
+        self.jitter = jitter
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC10C]))
         self._current = self.phases[0]
+
+    @classmethod
+    def for_run(cls, cluster: Cluster, network: str, workers: int, steps: int, *, price_scale: float = 1.0,
+                jitter: float = 0.0, seed: int = 0) -> NetworkClock:
+        """The clock of one emulated run: the cluster's own link (``static``) or C1/C2 stretched over ``steps``."""
+        if network == "static":
+            model = CostModel.from_cluster(cluster)
+            _, link = model.group_link(workers)
+            return cls([(0, model, link.alpha, 1.0 / link.beta)], price_scale, jitter, seed)
+        schedule, epochs = DYNAMIC_NETWORKS[network]
+        phases = [(int(round(start / epochs * steps)), CostModel.from_link(latency, gbits * 1.25e8), latency,
+                   gbits * 1.25e8) for start, latency, gbits in schedule]
+        return cls(phases, price_scale, jitter, seed)
 
     def at(self, step: int) -> None:
         """Move to the network phase of ``step``."""

@@ -20,7 +20,7 @@ from flexcomm.costmodel.units import coerce, parse_count, parse_size, parse_time
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
     from flexcomm.emulation.engine import RunResult
-    from flexcomm.experiments.study.runner import StudyResult
+    from flexcomm.experiments.study.runner import StudyRun
     from flexcomm.sim.collectives import SimResult
     from flexcomm.sim.training import TrainingResult
 
@@ -217,7 +217,7 @@ def emulate(
 
 def study(file: str | Path, out: str | Path, *, workers: int | None = None, scheduler: str | None = None,
           scheduler_timeout: float | str = "30s", max_points: int | None = None, progress: bool = False,
-          figures: bool = True) -> StudyResult:
+          figures: bool = True) -> StudyRun:
     """Run a study file (or a shipped study's name) into ``out``, resuming what an earlier run left."""
     from flexcomm.experiments.study.runner import run_study
     from flexcomm.experiments.study.spec import load_spec

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from flexcomm.real_backend.netns import BRIDGE_PORT_IF, TestbedError, run_command, state_path
+
 TUNSETIFF = 0x400454CA
 TUNSETOFFLOAD = 0x400454D0
 IFF_TUN = 0x0001
@@ -136,22 +138,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ip(*argv: str) -> None:
-    from flexcomm.real_backend.testbed import _run
-
-    _run(["ip", *argv])
+    run_command(["ip", *argv])
 
 
 def _mac(namespace: str, device: str) -> str:
-    from flexcomm.real_backend.testbed import _run
-
-    return json.loads(_run(["ip", "-n", namespace, "-j", "link", "show", "dev", device]).stdout)[0]["address"]
+    return json.loads(run_command(["ip", "-n", namespace, "-j", "link", "show", "dev", device]).stdout)[0]["address"]
 
 
 def _sysctl(namespace: str, assignments: dict[str, str]) -> None:
-    from flexcomm.real_backend.testbed import _run
-
     script = "; ".join(f"echo {value} > /proc/sys/{key.replace('.', '/')}" for key, value in assignments.items())
-    _run(["ip", "netns", "exec", namespace, "sh", "-c", script])
+    run_command(["ip", "netns", "exec", namespace, "sh", "-c", script])
 
 
 def setup_routed_core(testbed) -> None:
@@ -160,8 +156,6 @@ def setup_routed_core(testbed) -> None:
     Static neighbours everywhere (each rank reaches every peer through the router's port MAC, the
     router each rank through its MAC), so no ARP is needed across a router that has no addresses.
     """
-    from flexcomm.real_backend.testbed import BRIDGE_PORT_IF
-
     core = testbed.bridge_namespace
     ports = [BRIDGE_PORT_IF.format(r) for r in range(testbed.ranks)]
     settings = {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0",
@@ -183,9 +177,7 @@ def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 2
 
     Its stderr goes to ``<state dir>/testbed-ID.delayline.log`` (removed with the testbed).
     """
-    from flexcomm.real_backend.testbed import TestbedError, _state_path
-
-    state = _state_path(testbed.id)
+    state = state_path(testbed.id)
     log_path = state.with_suffix(".delayline.log")
     cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "flexcomm.real_backend.delayline",
            "--delay", repr(float(testbed.delay_s)), "--state-file", str(state)]

@@ -124,7 +124,7 @@ def rank_environment(
     return env
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL me when the launcher dies (Linux only, best effort)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -219,7 +219,7 @@ def launch(
                         stdout=out,
                         stderr=subprocess.STDOUT if out is not None else None,
                         start_new_session=True,
-                        preexec_fn=_die_with_parent,
+                        preexec_fn=die_with_parent,
                     )
                 )
             except OSError as exc:

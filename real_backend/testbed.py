@@ -48,6 +48,16 @@ from pathlib import Path
 from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
+from flexcomm.real_backend.delayline import setup_routed_core, start_delay_line, stop_delay_line
+from flexcomm.real_backend.netns import (
+    BRIDGE_IF,
+    BRIDGE_PORT_IF,
+    RANK_IF,
+    TestbedError,
+    run_command,
+    state_dir,
+    state_path,
+)
 
 PREFIX = "fxc-"
 FORMAT = "flexcomm-testbed/1"
@@ -56,23 +66,11 @@ GOODPUT_FACTOR = 0.956
 MIN_BURST_BYTES = 64 * 1024
 TBF_LATENCY = "100ms"
 MAX_RANKS = 250
-RANK_IF = "fxr{}"
-BRIDGE_PORT_IF = "fxp{}"
-BRIDGE_IF = "fxbr"
 _ID_RE = re.compile(r"^[0-9a-f]{6}$")
 #: ``ip netns exec NS`` bind-mounts the files in /etc/netns/NS over /etc: a hosts file there names
 #: every testbed address, so reverse lookups (torch's c10d does them) are answered locally and
 #: no DNS query is even attempted from inside the testbed.
 NETNS_ETC = Path("/etc/netns")
-
-
-class TestbedError(RuntimeError):
-    """A system command building or tearing down the testbed failed (not bad user input)."""
-
-
-def state_dir() -> Path:
-    """Where testbed state files live: ``FLEXCOMM_TESTBED_DIR``, else /run/flexcomm (root's tmpfs)."""
-    return Path(os.environ.get("FLEXCOMM_TESTBED_DIR", "/run/flexcomm"))
 
 
 def require_privileges() -> None:
@@ -86,14 +84,6 @@ def require_privileges() -> None:
     probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if probe.returncode != 0:
         raise InputError("testbed", "`ip netns` unavailable", f"network namespace support ({probe.stderr.strip()})")
-
-
-def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(argv), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        message = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[0]
-        raise TestbedError(f"`{' '.join(argv)}` failed: {message}")
-    return proc
 
 
 def burst_bytes(rate_Bps: float) -> int:
@@ -128,27 +118,23 @@ def _new_id() -> str:
     for _ in range(100):
         candidate = secrets.token_hex(3)
         taken = any(name.startswith(f"{PREFIX}{candidate}-") for name in existing)
-        if not taken and not _state_path(candidate).exists():
+        if not taken and not state_path(candidate).exists():
             return candidate
     raise TestbedError("could not find an unused testbed id")
-
-
-def _state_path(testbed_id: str) -> Path:
-    return state_dir() / f"testbed-{testbed_id}.json"
 
 
 def list_namespaces() -> list[str]:
     """Names of the flexcomm (``fxc-``) network namespaces that exist now."""
     if shutil.which("ip") is None:
         return []
-    proc = _run(["ip", "netns", "list"], check=False)
+    proc = run_command(["ip", "netns", "list"], check=False)
     names = [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
     return sorted(n for n in names if n.startswith(PREFIX))
 
 
 def _kill_namespace_processes(namespace: str) -> None:
     """SIGKILL everything still running inside ``namespace`` (a namespace lives on while they do)."""
-    proc = _run(["ip", "netns", "pids", namespace], check=False)
+    proc = run_command(["ip", "netns", "pids", namespace], check=False)
     for token in proc.stdout.split():
         with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
             os.kill(int(token), signal.SIGKILL)
@@ -163,7 +149,7 @@ def _remove_empty_dir(path: Path) -> None:
 def _delete_namespace(namespace: str) -> str | None:
     """Delete one namespace (killing its processes first); the error text, or None on success."""
     _kill_namespace_processes(namespace)
-    proc = _run(["ip", "netns", "del", namespace], check=False)
+    proc = run_command(["ip", "netns", "del", namespace], check=False)
     if proc.returncode != 0 and namespace in list_namespaces():
         return proc.stderr.strip() or f"exit {proc.returncode}"
     return None
@@ -254,30 +240,29 @@ class Testbed:
         br = self.bridge_namespace
         hosts = self._hosts_file()
         for namespace in [br, *self.namespaces]:
-            _run(["ip", "netns", "add", namespace])
-            _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+            run_command(["ip", "netns", "add", namespace])
+            run_command(["ip", "-n", namespace, "link", "set", "lo", "up"])
             (NETNS_ETC / namespace).mkdir(parents=True, exist_ok=True)
             (NETNS_ETC / namespace / "hosts").write_text(hosts, encoding="utf-8")
         routed = self.delay_s > 0
         if not routed:
-            _run(["ip", "-n", br, "link", "add", BRIDGE_IF, "type", "bridge"])
-            _run(["ip", "-n", br, "link", "set", BRIDGE_IF, "up"])
+            run_command(["ip", "-n", br, "link", "add", BRIDGE_IF, "type", "bridge"])
+            run_command(["ip", "-n", br, "link", "set", BRIDGE_IF, "up"])
         for r, namespace in enumerate(self.namespaces):
             inside, port = self.interfaces[r], BRIDGE_PORT_IF.format(r)
-            _run(["ip", "-n", br, "link", "add", port, "type", "veth", "peer", "name", inside, "netns", namespace])
-            _run(["ip", "-n", namespace, "addr", "add", f"{self.addresses[r]}/24", "dev", inside])
-            _run(["ip", "-n", namespace, "link", "set", inside, "up"])
+            run_command(["ip", "-n", br, "link", "add", port, "type", "veth", "peer", "name", inside,
+                         "netns", namespace])
+            run_command(["ip", "-n", namespace, "addr", "add", f"{self.addresses[r]}/24", "dev", inside])
+            run_command(["ip", "-n", namespace, "link", "set", inside, "up"])
             if routed:
-                _run(["ip", "-n", br, "link", "set", port, "up"])
+                run_command(["ip", "-n", br, "link", "set", port, "up"])
             else:
-                _run(["ip", "-n", br, "link", "set", port, "master", BRIDGE_IF, "up"])
+                run_command(["ip", "-n", br, "link", "set", port, "master", BRIDGE_IF, "up"])
             rate = self.link_rate_Bps(r)
             for ns, dev in ((namespace, inside), (br, port)):
-                _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                run_command(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
                       f"{int(round(rate * 8))}bit", "burst", str(burst_bytes(rate)), "latency", TBF_LATENCY])
         if routed:
-            from flexcomm.real_backend.delayline import setup_routed_core, start_delay_line
-
             setup_routed_core(self)
             self.delay_pid = start_delay_line(self, owner_pid)
 
@@ -299,7 +284,7 @@ class Testbed:
         return {"format": FORMAT, **document}
 
     def save(self) -> Path:
-        path = _state_path(self.id)
+        path = state_path(self.id)
         write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
         return path
 
@@ -309,7 +294,7 @@ class Testbed:
         tid = str(testbed_id).strip()
         if tid.startswith(PREFIX):  # accept a namespace name too
             tid = tid[len(PREFIX):].split("-")[0]
-        path = _state_path(tid)
+        path = state_path(tid)
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -331,8 +316,6 @@ class Testbed:
         Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
         """
         if self.delay_pid:
-            from flexcomm.real_backend.delayline import stop_delay_line
-
             stop_delay_line(self.delay_pid)
         errors = []
         existing = set(list_namespaces())
@@ -344,8 +327,8 @@ class Testbed:
             if namespace:
                 shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
         _remove_empty_dir(NETNS_ETC)
-        _state_path(self.id).unlink(missing_ok=True)
-        _state_path(self.id).with_suffix(".delayline.log").unlink(missing_ok=True)
+        state_path(self.id).unlink(missing_ok=True)
+        state_path(self.id).with_suffix(".delayline.log").unlink(missing_ok=True)
         if errors:
             raise TestbedError("could not remove " + "; ".join(errors))
 
@@ -423,8 +406,6 @@ def down_all() -> list[str]:
     """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
     for testbed in list_testbeds():
         if testbed.delay_pid:
-            from flexcomm.real_backend.delayline import stop_delay_line
-
             stop_delay_line(testbed.delay_pid)
     removed, errors = [], []
     for namespace in list_namespaces():

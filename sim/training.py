@@ -47,7 +47,15 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
-from flexcomm.sim.faults import Fault, FaultInjector, FaultPolicy, FaultSource, LostTime, parse_faults
+from flexcomm.sim.faults import (
+    Fault,
+    FaultInjector,
+    FaultPolicy,
+    FaultSource,
+    LostTime,
+    RandomNodeFaults,
+    parse_faults,
+)
 from flexcomm.sim.network import CountingEnvironment, Network
 from flexcomm.sim.records import Recorder
 from flexcomm.sim.workload import TrainingWorkload, get_training_workload
@@ -615,6 +623,13 @@ class TrainingSimulator:
                 fault_rows.append({"time_s": source.at_s, "kind": source.kind, "target": target,
                                    "spec": source.spec, "repaired_s": math.nan, "effect": "after job end",
                                    "detected_s": math.nan})
+            elif isinstance(source, RandomNodeFaults) and not any(
+                    r.spec == source.spec for r in (self.injector.records if self.injector is not None else [])):
+                # nothing drawn within the job: say so, with how many failures the MTBF made likely
+                expected = len(self.job_nodes) * job_time / source.mtbf_s
+                fault_rows.append({"time_s": math.nan, "kind": "node", "target": "random", "spec": source.spec,
+                                   "repaired_s": math.nan, "effect": f"none drawn before job end "
+                                   f"({expected:.2g} expected)", "detected_s": math.nan})
         faults = pd.DataFrame(fault_rows, columns=["time_s", "kind", "target", "spec", "repaired_s", "effect",
                                                    "detected_s"])
         events = pd.DataFrame(self._events, columns=["kind", "start_s", "end_s"] + sorted(

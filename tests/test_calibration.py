@@ -375,3 +375,17 @@ def test_synthetic_measurements_are_deterministic_and_shaped() -> None:
         synthetic_measurements("allgather", "ring", ALPHA, BETA, ranks=(1, 2))
     with pytest.raises(InputError):
         synthetic_measurements("allgather", "ring", ALPHA, BETA, outlier_fraction=1.0)
+
+
+def test_calibrate_warns_about_a_fit_worse_than_a_constant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Times that fall as sizes grow fit no alpha + n beta line with beta >= 0: R^2 < 0 must not pass silently."""
+    from flexcomm.experiments.cli import main
+
+    rows = [{"collective": "allreduce", "algorithm": "ring", "ranks": 4, "bytes": 2.0**k, "seconds": 1.0 / k}
+            for k in range(10, 24)]
+    measured = tmp_path / "m.csv"
+    pd.DataFrame(rows).to_csv(measured, index=False)
+    assert main(["calibrate", str(measured), "-o", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: allreduce/ring" in err and "R^2 = " in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "p.json").exists()  # the profile is still written: the user decides

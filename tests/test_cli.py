@@ -190,6 +190,7 @@ def test_cli_option_lists_match_the_modules_that_use_them() -> None:
 
 
 def test_cli_start_up_does_not_import_torch() -> None:
-    code = "import sys; from experiments.cli import build_parser; build_parser(); print('torch' in sys.modules)"
+    code = ("import sys; from flexcomm.experiments.cli import build_parser; build_parser(); "
+            "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"

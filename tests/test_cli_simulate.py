@@ -102,3 +102,11 @@ def test_malformed_trace_csv_names_the_column(tmp_path: Path, capsys: pytest.Cap
     unknown_link.write_text("time_s,link,bandwidth\n0.5,node42->switch,1Gbit/s\n")
     code, _, err = run_cli(capsys, *BASE, "--network-trace", str(unknown_link))
     assert code == 2 and "link" in err
+
+
+@pytest.mark.parametrize(("fault", "said"), [("node3@1h", "after the job ended"),
+                                             ("random:mtbf=1000h", "none drawn before job end")])
+def test_a_fault_that_never_fires_is_reported(capsys: pytest.CaptureFixture[str], fault: str, said: str) -> None:
+    code, out, _ = run_cli(capsys, "simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50",
+                           "--iterations", "2", "--fail", fault)
+    assert code == 0 and f"fault {fault}: {said}" in out and "no effect" in out

@@ -109,7 +109,7 @@ def test_init_from_env_without_a_launcher_is_a_clear_error(monkeypatch: pytest.M
 
 @pytest.mark.timeout(20)
 def test_watchdog_ends_a_stuck_step_with_a_message() -> None:
-    code = ("import time; from real_backend.dist import Watchdog; w = Watchdog(0.5, label='rank 0')\n"
+    code = ("import time; from flexcomm.real_backend.dist import Watchdog; w = Watchdog(0.5, label='rank 0')\n"
             "with w.guard('allreduce of 4MiB'): time.sleep(30)")
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=15, cwd=REPO)

@@ -132,6 +132,18 @@ def test_reproduce_cli_writes_index_notes_and_is_deterministic(tmp_path: Path,
     assert not (tmp_path / "c").exists()
 
 
+def test_reproduce_into_a_used_folder_keeps_the_other_studies_in_the_index(tmp_path: Path) -> None:
+    run_reproductions(["table4"], tmp_path, Settings(progress=False))
+    run_reproductions(["crossover"], tmp_path, Settings(progress=False))
+    def rows() -> list[str]:
+        return [line for line in (tmp_path / "index.md").read_text().splitlines()
+                if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+
+    assert [row.split("|")[1].strip() for row in rows()] == ["1", "7"]  # both, in study order
+    run_reproductions(["table4"], tmp_path, Settings(progress=False))  # a rerun replaces its own row only
+    assert len(rows()) == 2 and "crossover.md" in rows()[0] and "table4.md" in rows()[1]
+
+
 def test_run_reproductions_keeps_finished_studies_when_a_later_one_fails(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(settings: Settings, out: Path) -> None:

@@ -23,7 +23,8 @@ from flexcomm.costmodel.compute import get_model
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.experiments.cli import main
-from flexcomm.experiments.study.runner import JOURNAL, _lock, run_study
+from flexcomm.experiments.study.journal import JOURNAL
+from flexcomm.experiments.study.runner import _lock, run_study
 from flexcomm.experiments.study.spec import build_spec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -279,7 +280,8 @@ def test_killed_study_process_resumes_and_matches_an_uninterrupted_run(tmp_path:
     spec = load_spec(path)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = ("import sys; from experiments.study.runner import run_study; from experiments.study.spec import "
+    script = ("import sys; from flexcomm.experiments.study.runner import run_study; "
+              "from flexcomm.experiments.study.spec import "
               "load_spec; run_study(load_spec(sys.argv[1]), sys.argv[2], workers=0, progress=False, figures=False)")
     proc = subprocess.Popen([sys.executable, "-c", script, str(path), str(out)], cwd=REPO, env=env,
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

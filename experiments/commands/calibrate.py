@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from flexcomm.experiments.commands.common import print_json
 
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     profile = fit(load_measurements(args.measurements), loss=args.loss)
     profile.save(args.output)
+    for line in profile.warnings():
+        print(line, file=sys.stderr)
     if args.json:
         print_json([f.to_dict() for f in profile.fits])
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
@@ -67,3 +68,17 @@ def single_threaded_torch() -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def print_written(out: str | Path, since: float) -> list[Path]:
+    """Print ``wrote OUT/: a.csv, b.png, ...``: every file under ``out`` written since ``since`` (time.time()).
+
+    Why read the folder instead of keeping a list: a hand-kept list drifts from what the code writes (files
+    were written but never listed); the folder is the truth.
+    """
+    folder = Path(out)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")
+                   and p.stat().st_mtime >= since - 1.0) if folder.is_dir() else []
+    if files:
+        print(f"wrote {folder}/: " + ", ".join(str(p.relative_to(folder)) for p in files))
+    return files

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.common import print_written
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +108,7 @@ def _env_config(args: argparse.Namespace):  # -> EnvConfig (imported lazily)
 
 
 def run_train(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.controller.train import TrainConfig, train
 
     if args.seed < 0:
@@ -127,12 +130,12 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"{name:9s} {s['episodes']:8d} {s['first_fifth_mean_return']:16.3f} "
               f"{s['last_fifth_mean_return']:15.3f} {s['fixed_eval_first']:10.3f} {s['fixed_eval_final']:9.3f} "
               f"{s['wall_s']:6.0f}s")
-    files = ", ".join(f"{v}.zip" for v in variants)
-    print(f"wrote {args.out}/{files}, training_curves.csv" + ("" if args.no_plot else ", training_curves.png"))
+    print_written(args.out, started)
     return 0
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.controller.evaluate import evaluate
     from flexcomm.controller.traces import parse_traces
     from flexcomm.controller.train import load_settings
@@ -150,11 +153,12 @@ def run_evaluate(args: argparse.Namespace) -> int:
     for _, r in table.iterrows():
         ttt = "never" if math.isnan(r["time_to_target_s"]) else f"{r['time_to_target_s']:.3g}s"
         print(f"{r['trace']:11s} {r['strategy']:14s} {ttt:>14s} {r['final_test_acc']:9.3f} {r['sim_time_s']:8.3g}s")
-    print(f"wrote {args.out}/runs.csv, comparison.csv, comparison.md" + ("" if args.no_plot else ", comparison.png"))
+    print_written(args.out, started)
     return 0
 
 
 def run_curves(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from pathlib import Path
 
     import pandas as pd
@@ -194,5 +198,5 @@ def run_curves(args: argparse.Namespace) -> int:
     table = "\n".join(lines) + "\n"
     write_text_atomic(out / "training_curves.md", table)
     print(table, end="")
-    print(f"wrote {out}/training_curves.csv, training_curves.md, training_curves.png")
+    print_written(out, started)
     return 0

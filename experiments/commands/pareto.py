@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.costmodel.units import parse_count
     from flexcomm.experiments.commands.common import single_threaded_torch
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     payload = {**result.info, "chosen": {"rule": args.rule, **{k: (v.item() if hasattr(v, "item") else v)
                                                                 for k, v in chosen.items()}}}
     write_text_atomic(out / "pareto.json", json.dumps(payload, indent=2, default=float) + "\n")
-    figure = plot_pareto(result, out / "pareto.png")
+    plot_pareto(result, out / "pareto.png")
     print("\n".join(summary_lines(result)))
-    print(f"wrote {figure}, {out / 'candidates.csv'}, {out / 'front.csv'}, {out / 'picks.csv'}, {out / 'pareto.json'}")
+    print_written(out, started)
     return 0

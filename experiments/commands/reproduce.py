@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import time
+
+from flexcomm.experiments.commands.common import print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.costmodel.errors import InputError
     from flexcomm.experiments.commands.common import single_threaded_torch
     from flexcomm.experiments.reproductions import resolve, run_reproductions
@@ -41,5 +45,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"== {name}")
         for line in outcome.findings:
             print(f"  - {line}")
-    print(f"wrote {args.out}/index.md and, per study, <id>.csv, <id>.md and its figures")
+    print_written(args.out, started)
     return 0

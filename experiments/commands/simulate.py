@@ -174,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
         when = f"at {_ms(row['time_s'])}"
         if row["effect"] == "after job end":
             print(f"fault {row['spec']}: after the job ended ({_ms(result.job_time_s)}), no effect")
+        elif str(row["effect"]).startswith("none drawn"):
+            print(f"fault {row['spec']}: {row['effect']} in {_ms(result.job_time_s)}, no effect")
         else:
             print(f"fault {row['spec'] or row['target']} {when}: {row['effect']}")
     lost = result.lost

@@ -68,7 +68,8 @@ def _fail(error: Exception) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.testbed import Testbed, TestbedError
+    from flexcomm.real_backend.netns import TestbedError
+    from flexcomm.real_backend.testbed import Testbed
 
     try:
         testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True)
@@ -84,7 +85,8 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.testbed import Testbed, TestbedError, down_all, require_privileges
+    from flexcomm.real_backend.netns import TestbedError
+    from flexcomm.real_backend.testbed import Testbed, down_all, require_privileges
 
     require_privileges()
     testbed_id = args.id or args.id_option
@@ -128,7 +130,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_run(args: argparse.Namespace) -> int:
     from flexcomm.real_backend.launch import sigterm_as_exit
-    from flexcomm.real_backend.testbed import Testbed, TestbedError, run_in_testbed
+    from flexcomm.real_backend.netns import TestbedError
+    from flexcomm.real_backend.testbed import Testbed, run_in_testbed
 
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
+from flexcomm.experiments.commands.common import print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, parse_strategies, run_training
     from flexcomm.real_backend.launch import sigterm_as_exit
 
@@ -83,7 +86,5 @@ def run(args: argparse.Namespace) -> int:
                               latency_s=latency, bandwidth_Bps=bandwidth, profile=args.profile, backend=args.backend,
                               op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank)
     if result.returncode == 0:
-        for spec in specs:
-            print(f"wrote {args.out}/{spec.label}/steps.csv, exchanges.csv, summary.json")
-        print(f"wrote {args.out}/run.json")
+        print_written(args.out, started)
     return result.returncode

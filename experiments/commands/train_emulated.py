@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 
 
 def _ratios(text: str, field: str) -> tuple[float, ...]:
@@ -71,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm._running import emulate
     from flexcomm.compression.moo import MOOConfig
 
@@ -96,5 +98,5 @@ def run(args: argparse.Namespace) -> int:
             extra += f"; {len(s['moo_decisions'])} ratio decisions, probes {s['probe_s']:.3g}s"
         print(f"{name:9s} {s['final_test_acc']:9.4f} {s['sim_time_s']:9.4g}s {s['mean_step_s']:9.3g}s  "
               f"{schemes}; {ratio_text}{extra}")
-    print(f"wrote {args.out}/emulated.csv, steps_*.csv, summary.json" + ("" if args.no_plot else ", emulated.png"))
+    print_written(args.out, started)
     return 0

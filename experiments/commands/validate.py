@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_time
+from flexcomm.experiments.commands.common import print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
     from flexcomm.real_backend.launch import sigterm_as_exit
     from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                                 ddp=not args.no_ddp, timeout_s=timeout)
     for line in summary_lines(result.summary):
         print(line)
-    print(f"wrote {result.out}/errors.csv, errors.md, predicted_vs_measured.png, summary.json")
+    print_written(result.out, started)
     for failure in result.failures:
         print(f"failed: {failure}")
     return 1 if result.failures else 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +45,7 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    wall_started = time.time()  # files written from here on are this command's
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.costmodel.compressed import SparsePayload
     from flexcomm.experiments import whatif_plots
@@ -88,6 +89,5 @@ def run(args: argparse.Namespace) -> int:
     for scheme, fraction in share.items():
         print(f"  {scheme:8s} fastest in {fraction:6.1%} of configurations")
     print(f"  median speedup of the fastest over dense: {summary['median_speedup_of_best_over_dense']:.1f}x")
-    for path in summary["files"]:
-        print(f"wrote {path}")
+    print_written(out, wall_started)
     return 0

@@ -58,7 +58,7 @@ def run_reproductions(ids: Sequence[str], out: str | Path, settings: Settings | 
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Outcome] = {}
-    index: list[str] = []
+    index = _index_rows(outdir / INDEX)  # studies an earlier run wrote here stay listed
     bar = None
     if settings.progress:
         from tqdm import tqdm
@@ -74,15 +74,30 @@ def run_reproductions(ids: Sequence[str], out: str | Path, settings: Settings | 
             note = write_outcome(repro, outcome, outdir, settings, seconds)
             results[repro.id] = outcome
             figures = ", ".join(f"[{p.name}]({p.name})" for p in outcome.figures)
-            index.append(f"| {repro.number} | [{repro.title}]({note.name}) | {repro.engine} | {figures} | "
-                         f"{seconds:.1f} s |")
-            write_text_atomic(outdir / "index.md", "\n".join(
-                ["# flexcomm reproductions", "", f"Seed {settings.seed}, {'full' if settings.full else 'small'} "
-                 "settings.", "", "| # | study (note) | engine | figures | took |", "|---|---|---|---|---|",
-                 *index, ""]))
+            index[repro.number] = (f"| {repro.number} | [{repro.title}]({note.name}) | {repro.engine} | "
+                                   f"{settings.seed}, {'full' if settings.full else 'small'} | {figures} | "
+                                   f"{seconds:.1f} s |")
+            write_text_atomic(outdir / INDEX, "\n".join(
+                ["# flexcomm reproductions", "", *INDEX_HEADER, *(index[n] for n in sorted(index)), ""]))
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
     return results
+
+
+INDEX = "index.md"
+INDEX_HEADER = ["| # | study (note) | engine | seed, settings | figures | took |", "|---|---|---|---|---|---|"]
+
+
+def _index_rows(path: Path) -> dict[int, str]:
+    """The study rows of an existing index, by study number (rows of the current format only)."""
+    if not path.exists():
+        return {}
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == len(INDEX_HEADER[0].strip("|").split("|")) and cells[0].isdigit():
+            rows[int(cells[0])] = line
+    return rows

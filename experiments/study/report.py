@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
-from flexcomm.experiments.study.runner import JOURNAL
+from flexcomm.experiments.study.journal import JOURNAL
 from flexcomm.experiments.study.spec import METRICS, RATIO_FREE, StudySpec
 
 #: Columns that, with strategy and ratio, identify a setting (the seed is a function of them).

@@ -11,15 +11,13 @@ runs out of one directory.
 
 from __future__ import annotations
 
-import csv
 import fcntl
 import json
-import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterator
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -27,10 +25,11 @@ from typing import IO, Any
 from flexcomm.costmodel.atomic import AppendingCsv, write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.study.engines import check_point, run_point, run_points
+from flexcomm.experiments.study.journal import JOURNAL, STUDY_JSON, read_journal
+from flexcomm.experiments.study.pool import worker_pool
+from flexcomm.experiments.study.report import finish
 from flexcomm.experiments.study.spec import StudySpec, point_payload
 
-JOURNAL = "results.csv"
-STUDY_JSON = "study.json"
 LOCK = ".study.lock"
 
 
@@ -50,37 +49,6 @@ class StudyRun:
     @property
     def total(self) -> int:
         return len(self.spec.points)
-
-
-# --- the journal ---------------------------------------------------------------------------------
-
-
-def read_journal(path: Path, columns: Sequence[str]) -> dict[str, dict[str, str]]:
-    """Rows of ``results.csv`` by point id, after cutting off a torn last line (no trailing newline)."""
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        with open(path, "r+b") as handle:
-            handle.truncate(keep)
-            handle.flush()
-            os.fsync(handle.fileno())
-        data = data[:keep]
-    if not data:
-        return {}
-    lines = data.decode("utf-8").splitlines()
-    reader = csv.reader(lines)
-    header = next(reader)
-    if header != list(columns):
-        raise InputError("out", str(path), f"a journal with columns {','.join(columns)} (it has {','.join(header)})")
-    rows: dict[str, dict[str, str]] = {}
-    for number, cells in enumerate(reader, start=2):
-        if len(cells) != len(columns):
-            raise InputError("out", f"{path}:{number}", f"{len(columns)} cells per row (it has {len(cells)})")
-        row = dict(zip(columns, cells, strict=True))
-        rows.setdefault(row["point_id"], row)
-    return rows
 
 
 def _lock(out: Path) -> IO:
@@ -126,15 +94,10 @@ def _batches(payloads: list[dict[str, Any]], workers: int) -> list[list[dict[str
 
 
 def _local(payloads: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
-    # forkserver: workers start from a clean process, not a fork of one that may hold torch/OpenMP threads
-    context = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-    futures = [pool.submit(run_points, batch) for batch in _batches(payloads, workers)]
-    try:
+    with worker_pool(workers) as pool:
+        futures = [pool.submit(run_points, batch) for batch in _batches(payloads, workers)]
         for future in as_completed(futures):
             yield from future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _dask(payloads: list[dict[str, Any]], address: str, timeout_s: float) -> Iterator[dict[str, Any]]:
@@ -210,8 +173,6 @@ def run_study(
             _execute(run, payloads, columns, workers, scheduler, scheduler_timeout_s, progress)
         run.complete = len(done) + len(run.ran) == len(spec.points)
         if run.complete:
-            from flexcomm.experiments.study.report import finish
-
             run.table, run.files = finish(spec, out, figures=figures)
         run.wall_s = time.perf_counter() - started
         return run
