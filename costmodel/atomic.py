@@ -20,8 +20,11 @@ from typing import IO, Any
 def write_atomic(path: str | Path, write: Callable[[IO], None], mode: str = "w") -> Path:
     """Call ``write(handle)`` on a temporary file beside ``path``, fsync it, then rename over ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:  # name the file the user asked for, not our temporary one
+        raise OSError(error.errno, error.strerror, str(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results should be as readable as any file
         with os.fdopen(fd, mode, **({} if "b" in mode else {"newline": ""})) as handle:
@@ -29,6 +32,9 @@ def write_atomic(path: str | Path, write: Callable[[IO], None], mode: str = "w")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -190,6 +190,10 @@ class CostModel:
         p = self._check_ranks(ranks)
         n, p = np.broadcast_arrays(n, p)
         q = np.minimum(p, float(self.ranks_per_node or 1))
+        if np.any(p % q != 0):  # a partly filled node has no shard layout the two phases agree on
+            bad = p[p % q != 0]
+            raise InputError("ranks", int(bad.flat[0]), f"a multiple of the {int(self.ranks_per_node or 1)} ranks "
+                             "per node (or at most that many) for the hierarchical allreduce")
         nodes = np.ceil(p / q)
         intra = self.links.get("intra", self.links["inter"])
         inter = np.empty_like(p)

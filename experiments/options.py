@@ -7,3 +7,5 @@ to its owner. (Torch-free owners keep their own lists: :mod:`emulation.options`,
 
 #: Rules that pick the operating point on a Pareto front (:data:`compression.moo.RULES`).
 MOO_RULES = ("asf", "knee", "utopia")
+#: Operator graphs the planner and the placer trace (:data:`planner.graphs.GRAPH_NAMES`).
+GRAPH_NAMES = ("resnet18", "resnet50", "eca-resnet50", "eca-resnet20", "gpt", "inception")

@@ -7,6 +7,7 @@ or convert units first. ``flexcomm cost`` (the CLI) calls :func:`cost` too, so t
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,13 +113,13 @@ def cost_model(
     ranks_per_node: int | None = None,
 ) -> CostModel:
     """The model a cluster, a calibration profile or a latency/bandwidth pair describes (exactly one way)."""
-    from flexcomm.costmodel.calibration import CalibrationProfile
-
     gamma = 1.0 / coerce(reduce_bandwidth, parse_bandwidth, "reduce-bandwidth") if reduce_bandwidth else 0.0
     if ranks_per_node is not None and (isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
                                        or ranks_per_node < 1):
         raise InputError("ranks-per-node", ranks_per_node, "an integer >= 1")
-    if profile is not None and not isinstance(profile, CalibrationProfile):
+    if profile is not None and isinstance(profile, (str, Path)):
+        from flexcomm.costmodel.calibration import CalibrationProfile  # scipy: only when a profile is used
+
         profile = CalibrationProfile.load(profile)
     if cluster is not None:
         from flexcomm.costmodel.cluster import load_cluster
@@ -175,6 +176,10 @@ def cost(
                          "exactly one of size (bytes, e.g. 64MiB) or numel (elements, e.g. 11.69M)")
     if numel is not None and not scheme:
         raise InputError("numel", numel, "size (bytes) for a collective; numel is for a scheme's gradient")
+    # checked even without a scheme: a typo in a flag that does nothing this time is still a typo
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and 0 < ratio <= 1):
+        raise InputError("ratio", ratio, "a fraction of elements kept in (0, 1], e.g. 0.01")
+    SparsePayload(index_dtype=index_dtype).index_bytes  # noqa: B018  (validates the dtype)
     payload = SparsePayload(index_dtype=index_dtype) if scheme else None
     if numel is not None:
         elements = float(parse_count(numel, "numel"))

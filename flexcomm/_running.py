@@ -112,16 +112,19 @@ def simulate(
     ``"random:mtbf=2h"``) with checkpoint-restart or ``elastic`` shrink. Returns the
     :class:`~flexcomm.sim.training.TrainingResult` (``.iterations``, ``.summary()``, ``.job_time_s``...).
     """
-    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
     from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.sim.faults import FaultPolicy, parse_fault
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_straggler
 
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise InputError("iterations", iterations, "an integer >= 1")
-    resolved = load_cluster(cluster)
+    resolved = load_cluster(cluster)  # a bad cluster file fails before the simulator (pandas, simpy) loads
     if profile is not None:
+        from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+
         resolved = calibrated_cluster(resolved, CalibrationProfile.load(profile))
+
+    from flexcomm.sim.faults import FaultPolicy, parse_fault
+    from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_straggler
+
     if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1):
         raise InputError("buckets", buckets, "an integer >= 1")
     parse_size(bucket_size, "bucket-size")

@@ -38,6 +38,7 @@ import numpy as np
 from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_BENCH_BYTES
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
 
 FSYNC_EVERY_S = 1.0
@@ -176,6 +177,12 @@ def check_output(path: str | Path) -> Path:
             header = next(csv.reader(handle), [])
         if tuple(h.strip() for h in header) != CSV_COLUMNS:
             raise InputError("out", str(out), "a new file or one written by bench-collectives (same columns)")
+    try:  # here, once, rather than as a traceback on rank 0 after every rank has started
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise InputError("out", str(out), f"a CSV path this user can write ({error.strerror})") from None
     return out
 
 
@@ -375,6 +382,10 @@ def run_benchmark(
         count = 2 if nproc is None else nproc
         if count < 1:
             raise InputError("nproc", nproc, "an integer >= 1")
+    # every rank holds an input and an output buffer of the largest size (allgather: nproc of them)
+    largest = max(size_list)
+    MAX_BENCH_BYTES.check("sizes", largest * count * (count + 1),
+                          f"{format_size(largest)} on {count} ranks (the ranks' buffers, allgather's included)")
     cmd = worker_command(size_list, names, warmup, iters, path, klass, backend, op_timeout_s, quiet)
     if testbed is not None:
         return testbed.launch(cmd, nproc=count, timeout_s=timeout_s, backend=backend,  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 
 #: Exit code of a run stopped by the launcher's timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124
@@ -186,6 +187,7 @@ def launch(
     """
     if not isinstance(nproc, int) or nproc < 1:
         raise InputError("nproc", nproc, "an integer >= 1")
+    MAX_LOCAL_PROCESSES.check("nproc", nproc)  # every rank is a Python process of ~200 MB on this machine
     if backend is not None and backend not in BACKENDS:
         raise InputError("backend", backend, "one of " + ", ".join(BACKENDS))
     if timeout_s is not None and not timeout_s > 0:

@@ -28,10 +28,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_EVENTS_PER_SIM_SECOND
 from flexcomm.costmodel.units import parse_bandwidth, parse_size, parse_time
 
 if TYPE_CHECKING:
     from flexcomm.sim.network import Network
+
+#: Largest lognormal jitter sigma (see JitterDynamics).
+MAX_JITTER_SIGMA = 3.0
 
 TRACE_COLUMNS = ("time_s", "link", "bandwidth", "latency")
 
@@ -159,10 +163,14 @@ class JitterDynamics:
 
     def __init__(self, sigma: float = 0.1, period_s: float = 1e-3, links: str | Sequence[str] = "*",
                  seed: int = 0) -> None:
-        if not math.isfinite(sigma) or sigma < 0:
-            raise InputError("sigma", sigma, "a non-negative standard deviation of log bandwidth")
-        self.sigma = float(sigma)
+        # sigma 3 already makes half the periods run below 1/20 of the bandwidth; beyond it almost every
+        # period is stalled and the simulated job never ends
+        if not math.isfinite(sigma) or not 0 <= sigma <= MAX_JITTER_SIGMA:
+            raise InputError("sigma", sigma, f"a standard deviation of log bandwidth in [0, {MAX_JITTER_SIGMA:g}]")
+        self.sigma = float(sigma) + 0.0  # -0.0 -> 0.0 (numpy refuses a negative zero scale)
         self.period_s = _positive("period_s", period_s, "a positive period in seconds")
+        # one redraw of every link per period
+        MAX_EVENTS_PER_SIM_SECOND.check("period_s", 1.0 / self.period_s, period_s)
         self.links = _links(links)
         self.seed = seed
 
@@ -191,6 +199,8 @@ class MarkovCongestion:
                  links: str | Sequence[str] = "*", seed: int = 0, start_good: bool = False) -> None:
         self.mean_good_s = _positive("mean_good_s", mean_good_s, "a positive mean time in seconds")
         self.mean_congested_s = _positive("mean_congested_s", mean_congested_s, "a positive mean time in seconds")
+        MAX_EVENTS_PER_SIM_SECOND.check("mean_congested_s", 1.0 / min(self.mean_good_s, self.mean_congested_s),
+                                        min(self.mean_good_s, self.mean_congested_s))
         if not 0 <= congested_factor <= 1:
             raise InputError("congested_factor", congested_factor, "a fraction of the bandwidth in [0, 1]")
         self.congested_factor = float(congested_factor)
@@ -236,6 +246,7 @@ class CrossTraffic:
                  size: str = "exponential", tag: str = "cross-traffic", start_s: float = 0.0,
                  stop_s: float = math.inf) -> None:
         self.rate_per_s = _positive("rate_per_s", rate_per_s, "a positive arrival rate in flows per second")
+        MAX_EVENTS_PER_SIM_SECOND.check("rate_per_s", self.rate_per_s)
         self.mean_bytes = _positive("mean_bytes", parse_size(mean_bytes, "mean_bytes"), "a positive size")
         if size not in ("exponential", "fixed"):
             raise InputError("size", size, "exponential or fixed")

@@ -44,6 +44,7 @@ from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
@@ -173,6 +174,7 @@ class TrainingConfig:
         it = self.iterations
         if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it < 1:
             raise InputError("iterations", it, "an integer >= 1")
+        MAX_SIM_ITERATIONS.check("iterations", it)
         if self.scheme not in SCHEMES:
             raise InputError("scheme", self.scheme, "one of " + ", ".join(SCHEMES))
         if self.scheme != "dense" and not (0 < self.ratio <= 1):

@@ -185,8 +185,10 @@ def test_cli_option_lists_match_the_modules_that_use_them() -> None:
     """`experiments.options` keeps start-up light; the lists must stay the ones the modules act on."""
     from flexcomm.compression.moo import RULES
     from flexcomm.experiments import options
+    from flexcomm.planner.graphs import GRAPH_NAMES
 
     assert options.MOO_RULES == RULES
+    assert options.GRAPH_NAMES == GRAPH_NAMES
 
 
 def test_cli_start_up_does_not_import_torch() -> None:

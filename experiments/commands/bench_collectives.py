@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.costmodel.units import parse_time
 
 
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     collectives = parse_collectives(args.collectives)
     if args.nproc is not None and args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")
+    if args.nproc is not None:
+        MAX_LOCAL_PROCESSES.check("nproc", args.nproc)
     timeout = parse_time(args.timeout, "timeout")
     op_timeout = parse_time(args.op_timeout, "op-timeout")
     if timeout <= 0 or op_timeout <= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.costmodel.units import parse_time
 
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")
+    MAX_LOCAL_PROCESSES.check("nproc", args.nproc)
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:
         raise InputError("timeout", args.timeout, "a positive time such as 10min")

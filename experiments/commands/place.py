@@ -57,6 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
+    from flexcomm.experiments.options import GRAPH_NAMES
+
+    if args.model not in GRAPH_NAMES:
+        raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES))
     if args.batch_size < 1:
         raise InputError("batch-size", args.batch_size, "an integer >= 1")
     if not (math.isfinite(args.budget_s) and args.budget_s > 0):
@@ -67,6 +72,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("micro-batches", args.micro_batches, "an integer >= 1")
     if args.workers < 1:
         raise InputError("workers", args.workers, "an integer >= 1")
+    MAX_LOCAL_PROCESSES.check("workers", args.workers)
     if not (math.isfinite(args.measure_steps) and args.measure_steps >= 0):
         raise InputError("measure-steps", args.measure_steps, "a number >= 0")
     if not (math.isfinite(args.eval_jitter) and args.eval_jitter >= 0):
@@ -95,6 +101,7 @@ def _devices(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    devices = _devices(args)  # the cluster file too, before torch loads
     from flexcomm.placement.compare import parse_methods
 
     methods = parse_methods(args.method)
@@ -115,7 +122,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.rule not in RULES:
         raise InputError("rule", args.rule, "one of " + ", ".join(RULES))
-    devices = _devices(args)
     graph = build_graph(args.model, batch_size=args.batch_size)
     problem = PlacementProblem(graph, devices, efficiency=args.efficiency, micro_batches=args.micro_batches,
                                contention=not args.no_contention)

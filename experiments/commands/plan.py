@@ -52,24 +52,30 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
     from flexcomm.costmodel.units import format_size, format_time
+    from flexcomm.experiments.options import GRAPH_NAMES
     from flexcomm.planner.devices import load_plan_cluster
+
+    # everything checkable without torch first: a typo is a one-line error within a second
+    if args.model not in GRAPH_NAMES:
+        raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES))
+    _check_int("batch-size", args.batch_size, 1)
+    _check_int("top", args.top, 1)
+    _check_int("samples", args.samples, 1)
+    _check_int("simulate-top", args.simulate_top, 0)
+    if args.search not in ("exhaustive", "random"):
+        raise InputError("search", args.search, "exhaustive or random")
+    cluster = load_plan_cluster(args.cluster)
+    if args.profile:
+        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
+    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
+               if getattr(args, k) is not None}
+
     from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
     from flexcomm.planner.plans import Pricer
     from flexcomm.planner.report import write_outputs
     from flexcomm.planner.search import search
     from flexcomm.planner.units import build_units
 
-    _check_int("batch-size", args.batch_size, 1)
-    _check_int("top", args.top, 1)
-    _check_int("samples", args.samples, 1)
-    _check_int("simulate-top", args.simulate_top, 0)
-    cluster = load_plan_cluster(args.cluster)
-    if args.profile:
-        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
-    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
-               if getattr(args, k) is not None}
-    if args.search not in ("exhaustive", "random"):
-        raise InputError("search", args.search, "exhaustive or random")
     if args.op_times:
         measured_batch, measured, peak = load_op_times(args.op_times)
         graph = build_graph(args.model, batch_size=measured_batch, **options)

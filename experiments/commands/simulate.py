@@ -111,7 +111,6 @@ def _table(iterations: Any) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from flexcomm._running import simulate
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.sim.trace import write_chrome_trace
 
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
@@ -142,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
     written: list[str] = []
     if args.trace:
+        from flexcomm.sim.trace import write_chrome_trace
+
         written.append(str(write_chrome_trace(result, args.trace)))
     if args.out:
         folder = Path(args.out)

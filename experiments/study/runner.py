@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import IO, Any
 
 from flexcomm.costmodel.atomic import AppendingCsv, write_text_atomic
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.experiments.study.engines import check_point, run_point, run_points
 from flexcomm.experiments.study.journal import JOURNAL, STUDY_JSON, read_journal
 from flexcomm.experiments.study.pool import worker_pool
@@ -31,6 +33,8 @@ from flexcomm.experiments.study.report import finish
 from flexcomm.experiments.study.spec import StudySpec, point_payload
 
 LOCK = ".study.lock"
+#: What Dask accepts as a scheduler address, checked before importing distributed (seconds of start-up).
+SCHEDULER_ADDRESS = re.compile(r"^(inproc://\S+|((tcp|tls|ucx|ws|wss)://)?([^\s:/\[\]]+|\[[0-9a-fA-F:.]+\]):\d{1,5})$")
 
 
 @dataclass
@@ -148,6 +152,10 @@ def run_study(
     """
     if workers is not None and (isinstance(workers, bool) or workers < 0):
         raise InputError("workers", workers, "an integer >= 0 (0: run in this process)")
+    if workers is not None:
+        MAX_LOCAL_PROCESSES.check("workers", workers)
+    if scheduler is not None and not SCHEDULER_ADDRESS.match(scheduler):
+        raise InputError("scheduler", scheduler, "a Dask scheduler address such as tcp://10.0.0.5:8786")
     if max_points is not None and max_points < 0:
         raise InputError("max-points", max_points, "an integer >= 0")
     out = Path(out)

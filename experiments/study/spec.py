@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
@@ -465,17 +465,7 @@ def load_spec(path: str | Path) -> StudySpec:
     elif not Path(path).is_file():
         raise InputError("file", str(path), "a study file (YAML or JSON) or a shipped study: " + ", ".join(shipped))
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("study", str(path), f"a readable UTF-8 study file ({exc.__class__.__name__})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise InputError("study", str(path), f"valid YAML ({getattr(exc, 'problem', None) or 'syntax error'}{where})"
-                         ) from None
+    data = read_document(path, "study", "study file")  # size- and alias-limited (costmodel.documents)
     return build_spec(data, source=str(path), folder=path.parent)
 
 
