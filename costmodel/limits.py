@@ -67,8 +67,8 @@ MAX_DOCUMENT_NODES = Limit("FLEXCOMM_MAX_DOCUMENT_NODES", 200_000, "YAML nodes a
 MAX_EVENTS_PER_SIM_SECOND = Limit("FLEXCOMM_MAX_EVENTS_PER_SIM_SECOND", 1_000_000, "events per simulated second")
 #: Iterations of one simulated job: each keeps a row (and its buckets') in memory, ~1 KB per iteration and rank.
 MAX_SIM_ITERATIONS = Limit("FLEXCOMM_MAX_SIM_ITERATIONS", 1_000_000, "iterations")
-#: Steps of one emulated or real training run, and points of one study.
-MAX_TRAINING_STEPS = Limit("FLEXCOMM_MAX_TRAINING_STEPS", 10_000_000, "steps")
+#: Steps of one emulated or real training run: each keeps a row of metrics in memory (~0.5 KB).
+MAX_TRAINING_STEPS = Limit("FLEXCOMM_MAX_TRAINING_STEPS", 1_000_000, "steps")
 #: Bytes the ranks of one collective benchmark allocate on this machine: half its physical memory.
 MAX_BENCH_BYTES = Limit("FLEXCOMM_MAX_BENCH_BYTES", _physical_memory_bytes() // 2, "bytes of buffers (half this "
                         "machine's memory)")

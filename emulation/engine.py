@@ -57,6 +57,7 @@ from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.compressed import scheme_coefficients
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 from flexcomm.costmodel.model import CostModel
 from flexcomm.emulation.network import NetworkClock
 from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
@@ -109,6 +110,7 @@ class EmulationConfig:
 
         whole("workers", self.workers, 1)
         whole("steps", self.steps, 1)
+        MAX_TRAINING_STEPS.check("steps", self.steps)
         whole("eval-every", self.eval_every, 1)
         whole("flush_every", self.flush_every, 1)
         whole("seed", self.seed, 0)

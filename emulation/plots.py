@@ -11,9 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
+from flexcomm.costmodel.plotting import readable_log_axis, strategy_style  # noqa: E402
 
-STRATEGY_COLOURS = {"dense": "#7f7f7f", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "flexible": "#2ca02c",
-                    "moo": "#d62728"}
 SCHEME_MARKERS = {"dense": "s", "topk-ag": "o", "topk-ar": "^"}
 
 
@@ -21,22 +20,30 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     """Four panels: test accuracy vs simulated time and vs step, simulated time vs step, ratio/scheme vs step.
 
     Why both x axes: compression changes time per step *and* progress per step; only accuracy against
-    time says which strategy is faster to a given accuracy.
+    time says which strategy is faster to a given accuracy. Strategies that coincide (flexible choosing
+    Allgather every step is topk-ag) are drawn thin and dashed over thick and solid, so both show.
     """
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     (ax_time, ax_step), (ax_clock, ax_ratio) = axes
+    fixed: dict[tuple, list[str]] = {}  # static strategies by their ratio series: identical ones share a line
     for name, frame in frames.items():
-        colour = STRATEGY_COLOURS.get(name)
+        style = strategy_style(name)
         evals = frame.dropna(subset=["test_acc"])
-        ax_time.plot(evals["sim_time_s"], evals["test_acc"], marker=".", color=colour, label=name)
-        ax_step.plot(evals["step"], evals["test_acc"], marker=".", color=colour, label=name)
-        ax_clock.plot(frame["step"], frame["sim_time_s"], color=colour, label=name)
+        ax_time.plot(evals["sim_time_s"], evals["test_acc"], ms=4, label=name, **style)
+        ax_step.plot(evals["step"], evals["test_acc"], ms=4, label=name, **style)
+        ax_clock.plot(frame["step"], frame["sim_time_s"], label=name, **strategy_style(name, markers=False))
         if name in ("flexible", "moo"):
             for scheme, part in frame.groupby("scheme"):
-                ax_ratio.scatter(part["step"], part["ratio"], s=14 if scheme == "topk-ar" else 5, color=colour,
-                                 marker=SCHEME_MARKERS.get(str(scheme), "x"), label=f"{name}: {scheme}")
+                ax_ratio.scatter(part["step"], part["ratio"], s=16 if scheme == "topk-ar" else 6,
+                                 color=style["color"], marker=SCHEME_MARKERS.get(str(scheme), "x"),
+                                 label=f"{name}: {scheme}", zorder=3)
         elif name != "dense":
-            ax_ratio.plot(frame["step"], frame["ratio"], color=colour, lw=0.8, ls="--", label=name)
+            fixed.setdefault(tuple(frame["ratio"].round(12)), []).append(name)
+    for ratios, names in fixed.items():
+        first = frames[names[0]]
+        ax_ratio.plot(first["step"], ratios, color=strategy_style(names[0])["color"], lw=10, alpha=0.45,
+                      solid_capstyle="butt", zorder=1, label=f"{', '.join(names)} (fixed c)")
+    ax_ratio.margins(y=0.15)  # a band at the panel's edge would be half clipped
     ax_time.set_xscale("log")
     ax_time.set_xlabel("simulated time (s, log)")
     ax_time.set_ylabel("test accuracy")
@@ -59,6 +66,8 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    for ax, which in ((ax_time, "x"), (ax_clock, "y"), (ax_ratio, "y")):
+        readable_log_axis(ax, which)
     return save_figure_atomic(fig, path)
 
 
@@ -80,7 +89,6 @@ def plot_pareto_fronts(fronts: pd.DataFrame, path: str | Path, max_panels: int =
     points = None
     for ax, step in zip(axes[0], steps, strict=True):
         front = fronts[fronts["step"] == step].sort_values("step_s")
-        ax.plot(front["step_s"] * 1e3, front["gain"], color="0.7", lw=0.8, zorder=1)
         points = ax.scatter(front["step_s"] * 1e3, front["gain"], c=front["c"], cmap="viridis", norm=norm, s=16,
                             zorder=2)
         chosen = front[front["chosen"].astype(bool)]

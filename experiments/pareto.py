@@ -130,28 +130,30 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
     markers = {"topk-ag": "o", "topk-ar": "^"}
     for scheme, part in cand.groupby("scheme"):
         dom = part[part["dominated"]]
+        if dom.empty:  # no legend entry for a scheme none of whose candidates is dominated
+            continue
         ax.scatter(dom["step_s"] * 1e3, dom["gain"], facecolors="none", edgecolors="0.6", s=22,
                    marker=markers[str(scheme)], label=f"dominated ({scheme})")
     front = result.front.frame.sort_values("step_s")
     norm = LogNorm(vmin=float(cand["c"].min()), vmax=float(cand["c"].max()))
-    ax.plot(front["step_s"] * 1e3, front["gain"], color="0.3", lw=0.8, zorder=2)
     points = ax.scatter(front["step_s"] * 1e3, front["gain"], c=front["c"], cmap="viridis", norm=norm, s=18, zorder=3,
                         label="NSGA-II front")
-    styles = {"asf": ("*", 260, "#d62728"), "knee": ("D", 80, "#9467bd"), "utopia": ("P", 110, "#8c564b")}
-    for k, pick in enumerate(result.picks.itertuples()):
+    # largest first, so two rules picking the same point stay visible one inside the other; the legend, not
+    # annotations across the front, says which marker is which rule and what it picked
+    styles = {"asf": ("*", 320, "#d62728"), "utopia": ("P", 130, "#8c564b"), "knee": ("D", 45, "#9467bd")}
+    picks = sorted(result.picks.itertuples(), key=lambda pick: list(styles).index(pick.rule))
+    for pick in picks:
         marker, size, colour = styles[pick.rule]
         x, y = pick.step_s * 1e3, pick.gain
-        ax.scatter([x], [y], marker=marker, s=size, color=colour, zorder=4, edgecolors="k", linewidths=0.5)
-        ax.annotate(f"{pick.rule}{' (chosen)' if pick.rule == result.info['rule'] else ''}: c = {pick.c:.3g}, "
-                    f"{pick.scheme}, {x:.3g} ms/step, gain {y:.2f}", (x, y), xytext=(0.03, 0.94 - 0.075 * k),
-                    textcoords="axes fraction", fontsize=7.5, va="top",
-                    arrowprops={"arrowstyle": "->", "color": colour, "lw": 0.8}, color=colour)
+        chosen = " (chosen)" if pick.rule == result.info["rule"] else ""
+        ax.scatter([x], [y], marker=marker, s=size, color=colour, zorder=4, edgecolors="k", linewidths=0.5,
+                   label=f"{pick.rule}{chosen}: c = {pick.c:.3g}, {pick.scheme}, {x:.3g} ms, gain {y:.2f}")
     ax.set_xlabel("predicted step time (ms): compute + communication + compression")
     ax.set_ylabel("compression gain (statistical efficiency)")
     info = result.info
     ax.set_title(f"{info['workload']} on {info['cluster']} ({info['workers']} workers)", fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best", title="hollow: dominated candidates; colour: c", title_fontsize=7)
     if not own:
         return None
     fig.colorbar(points, ax=ax, label="compression ratio c (fraction kept)")

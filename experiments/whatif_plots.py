@@ -18,6 +18,8 @@ from flexcomm.costmodel.compressed import SCHEMES  # noqa: E402
 from flexcomm.costmodel.units import format_time  # noqa: E402
 
 SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e"}
+#: Speedup contours drawn where the data spans them: dense enough that a panel shows more than one.
+CONTOUR_LEVELS = (1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 300, 1000)
 SCHEME_LABELS = {"dense": "dense ring allreduce", "topk-ag": "Top-k over Allgather",
                  "topk-ar": "Allreduce-compatible Top-k"}
 
@@ -25,6 +27,16 @@ SCHEME_LABELS = {"dense": "dense ring allreduce", "topk-ag": "Top-k over Allgath
 def _nearest(values: np.ndarray, wanted: float) -> float:
     values = np.unique(values)
     return float(values[np.argmin(np.abs(np.log(values) - np.log(wanted)))])
+
+
+def _log_edges(values: np.ndarray) -> np.ndarray:
+    """Cell edges halfway between log-spaced centres (matplotlib's "nearest" halves them linearly, which on a
+    log axis makes the first cell reach far beyond the first value priced)."""
+    logs = np.log(np.asarray(values, dtype=float))
+    if len(logs) == 1:
+        return np.exp(np.array([logs[0] - 0.5, logs[0] + 0.5]))
+    mids = (logs[1:] + logs[:-1]) / 2
+    return np.exp(np.concatenate([[2 * logs[0] - mids[0]], mids, [2 * logs[-1] - mids[-1]]]))
 
 
 def _winner_panel(ax: plt.Axes, best: pd.DataFrame, x: str, y: str, xlabel: str, ylabel: str) -> None:
@@ -36,8 +48,9 @@ def _winner_panel(ax: plt.Axes, best: pd.DataFrame, x: str, y: str, xlabel: str,
         index=ys, columns=xs)
     cmap = ListedColormap([SCHEME_COLOURS[s] for s in SCHEMES])
     norm = BoundaryNorm(np.arange(len(SCHEMES) + 1) - 0.5, cmap.N)
-    ax.pcolormesh(xs, ys, codes.to_numpy(), cmap=cmap, norm=norm, shading="nearest")
-    levels = [lv for lv in (1.5, 2, 5, 10, 30, 100, 300) if speed.to_numpy().min() < lv < speed.to_numpy().max()]
+    ax.pcolormesh(_log_edges(xs), _log_edges(ys), codes.to_numpy(), cmap=cmap, norm=norm, shading="flat")
+    values = speed.to_numpy()
+    levels = [lv for lv in CONTOUR_LEVELS if np.nanmin(values) < lv < np.nanmax(values)]
     if levels and len(xs) > 1 and len(ys) > 1:
         contour = ax.contour(xs, ys, speed.to_numpy(), levels=levels, colors="k", linewidths=0.7)
         ax.clabel(contour, fmt=lambda v: f"{v:g}x", fontsize=7)
@@ -45,11 +58,14 @@ def _winner_panel(ax: plt.Axes, best: pd.DataFrame, x: str, y: str, xlabel: str,
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    ax.tick_params(labelbottom=True, labelleft=True)  # every panel readable on its own, shared axes too
 
 
-def _legend(fig: plt.Figure) -> None:
-    handles = [Patch(color=SCHEME_COLOURS[s], label=SCHEME_LABELS[s]) for s in SCHEMES]
-    fig.legend(handles=handles, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, -0.02))
+def _legend(fig: plt.Figure, best: pd.DataFrame) -> None:
+    """Only the schemes that win somewhere in the figure (an entry for a colour never drawn misleads)."""
+    present = [s for s in SCHEMES if (best["scheme"] == s).any()]
+    handles = [Patch(color=SCHEME_COLOURS[s], label=SCHEME_LABELS[s]) for s in present]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, -0.02))
 
 
 def _best_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -77,7 +93,7 @@ def plot_link_sweep(table: pd.DataFrame, out_dir: Path, ranks_shown=(8, 64, 1024
         params = best["params"].iloc[0]
         fig.suptitle(f"{model_name} ({params / 1e6:.1f}M params): fastest gradient exchange, "
                      "contours = speedup over dense ring allreduce", fontsize=10)
-        _legend(fig)
+        _legend(fig, best)
         fig.tight_layout(rect=(0, 0.04, 1, 0.96))
         paths.append(save_figure_atomic(fig, out_dir / f"whatif_{model_name}.png"))
     return paths
@@ -86,15 +102,19 @@ def plot_link_sweep(table: pd.DataFrame, out_dir: Path, ranks_shown=(8, 64, 1024
 def plot_ranks_sweep(table: pd.DataFrame, out_dir: Path, title: str) -> Path:
     """One panel per model over (ranks x ratio): used for a given cluster, whose links are fixed."""
     best_all = _best_rows(table)
+    best_all = best_all[best_all["ranks"] >= 2]  # one rank exchanges nothing: no winner to draw
     models = list(best_all["model"].unique())
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True)
     for ax, model_name in zip(axes[0], models, strict=True):
         _winner_panel(ax, best_all[best_all["model"] == model_name], "ranks", "ratio", "ranks",
                       "compression ratio (fraction kept)")
         ax.set_xscale("log", base=2)
+        ranks = np.sort(best_all["ranks"].unique())
+        ax.set_xticks(ranks, [f"{int(r)}" for r in ranks])  # the rank counts priced, not powers from 2^0
+        ax.minorticks_off()
         ax.set_title(model_name, fontsize=9)
     fig.suptitle(title, fontsize=10)
-    _legend(fig)
+    _legend(fig, best_all)
     fig.tight_layout(rect=(0, 0.06, 1, 0.94))
     return save_figure_atomic(fig, out_dir / "whatif_cluster.png")
 

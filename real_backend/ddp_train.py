@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
@@ -500,6 +501,7 @@ def run_training(nproc: int | None, workload: str, strategies: str | Sequence[St
     check_training_options(options.get("batch_size"), options.get("lr"))
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError("steps", steps, "an integer >= 1")
+    MAX_TRAINING_STEPS.check("steps", steps)
     backend = options.get("backend")
     if testbed is not None:
         count = testbed.ranks if nproc is None else nproc

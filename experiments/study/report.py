@@ -26,6 +26,11 @@ AXIS_LABELS = {"bandwidth_Bps": "bandwidth (Gbit/s)", "latency_s": "latency (s)"
                "repeat": "repeat"}
 
 
+def _name(column: str) -> str:
+    """An axis's name without its unit: ``latency``, for titles that print the value with its own unit."""
+    return AXIS_LABELS[column].split(" (")[0]
+
+
 def _setting(table: pd.DataFrame) -> list[str]:
     return [c for c in SETTING if c in table.columns]
 
@@ -134,8 +139,9 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                     ax.set_yscale("log") if (part[metric] > 0).all() and _spread(part[metric]) >= 10 else None
             if metric == "speedup_vs_dense":
                 ax.axhline(1.0, color="grey", lw=0.8)
-            title = f"{AXIS_LABELS[facet]} = {_fmt(facet, value)}" if facet else spec.name
-            medians = [AXIS_LABELS[c] for c in rest] + (["repeats"] if spec.repeats > 1 else [])
+            ax.tick_params(labelbottom=True)  # shared x, but every panel readable on its own
+            title = f"{_name(facet)} = {_fmt(facet, value)}" if facet else spec.name  # value has its unit
+            medians = [_name(c) for c in rest] + (["repeats"] if spec.repeats > 1 else [])
             if medians:
                 title += f"\n(median over {', '.join(medians)})"
             if i == 0:

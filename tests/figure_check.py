@@ -1,0 +1,242 @@
+"""What makes a figure readable at a glance, checked on the matplotlib Figure just before it is saved.
+
+* every axes that shows data has tick labels on both axes (a log axis spanning less than a decade has none
+  by default; a shared axis hides them on inner panels);
+* every series is visible: hiding it changes the rendered pixels (a line drawn exactly under another one
+  does not), and no two labelled series in one panel share colour, line style and marker;
+* every legend entry names a series that is drawn in the figure;
+* annotations do not overlap one another.
+
+:func:`capture_figures` wraps ``Figure.savefig`` so a test can run any command and then ask what was wrong
+with each file it saved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.colors as mcolors  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.collections import Collection, PathCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.image import AxesImage  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+from matplotlib.text import Annotation  # noqa: E402
+
+CHECK_DPI = 72  # small renders (lines keep about their saved width in pixels), cheap enough to repeat
+
+
+def _render(fig: Figure) -> np.ndarray:
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba()).copy()
+
+
+def _series(ax: Axes) -> list:
+    """The data artists of one axes that a reader is meant to tell apart."""
+    found = []
+    for artist in [*ax.lines, *ax.collections, *ax.images, *ax.patches]:
+        if not artist.get_visible():
+            continue
+        if isinstance(artist, Line2D) and len(np.atleast_1d(artist.get_xdata())) == 0:
+            continue
+        if isinstance(artist, Rectangle) and artist in ax.patches and not artist.get_label().strip():
+            continue
+        found.append(artist)
+    return found
+
+
+def _has_data(ax: Axes) -> bool:
+    return bool(_series(ax)) or any(isinstance(c, Collection) for c in ax.collections)
+
+
+def _style(artist) -> tuple | None:
+    if isinstance(artist, Line2D):
+        return ("line", mcolors.to_hex(artist.get_color()), str(artist.get_linestyle()), str(artist.get_marker()))
+    if isinstance(artist, PathCollection):
+        def key(colours: np.ndarray) -> str:
+            return "none" if len(colours) == 0 else mcolors.to_hex(colours[0]) if len(colours) == 1 else "mapped"
+
+        paths = artist.get_paths()
+        shape = hash(paths[0].vertices.round(3).tobytes()) if paths else None
+        return ("points", key(artist.get_facecolors()), key(artist.get_edgecolors()), shape)
+    return None
+
+
+def _is_colorbar(ax: Axes) -> bool:
+    return getattr(ax, "_colorbar", None) is not None or ax.get_label() == "<colorbar>"
+
+
+def _tick_labels(ax: Axes, which: str) -> list[str]:
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    labels = [t.get_text() for t in axis.get_ticklabels() if t.get_visible()]
+    minor = [t.get_text() for t in axis.get_ticklabels(minor=True) if t.get_visible()]
+    lo, hi = (ax.get_xlim() if which == "x" else ax.get_ylim())
+    lo, hi = min(lo, hi), max(lo, hi)
+    ticks = axis.get_majorticklocs()
+    shown = [label for label, loc in zip(labels, ticks, strict=False) if label.strip() and lo <= loc <= hi]
+    return shown + [m for m in minor if m.strip()]
+
+
+#: A series must show at least this share of the pixels it would cover alone (antialiased edges of a line
+#: drawn exactly under another one still differ in a few pixels: that is not "visible").
+MIN_VISIBLE_SHARE = 0.15
+#: Colour distance (0-255 per channel, summed) below which a pixel counts as unchanged: above the blend of an
+#: antialiased edge, below the distance between two colours a reader tells apart.
+PIXEL_TOLERANCE = 150
+
+
+def _visible_share(fig: Figure, base: np.ndarray, artist) -> float:
+    """Share of the artist's own footprint whose colour changes when it is hidden from the full figure."""
+    others = [a for ax in fig.axes for a in _series(ax) if a is not artist]
+    for other in others:
+        other.set_visible(False)
+    try:
+        alone = _render(fig)
+        artist.set_visible(False)
+        empty = _render(fig)
+    finally:
+        for other in others:
+            other.set_visible(True)
+        artist.set_visible(True)
+    footprint = np.abs(alone.astype(int) - empty.astype(int)).sum(axis=2) > PIXEL_TOLERANCE
+    if not footprint.any():
+        return 0.0
+    artist.set_visible(False)
+    try:
+        hidden = _render(fig)
+    finally:
+        artist.set_visible(True)
+    changed = np.abs(base.astype(int) - hidden.astype(int)).sum(axis=2) > PIXEL_TOLERANCE
+    return float((changed & footprint).sum() / footprint.sum())
+
+
+def _overlapping_ticks(fig: Figure, ax: Axes, which: str) -> bool:
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in [*axis.get_ticklabels(), *axis.get_ticklabels(minor=True)]
+             if t.get_visible() and t.get_text().strip()]
+    boxes.sort(key=lambda b: b.x0 if which == "x" else b.y0)
+    return any(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+def figure_problems(fig: Figure) -> list[str]:
+    """Everything :mod:`figure_check` finds wrong with ``fig`` (empty when it reads at a glance)."""
+    problems: list[str] = []
+    dpi = fig.get_dpi()
+    fig.set_dpi(CHECK_DPI)
+    try:
+        base = _render(fig)
+        for index, ax in enumerate(fig.axes):
+            if not ax.get_visible() or not ax.axison:
+                continue
+            name = ax.get_title() or ax.get_ylabel() or f"axes {index}"
+            if _is_colorbar(ax):
+                long_axis = "y" if ax.get_position().height >= ax.get_position().width else "x"
+                if not _tick_labels(ax, long_axis):
+                    problems.append(f"{name!r}: colour bar without tick labels")
+                continue
+            if not _has_data(ax):
+                continue
+            for which in ("x", "y"):
+                if not _tick_labels(ax, which):
+                    problems.append(f"{name!r}: no tick labels on the {which} axis")
+                elif _overlapping_ticks(fig, ax, which):
+                    problems.append(f"{name!r}: tick labels overlap on the {which} axis")
+            series = _series(ax)
+            styles: dict[tuple, str] = {}
+            for artist in series:
+                label = artist.get_label()
+                visible = not label.startswith("_")
+                style = _style(artist)
+                if visible and style is not None:
+                    if style in styles and styles[style] != label:
+                        problems.append(f"{name!r}: {label!r} and {styles[style]!r} are drawn in the same style")
+                    styles.setdefault(style, label)
+                if isinstance(artist, (Patch, AxesImage)) and not visible:
+                    continue  # bars and images without labels: a whole, not series
+                shown = _visible_share(fig, base, artist)
+                if shown < MIN_VISIBLE_SHARE:
+                    what = label if visible else f"an unlabelled {type(artist).__name__}"
+                    problems.append(f"{name!r}: {what} is {'not' if shown == 0 else 'hardly'} visible "
+                                    f"({shown:.0%} of it shows; covered by another series or outside the axes)")
+            legend = ax.get_legend()
+            if legend is not None:
+                drawn = {a.get_label() for a in _series(ax)}
+                drawn |= {a.get_label() for other in fig.axes for a in _series(other)}
+                for text in legend.get_texts():
+                    label = text.get_text()
+                    if label and label not in drawn and not _proxy_ok(legend, label, fig):
+                        problems.append(f"{name!r}: legend entry {label!r} names nothing drawn")
+            boxes = [a.get_window_extent() for a in ax.texts if isinstance(a, Annotation) and a.get_visible()]
+            for i, first in enumerate(boxes):
+                for second in boxes[i + 1:]:
+                    if first.overlaps(second):
+                        problems.append(f"{name!r}: two annotations overlap")
+    finally:
+        fig.set_dpi(dpi)
+    return problems
+
+
+def _proxy_ok(legend, label: str, fig: Figure) -> bool:
+    """A proxy entry (a marker explained, a colour of a heat map) is fine when its style is drawn somewhere."""
+    handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+    for handle, text in zip(handles, legend.get_texts(), strict=False):
+        if text.get_text() != label:
+            continue
+        if isinstance(handle, Line2D):
+            marker, colour = handle.get_marker(), mcolors.to_hex(handle.get_color())
+            for ax in fig.axes:
+                for artist in _series(ax):
+                    if isinstance(artist, Line2D) and (
+                            (marker not in ("None", "", " ") and artist.get_marker() == marker)
+                            or (marker in ("None", "", " ") and mcolors.to_hex(artist.get_color()) == colour)):
+                        return True
+                    if isinstance(artist, PathCollection) and marker not in ("None", "", " "):
+                        return True  # scatter markers are not comparable by name; trust the proxy
+        if isinstance(handle, Patch):
+            colour = mcolors.to_hex(handle.get_facecolor())
+            for ax in fig.axes:
+                for artist in _series(ax):
+                    colours = []
+                    if isinstance(artist, Patch):
+                        colours = [artist.get_facecolor()]
+                    elif isinstance(artist, Collection):
+                        colours = list(artist.get_facecolors())
+                    elif isinstance(artist, AxesImage):
+                        data = np.ma.masked_invalid(np.asarray(artist.get_array(), dtype=float))
+                        if data.count():
+                            colours = list(artist.cmap(artist.norm(np.unique(data.compressed()))))
+                    if any(mcolors.to_hex(c) == colour for c in colours):
+                        return True
+    return False
+
+
+@contextmanager
+def capture_figures() -> Iterator[dict[str, list[str]]]:
+    """Run the block with every ``Figure.savefig`` checked first: file name -> problems found."""
+    found: dict[str, list[str]] = {}
+    original = Figure.savefig
+
+    def checked(self: Figure, fname, *args, **kwargs):  # noqa: ANN001, ANN202
+        target = getattr(fname, "name", fname)
+        if isinstance(target, int):  # an os.fdopen handle (write_atomic): ask the kernel for its path
+            target = os.readlink(f"/proc/self/fd/{target}")
+        name = Path(str(target)).name
+        if name.startswith(".") and name.endswith(".tmp"):  # write_atomic's ".<name>.<random>.tmp"
+            name = name[1:].rsplit(".", 2)[0]
+        found[name] = figure_problems(self)
+        return original(self, fname, *args, **kwargs)
+
+    Figure.savefig = checked  # type: ignore[method-assign]
+    try:
+        yield found
+    finally:
+        Figure.savefig = original  # type: ignore[method-assign]
