@@ -83,6 +83,10 @@ def plot_training_curves(curves: pd.DataFrame, path: str | Path, window: int = 1
     return save_figure_atomic(fig, path)
 
 
+#: Line widths in drawing order (widest first), so coinciding runs nest instead of hiding each other.
+WIDTHS = (7.0, 5.2, 3.8, 2.6, 1.6, 1.0, 0.8)
+
+
 def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, float] | None = None) -> Path:
     """Per held-out trace (columns): test accuracy vs simulated time, chosen c vs step, and the link's bandwidth."""
     traces = list(dict.fromkeys(frames["trace"]))
@@ -91,16 +95,22 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
     for col, trace in enumerate(traces):
         ax_acc, ax_c, ax_net = axes[0, col], axes[1, col], axes[2, col]
         part = frames[frames["trace"] == trace]
+        drawn, low = 0, 0.5
         for name, run in part.groupby("strategy", sort=False):
             name = str(name)
             evals = run.dropna(subset=["test_acc"])
             learned = name in ("gsde", "gaussian", "moo")
+            # drawn widest first: runs that coincide (short or static traces) show as a line inside a line
+            width = WIDTHS[min(len(WIDTHS) - 1, drawn)]
+            drawn += 1
             ax_acc.plot(evals["sim_time_s"], evals["test_acc"], color=_colour(name), ls=_style(name),
-                        lw=2 if learned else 1, label=name)
+                        lw=width, marker="o", ms=2 + width, markevery=max(1, len(evals) // 8), label=name)
+            low = min(low, float(evals["test_acc"].min())) if len(evals) else low
             if learned:
-                ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=1.5, label=name)
+                ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=width, label=name)
                 ar = run[run["scheme"] == "topk-ar"]
-                ax_c.scatter(ar["step"], ar["ratio"], marker="^", s=8, color=_colour(name))
+                if len(ar):
+                    ax_c.scatter(ar["step"], ar["ratio"], marker="^", s=8, color=_colour(name), zorder=5)
         if targets and trace in targets and np.isfinite(targets[trace]):
             ax_acc.axhline(targets[trace], color="k", lw=0.6, ls=":")
         first = part[part["strategy"] == part["strategy"].iloc[0]]
@@ -109,7 +119,7 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         ax_lat.step(first["step"], first["net_latency_s"] * 1e3, where="post", color="tab:red", lw=0.8)
         ax_lat.set_ylabel("latency (ms)", color="tab:red")
         ax_acc.set_xscale("log")
-        ax_acc.set_ylim(0.5, 1.0)
+        ax_acc.set_ylim(max(0.0, low - 0.05), 1.0)  # no run below the frame, however short
         ax_acc.set_title(f"trace {trace}")
         ax_acc.set_xlabel("simulated time (s)")
         ax_acc.set_ylabel("test accuracy")

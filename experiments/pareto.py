@@ -132,28 +132,33 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
         dom = part[part["dominated"]]
         if dom.empty:  # no legend entry for a scheme none of whose candidates is dominated
             continue
-        ax.scatter(dom["step_s"] * 1e3, dom["gain"], facecolors="none", edgecolors="0.6", s=22,
-                   marker=markers[str(scheme)], label=f"dominated ({scheme})")
+        ax.scatter(dom["step_s"] * 1e3, dom["gain"], facecolors="none", edgecolors="0.45", s=22, zorder=3.5,
+                   marker=markers[str(scheme)], label=f"dominated ({scheme})")  # hollow, over the front
     front = result.front.frame.sort_values("step_s")
     norm = LogNorm(vmin=float(cand["c"].min()), vmax=float(cand["c"].max()))
     points = ax.scatter(front["step_s"] * 1e3, front["gain"], c=front["c"], cmap="viridis", norm=norm, s=18, zorder=3,
                         label="NSGA-II front")
-    # largest first, so two rules picking the same point stay visible one inside the other; the legend, not
-    # annotations across the front, says which marker is which rule and what it picked
-    styles = {"asf": ("*", 320, "#d62728"), "utopia": ("P", 130, "#8c564b"), "knee": ("D", 45, "#9467bd")}
-    picks = sorted(result.picks.itertuples(), key=lambda pick: list(styles).index(pick.rule))
-    for pick in picks:
-        marker, size, colour = styles[pick.rule]
+    # one marker per distinct point: rules that pick the same (c, scheme) share it and its legend entry
+    styles = {"asf": ("*", 300, "#d62728"), "utopia": ("P", 140, "#8c564b"), "knee": ("D", 70, "#9467bd")}
+    groups: dict[tuple, list] = {}
+    for pick in result.picks.itertuples():
+        groups.setdefault((round(float(pick.c), 12), pick.scheme), []).append(pick)
+    for picks in groups.values():
+        rules = sorted((p.rule for p in picks), key=list(styles).index)
+        pick = picks[0]
+        marker, size, colour = styles[rules[0]]
         x, y = pick.step_s * 1e3, pick.gain
-        chosen = " (chosen)" if pick.rule == result.info["rule"] else ""
+        names = ", ".join(f"{r} (chosen)" if r == result.info["rule"] else r for r in rules)
         ax.scatter([x], [y], marker=marker, s=size, color=colour, zorder=4, edgecolors="k", linewidths=0.5,
-                   label=f"{pick.rule}{chosen}: c = {pick.c:.3g}, {pick.scheme}, {x:.3g} ms, gain {y:.2f}")
+                   label=f"{names}: c = {pick.c:.3g}, {pick.scheme}, {x:.3g} ms, gain {y:.2f}")
     ax.set_xlabel("predicted step time (ms): compute + communication + compression")
     ax.set_ylabel("compression gain (statistical efficiency)")
     info = result.info
     ax.set_title(f"{info['workload']} on {info['cluster']} ({info['workers']} workers)", fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, loc="best", title="hollow: dominated candidates; colour: c", title_fontsize=7)
+    # below the panel: inside it, any corner hides candidates of some workload
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+              title="hollow: dominated candidates; colour: c", title_fontsize=7)
     if not own:
         return None
     fig.colorbar(points, ax=ax, label="compression ratio c (fraction kept)")

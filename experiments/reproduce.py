@@ -123,6 +123,7 @@ def plot(table: pd.DataFrame, path):  # -> Path
     import matplotlib.pyplot as plt
 
     from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import readable_log_axis
 
     labels = [f"{r.model}\n{'dense' if r.scheme == 'dense' else f'c={r.ratio:g}'}" for r in table.itertuples()]
     x = np.arange(len(table))
@@ -137,4 +138,6 @@ def plot(table: pd.DataFrame, path):  # -> Path
     ax.set_title("Tyagi & Swany 2023 Table IV (8 x V100, 4 ms, 20 Gbit/s): measured vs flexcomm's cost model",
                  fontsize=10)
     ax.legend(fontsize=8)
+    fig.canvas.draw()  # settle the limits, then label the log axis with 1-2-5 ticks
+    readable_log_axis(ax, "y")
     return save_figure_atomic(fig, path)

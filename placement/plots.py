@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.costmodel.plotting import readable_log_axis
 from flexcomm.placement.compare import Comparison
 from flexcomm.placement.simulator import PlacementProblem
 
 _COLOURS = {"ppo": "tab:purple", "sync-es": "tab:orange", "async-es": "tab:green"}
+#: Widths, drawn widest first, that keep every search visible where they run together (the ES both start
+#: from the best baseline; a short search may never leave it).
+_WIDTHS = {"sync-es": 7.0, "ppo": 4.5, "async-es": 2.0}
+#: One colour and dash per baseline (no two alike), none of them a search's colour.
+_BASELINE_STYLES = [("black", "--"), ("tab:blue", ":"), ("tab:brown", "-."), ("tab:gray", (0, (5, 1))),
+                    ("tab:olive", (0, (3, 1, 1, 1, 1, 1))), ("tab:cyan", (0, (1, 1)))]
 
 
 def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
@@ -18,28 +25,41 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     horizon = max([c[-1][0] for c in comparison.curves.values() if c] + [1e-3])
     horizon = max([horizon] + [r.search_s for r in comparison.results if r.method in comparison.curves])
-    for method, curve in comparison.curves.items():
+    for method, curve in sorted(comparison.curves.items(), key=lambda item: -_WIDTHS.get(item[0], 3)):
         if not curve:
             continue
         xs = [max(c[0], 1e-3) for c in curve] + [horizon]
         ys = [c[2] * 1e3 for c in curve] + [curve[-1][2] * 1e3]
-        ax.step(xs, ys, where="post", label=method, color=_COLOURS.get(method), lw=1.8)
-    styles = ["--", ":", "-.", (0, (5, 1))]
-    for k, r in enumerate(x for x in comparison.results if x.method not in comparison.curves):
-        ax.axhline(r.step_time_s * 1e3, ls=styles[k % len(styles)], color="grey", lw=1,
-                   label=f"{r.method} ({r.step_time_s * 1e3:.3g} ms)")
+        # thick, under the baselines: a search that never beats its start lies on a baseline's line
+        ax.step(xs, ys, where="post", label=method, color=_COLOURS.get(method), lw=_WIDTHS.get(method, 3),
+                alpha=0.8, zorder=2)
+    # baselines that found the same step time are one line (listed together), not lines drawn on each other
+    same: dict[float, list[str]] = {}
+    for r in comparison.results:
+        if r.method not in comparison.curves:
+            same.setdefault(round(r.step_time_s * 1e3, 6), []).append(r.method)
+    for k, (ms, methods) in enumerate(same.items()):
+        colour, dash = _BASELINE_STYLES[k % len(_BASELINE_STYLES)]
+        ax.axhline(ms, ls=dash, color=colour, lw=1.3, zorder=3, label=f"{', '.join(methods)} ({ms:.3g} ms)")
     ax.set_xscale("log")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("best simulated step time (ms)")
     ax.set_title(title, fontsize=10)
-    finite = [r.step_time_s * 1e3 for r in comparison.results]
-    lo, hi = min(finite), sorted(finite)[-1]
-    ax.set_ylim(lo * 0.95, min(hi, lo * 3) * 1.05)
-    ax.legend(fontsize=8, loc="upper right")
+    found = [r.step_time_s * 1e3 for r in comparison.results]
+    lo, hi = min(found), max(found)
+    if hi > 3 * lo:  # a search far behind the rest stays in the frame: log scale rather than clipping it
+        ax.set_yscale("log")
+        ax.set_ylim(lo * 0.9, hi * 1.1)
+    else:
+        ax.set_ylim(lo * 0.95, hi * 1.05)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: inside, it hides lines
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    if ax.get_yscale() == "log":
+        readable_log_axis(ax, "y")
     return save_figure_atomic(fig, path)
 
 

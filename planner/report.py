@@ -93,9 +93,12 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     if sims:
         ax.scatter([s for _, s in sims], [yy for yy, _ in sims], marker="D", color="black", zorder=5,
                    label="simulated step")
-    ax.set_yticks(y, [c.config.label for c in shown], fontsize=8)
+    ax.set_yticks(y, [f"{rank}. {c.config.label}" for rank, c in enumerate(shown, start=1)], fontsize=8)
     ax.set_xlabel("seconds per training step")
-    ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} plans")
+    ax.margins(x=0.04, y=0.6 / max(len(shown), 1))  # no bar or marker against the frame
+    ranked_by = "the simulated step (diamonds) where simulated, else the model's" if sims else "the model's step"
+    ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} "
+                 f"plans, ranked by {ranked_by}", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=6, frameon=False)
     if shown:
         best = shown[0]
@@ -112,6 +115,7 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
 
         ax2.legend(handles=[Patch(color=c, label=n) for n, c in colours.items()], fontsize=7)
         ax2.set_xticks(stages)
+        ax2.set_ylim(0, float(work.max()) * 1e3 * 1.15)  # room for the unit labels above the tallest bar
         ax2.set_xlabel("pipeline stage")
         ax2.set_ylabel("ms of compute per micro-batch (forward + backward)")
         ax2.set_title(f"best plan {best.config.label}: stage split", fontsize=9)

@@ -569,6 +569,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import readable_log_axis
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharex=True, sharey=True)
     collectives = sorted(table["collective"].unique()) if len(table) else []
@@ -586,7 +587,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             ax.scatter(ok["measured_s"], ok[f"predicted_{kind}_s"], color=colours[collective],
                        marker=markers.get(condition, "o"), s=28, alpha=0.85, label=f"{collective}, {condition}")
         ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
-        ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.12,
+        ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.2,
                         label="+/-25%")
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -594,11 +595,15 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured seconds (median)")
         ax.set_title(title)
+        ax.tick_params(labelleft=True)  # both panels readable on their own
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("predicted seconds")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
+    for ax in axes:
+        readable_log_axis(ax, "x")
+        readable_log_axis(ax, "y")
     save_figure_atomic(fig, path)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,17 @@ def private_testbed_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     state = tmp_path / "state"
     monkeypatch.setenv("FLEXCOMM_TESTBED_DIR", str(state))
     return state
+
+
+@pytest.fixture(autouse=True)
+def every_saved_figure_reads_at_a_glance() -> Iterator[dict[str, list[str]]]:
+    """Every figure any test makes is checked as it is saved (tests/figure_check.py): tick labels on every
+    axis, every series visible and distinct, legend entries that name something. A test fails on the first
+    figure that hides a series, whichever command drew it."""
+    from figure_check import capture_figures
+
+    with capture_figures() as found:
+        yield found
+    problems = {name: issues for name, issues in found.items() if issues}
+    assert not problems, "figures that do not read at a glance:\n" + "\n".join(
+        f"  {name}: {issue}" for name, issues in problems.items() for issue in issues)

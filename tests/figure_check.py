@@ -13,6 +13,7 @@ with each file it saved.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,14 +25,16 @@ matplotlib.use("Agg")
 import matplotlib.colors as mcolors  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.collections import Collection, PathCollection  # noqa: E402
+from matplotlib.collections import Collection, PathCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.text import Annotation  # noqa: E402
 
-CHECK_DPI = 72  # small renders (lines keep about their saved width in pixels), cheap enough to repeat
+#: Verdicts by rendered picture: tests that draw the same figure (the same study, the same seed) pay once.
+_VERDICTS: dict[str, list[str]] = {}
+CHECK_DPI = 50  # small renders (a 1.5 pt line is still a pixel wide), cheap enough to repeat
 
 
 def _render(fig: Figure) -> np.ndarray:
@@ -49,8 +52,17 @@ def _series(ax: Axes) -> list:
             continue
         if isinstance(artist, Rectangle) and artist in ax.patches and not artist.get_label().strip():
             continue
+        if _is_reference_line(artist, ax):
+            continue  # an unlabelled axhline/axvline marks a level (1x, a target); it is not a series
         found.append(artist)
     return found
+
+
+def _is_reference_line(artist, ax: Axes) -> bool:
+    if not isinstance(artist, Line2D) or not artist.get_label().startswith("_"):
+        return False
+    transform = artist.get_transform()
+    return transform == ax.get_yaxis_transform() or transform == ax.get_xaxis_transform()
 
 
 def _has_data(ax: Axes) -> bool:
@@ -91,22 +103,24 @@ MIN_VISIBLE_SHARE = 0.15
 #: Colour distance (0-255 per channel, summed) below which a pixel counts as unchanged: above the blend of an
 #: antialiased edge, below the distance between two colours a reader tells apart.
 PIXEL_TOLERANCE = 150
+AREA_TOLERANCE = 20
 
 
-def _visible_share(fig: Figure, base: np.ndarray, artist) -> float:
-    """Share of the artist's own footprint whose colour changes when it is hidden from the full figure."""
-    others = [a for ax in fig.axes for a in _series(ax) if a is not artist]
+def _visible_share(fig: Figure, base: np.ndarray, empty: np.ndarray, artist, series: list) -> float:
+    """Share of the artist's own footprint whose colour changes when it is hidden. ``base``: the figure as
+    drawn while checking this artist's axes (the other axes hidden, which keeps renders cheap); ``empty``: the
+    same with every series of that axes hidden."""
+    others = [a for a in series if a is not artist]
     for other in others:
         other.set_visible(False)
     try:
         alone = _render(fig)
-        artist.set_visible(False)
-        empty = _render(fig)
     finally:
         for other in others:
             other.set_visible(True)
-        artist.set_visible(True)
-    footprint = np.abs(alone.astype(int) - empty.astype(int)).sum(axis=2) > PIXEL_TOLERANCE
+    # an area (a band, a bar, an image) has few edge pixels: a pale one counts from a small colour change
+    tolerance = AREA_TOLERANCE if isinstance(artist, (PolyCollection, Patch, AxesImage)) else PIXEL_TOLERANCE
+    footprint = np.abs(alone.astype(int) - empty.astype(int)).sum(axis=2) > tolerance
     if not footprint.any():
         return 0.0
     artist.set_visible(False)
@@ -114,7 +128,7 @@ def _visible_share(fig: Figure, base: np.ndarray, artist) -> float:
         hidden = _render(fig)
     finally:
         artist.set_visible(True)
-    changed = np.abs(base.astype(int) - hidden.astype(int)).sum(axis=2) > PIXEL_TOLERANCE
+    changed = np.abs(base.astype(int) - hidden.astype(int)).sum(axis=2) > tolerance
     return float((changed & footprint).sum() / footprint.sum())
 
 
@@ -127,13 +141,61 @@ def _overlapping_ticks(fig: Figure, ax: Axes, which: str) -> bool:
     return any(a.overlaps(b) for a, b in zip(boxes, boxes[1:], strict=False))
 
 
+@contextmanager
+def _hidden(artists: list) -> Iterator[None]:
+    """Hide the visible ones of ``artists`` for the block, and show them again however it ends."""
+    shown = [a for a in artists if a is not None and a.get_visible()]
+    for artist in shown:
+        artist.set_visible(False)
+    try:
+        yield
+    finally:
+        for artist in shown:
+            artist.set_visible(True)
+
+
+def _series_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
+    """Series of ``ax`` drawn in one style, or hidden under others (rendered with only this axes' data)."""
+    problems = []
+    series = _series(ax)
+    others = [other for other in fig.axes if other is not ax]
+    # only this axes, and only its data: ticks, titles and legends cost most of a render and cover no series
+    decor = [ax.xaxis, ax.yaxis, ax.title, ax._left_title, ax._right_title, ax.get_legend(), *fig.legends,
+             *fig.texts, getattr(fig, "_suptitle", None)]
+    with _hidden(others + decor):
+        base = _render(fig)
+        with _hidden(series):
+            empty = _render(fig)
+        styles: dict[tuple, str] = {}
+        for artist in series:
+            label = artist.get_label()
+            labelled = not label.startswith("_")
+            style = _style(artist)
+            if labelled and style is not None:
+                if style in styles and styles[style] != label:
+                    problems.append(f"{name!r}: {label!r} and {styles[style]!r} are drawn in the same style")
+                styles.setdefault(style, label)
+            if isinstance(artist, (Patch, AxesImage)) and not labelled:
+                continue  # bars and images without labels: a whole, not series
+            shown = _visible_share(fig, base, empty, artist, series)
+            if shown < MIN_VISIBLE_SHARE:
+                what = label if labelled else f"an unlabelled {type(artist).__name__}"
+                problems.append(f"{name!r}: {what} is {'not' if shown == 0 else 'hardly'} visible "
+                                f"({shown:.0%} of it shows; covered by another series or outside the axes)")
+    return problems
+
+
 def figure_problems(fig: Figure) -> list[str]:
     """Everything :mod:`figure_check` finds wrong with ``fig`` (empty when it reads at a glance)."""
     problems: list[str] = []
     dpi = fig.get_dpi()
+    engine = fig.get_layout_engine()
     fig.set_dpi(CHECK_DPI)
     try:
-        base = _render(fig)
+        key = hashlib.sha1(_render(fig).tobytes()).hexdigest()  # lay out once; the same picture, the same verdict
+        if key in _VERDICTS:
+            return list(_VERDICTS[key])
+        fig.set_layout_engine("none")  # positions are fixed now; re-running the layout per render is the cost
         for index, ax in enumerate(fig.axes):
             if not ax.get_visible() or not ax.axison:
                 continue
@@ -150,27 +212,10 @@ def figure_problems(fig: Figure) -> list[str]:
                     problems.append(f"{name!r}: no tick labels on the {which} axis")
                 elif _overlapping_ticks(fig, ax, which):
                     problems.append(f"{name!r}: tick labels overlap on the {which} axis")
-            series = _series(ax)
-            styles: dict[tuple, str] = {}
-            for artist in series:
-                label = artist.get_label()
-                visible = not label.startswith("_")
-                style = _style(artist)
-                if visible and style is not None:
-                    if style in styles and styles[style] != label:
-                        problems.append(f"{name!r}: {label!r} and {styles[style]!r} are drawn in the same style")
-                    styles.setdefault(style, label)
-                if isinstance(artist, (Patch, AxesImage)) and not visible:
-                    continue  # bars and images without labels: a whole, not series
-                shown = _visible_share(fig, base, artist)
-                if shown < MIN_VISIBLE_SHARE:
-                    what = label if visible else f"an unlabelled {type(artist).__name__}"
-                    problems.append(f"{name!r}: {what} is {'not' if shown == 0 else 'hardly'} visible "
-                                    f"({shown:.0%} of it shows; covered by another series or outside the axes)")
+            problems += _series_problems(fig, ax, name)
             legend = ax.get_legend()
             if legend is not None:
-                drawn = {a.get_label() for a in _series(ax)}
-                drawn |= {a.get_label() for other in fig.axes for a in _series(other)}
+                drawn = {a.get_label() for other in fig.axes for a in _series(other)}
                 for text in legend.get_texts():
                     label = text.get_text()
                     if label and label not in drawn and not _proxy_ok(legend, label, fig):
@@ -180,7 +225,9 @@ def figure_problems(fig: Figure) -> list[str]:
                 for second in boxes[i + 1:]:
                     if first.overlaps(second):
                         problems.append(f"{name!r}: two annotations overlap")
+        _VERDICTS[key] = list(problems)
     finally:
+        fig.set_layout_engine(engine)
         fig.set_dpi(dpi)
     return problems
 

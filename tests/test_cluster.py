@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -290,13 +289,12 @@ def test_overrides_apply_in_order_field_by_field():
     assert cluster.path_link(0, 1).latency_s == pytest.approx((20e-6 + 1e-3) / 2)
 
 
-def test_group_link_of_a_large_cluster_is_quick():
+@pytest.mark.timeout(60)  # a hang guard, not a speed bound: speed lives in benchmarks/
+def test_group_link_of_a_large_cluster_is_the_slowest_path():
     # CostModel asks for every group size; k nodes must not mean k^2 Python routes.
     for topology in ("flat", "ring", {"kind": "two-level", "nodes_per_switch": 32, "oversubscription": 4}):
         cluster = Cluster.from_dict(small(nodes=512, devices_per_node=1, topology=topology))
-        start = time.perf_counter()
         _, link = cluster.group_link()
-        assert time.perf_counter() - start < 2.0
         assert link.bandwidth_Bps <= 10 * GBIT
 
 

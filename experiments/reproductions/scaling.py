@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster  # noqa: E402
 from flexcomm.costmodel.model import CostModel  # noqa: E402
+from flexcomm.costmodel.plotting import strategy_style  # noqa: E402
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 from flexcomm.sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
 
@@ -108,7 +109,12 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4.3), squeeze=False, layout="constrained")
     for ax, ((model, network), part) in zip(axes[0], groups, strict=True):
         for label, rows in part.groupby("strategy", sort=False):
-            ax.plot(rows["ranks"], rows["efficiency"], marker="o", color=COLOURS[str(label)], label=label)
+            # flexible coincides with topk-ar from 16 ranks up: drawn dashed over it (costmodel.plotting)
+            style = strategy_style(str(label).split()[0], markers=True)
+            style["color"] = COLOURS[str(label)]
+            if str(label) == "dense ring":
+                style["ls"] = ":"
+            ax.plot(rows["ranks"], rows["efficiency"], label=label, **style)
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.05)
         ax.set_xlabel("ranks (GPUs)")
