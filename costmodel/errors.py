@@ -26,8 +26,9 @@ class InputError(ValueError):
 
 
 @contextmanager
-def renamed_fields(names: Mapping[str, str]) -> Iterator[None]:
-    """Re-raise an :class:`InputError` whose field is an engine's parameter name under the user's name.
+def renamed_fields(names: Mapping[str, str], got: object = None) -> Iterator[None]:
+    """Re-raise an :class:`InputError` whose field is an engine's parameter name under the user's name
+    (and, with ``got``, quoting what the user typed rather than the value derived from it).
 
     Why: an engine validates its own arguments (``JitterDynamics(sigma, period_s)``), but the user typed
     ``--jitter`` and ``--jitter-period``; the message must name what they typed.
@@ -36,5 +37,5 @@ def renamed_fields(names: Mapping[str, str]) -> Iterator[None]:
         yield
     except InputError as error:
         if error.field in names:
-            raise InputError(names[error.field], error.got, error.expected) from None
+            raise InputError(names[error.field], error.got if got is None else got, error.expected) from None
         raise

@@ -43,6 +43,8 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
     for chosen in _chosen_parsers(parser, getattr(args, "handler", None)):
         for action in chosen._actions:
             value = getattr(args, action.dest, None)
+            if value == action.const:  # `--congestion` alone: the option's own empty value means "defaults"
+                continue
             if action.option_strings and (value == "" or (isinstance(value, list) and "" in value)):
                 raise InputError(action.option_strings[-1].lstrip("-"), "", "a non-empty value")
 

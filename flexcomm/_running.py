@@ -48,7 +48,7 @@ def _congestion(spec: str | Mapping[str, Any], seed: int) -> Any:
         except (ValueError, InputError):
             raise InputError("congestion", spec, CONGESTION_FORM) from None
     with renamed_fields({"mean_good_s": "congestion", "mean_congested_s": "congestion",
-                         "congested_factor": "congestion"}):
+                         "congested_factor": "congestion"}, got=spec):
         return MarkovCongestion(values["good"], values["bad"], values["factor"], seed=seed)
 
 

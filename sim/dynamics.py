@@ -199,8 +199,9 @@ class MarkovCongestion:
                  links: str | Sequence[str] = "*", seed: int = 0, start_good: bool = False) -> None:
         self.mean_good_s = _positive("mean_good_s", mean_good_s, "a positive mean time in seconds")
         self.mean_congested_s = _positive("mean_congested_s", mean_congested_s, "a positive mean time in seconds")
-        MAX_EVENTS_PER_SIM_SECOND.check("mean_congested_s", 1.0 / min(self.mean_good_s, self.mean_congested_s),
-                                        min(self.mean_good_s, self.mean_congested_s))
+        # each link switches twice per good + congested cycle, on average
+        cycle = self.mean_good_s + self.mean_congested_s
+        MAX_EVENTS_PER_SIM_SECOND.check("mean_congested_s", 2.0 / cycle, cycle)
         if not 0 <= congested_factor <= 1:
             raise InputError("congested_factor", congested_factor, "a fraction of the bandwidth in [0, 1]")
         self.congested_factor = float(congested_factor)

@@ -161,7 +161,8 @@ def chrome_trace(result: TrainingResult, ranks: Iterable[int] | None = None) -> 
                     "repair-wait": "waiting for repair"}[kind]
             ev.span(name, job_pid, 1, row["start_s"], row["end_s"], info, cat="job")
     for row in result.faults.to_dict("records"):
-        if row["effect"] != "caused restart" and row["effect"] != "after job end":
+        # a restart is drawn as its own events; a fault after the end or never drawn happened at no time
+        if row["effect"] != "caused restart" and row["effect"] != "after job end" and math.isfinite(row["time_s"]):
             ev.instant(f"fault ({row['effect']}): {row['spec']}", job_pid, 1, row["time_s"], _clean(row))
     return {
         "traceEvents": ev.items,

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     for name in cluster_names():
         c = load_cluster(name)
         print(
-            f"{name:24s} {c.nodes:4d} x {c.devices_per_node:<2d} {c.device.name:10s} "
+            f"{name:24s} {c.nodes:4d} x {c.devices_per_node:<2d} {c.device_names:20s} "
             f"inter {format_bandwidth(c.inter_link.bandwidth_Bps):>11s} {format_time(c.inter_link.latency_s):>7s}  "
             f"{c.topology.kind:9s} {c.description}"
         )

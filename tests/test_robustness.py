@@ -1,0 +1,112 @@
+"""Inputs that used to hang flexcomm, eat gigabytes or print a traceback: each is now one line and exit 2.
+
+Every case runs the real console script in a subprocess whose peak memory the kernel reports (the
+children's ``ru_maxrss``, read by a parent that runs nothing else), so "under 500 MB" is checked on the
+process that did the work. Time is only guarded against hangs here (a unit test asserts no speed;
+``benchmarks/bench_bad_inputs.py`` measures how quickly each case fails, against the CLI's own start-up in
+the same run).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "flexcomm.experiments.cli"]
+MAX_RSS_BYTES = 500 * 2**20
+HANG_GUARD_S = 60.0
+
+BOMB = "".join(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+               for prev, name in zip([None, *"abcdefgh"], "abcdefghi", strict=True))
+HUGE_CLUSTER = """name: huge
+nodes: 1000000000
+devices_per_node: 8
+device: {name: g, peak_flops: 1TFLOP/s, memory: 1GiB}
+intra_link: {latency: 1us, bandwidth: 1GB/s}
+inter_link: {latency: 1us, bandwidth: 1GB/s}
+"""
+FILES = {
+    "bomb.yaml": BOMB,
+    "huge.yaml": HUGE_CLUSTER,
+    "recursive.yaml": "a: &a [*a]\n",
+    "deep.yaml": "x: " + "[" * 5000 + "]" * 5000 + "\n",
+    "malformed.yaml": "name: [unclosed\n",
+}
+
+#: (argv with {dir} for the files' folder, the field the one line must name)
+CASES = [
+    (["cost", "--ranks", "2", "--size", "1MiB", "--cluster", "{dir}/bomb.yaml"], "cluster"),
+    (["clusters", "{dir}/bomb.yaml"], "cluster"),
+    (["study", "{dir}/bomb.yaml", "--out", "{dir}/study-out"], "study"),
+    (["plan", "--model", "gpt", "--cluster", "{dir}/bomb.yaml"], "cluster"),
+    (["cost", "--ranks", "2", "--size", "1MiB", "--cluster", "{dir}/recursive.yaml"], "cluster"),
+    (["clusters", "{dir}/deep.yaml"], "cluster"),
+    (["cost", "--ranks", "2", "--size", "1MiB", "--cluster", "{dir}/huge.yaml"], "cluster.nodes"),
+    (["clusters", "{dir}/huge.yaml"], "cluster.nodes"),
+    (["simulate", "--cluster", "{dir}/huge.yaml", "--workload", "resnet50"], "cluster.nodes"),
+    (["plan", "--model", "gpt", "--cluster", "{dir}/malformed.yaml"], "cluster"),
+    (["place", "--cluster", "{dir}/malformed.yaml"], "cluster"),
+    (["launch", "--nproc", "1000000000", "--", "true"], "nproc"),
+    (["study", "whatif-small", "--out", "{dir}/s", "--workers", "1000000000"], "workers"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--jitter", "0.1", "--jitter-period", "1ns"],
+     "jitter-period"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--congestion", "good=1ns,bad=1ns"],
+     "congestion"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--jitter", "1e30"], "jitter"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1000000000"], "iterations"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "nosuchmodel"], "workload"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1", "--trace",
+      "/proc/flexcomm-no-such-dir/t.json"], "/proc/flexcomm-no-such-dir/t.json"),
+    (["train-emulated", "--steps", "1000000000", "--out", "{dir}/em"], "steps"),
+    (["bench-collectives", "--nproc", "2", "--sizes", "1KiB", "--out", "/proc/flexcomm-no-such-dir/m.csv"], "out"),
+    (["bench-collectives", "--nproc", "2", "--sizes", "1KiB:64TiB", "--out", "{dir}/m.csv"], "sizes"),
+    (["cost", "--ranks", "8", "--size", "-0", "--latency", "10us", "--bandwidth", "10Gbit/s"], "size"),
+    (["cost", "--algorithm", "hierarchical", "--ranks", "8", "--ranks-per-node", "3", "--size", "1MiB",
+      "--latency", "1us", "--bandwidth", "1Gbit/s"], "ranks"),
+    (["cost", "--collective", "all_to_all_v", "--ranks", "8", "--size", "1MiB", "--latency", "1us",
+      "--bandwidth", "1Gbit/s"], "collective"),
+    (["train-ddp", "--strategy", "dense", "--out", "{dir}/ddp", "--batch-size", "0"], "batch-size"),
+    (["train-ddp", "--strategy", "dense", "--out", "{dir}/ddp", "--lr", "nan"], "lr"),
+    (["whatif", "--out", ""], "out"),
+    (["study", "whatif-small", "--out", "{dir}/s2", "--scheduler", "not-an-address"], "scheduler"),
+]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("bad-inputs")
+    for name, text in FILES.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _peak_rss(argv: list[str]) -> tuple[int, str, int]:
+    code = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,"
+            f" timeout={HANG_GUARD_S})\n"
+            "sys.stderr.write(p.stderr)\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+            "sys.exit(p.returncode)")
+    proc = subprocess.run([sys.executable, "-c", code, *CLI, *argv], capture_output=True, text=True,
+                          timeout=HANG_GUARD_S + 30, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return proc.returncode, proc.stderr, int(proc.stdout.strip() or 0)
+
+
+@pytest.mark.parametrize(("argv", "field"), CASES, ids=[" ".join(a[:3]) for a, _ in CASES])
+def test_bad_input_is_one_line_exit_2_and_bounded(argv: list[str], field: str, inputs: Path) -> None:
+    args = [a.replace("{dir}", str(inputs)) for a in argv]
+    code, err, rss = _peak_rss(args)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"flexcomm: error: {field.replace('{dir}', str(inputs))}"), lines[0]
+    assert 0 < rss < MAX_RSS_BYTES, f"peak memory {rss / 2**20:.0f} MiB"
+
+
+def test_nothing_is_created_by_a_refused_study(inputs: Path) -> None:
+    code, _, _ = _peak_rss(["study", "whatif-small", "--out", str(inputs / "never"), "--scheduler", "nope"])
+    assert code == 2 and not (inputs / "never").exists()
