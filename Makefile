@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.flexcomm-installed
 RESULTS ?= results
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench figures clean
 
 # torch first, pinned to the CPU wheel on disk; a looser spec would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -24,6 +24,17 @@ demo: install
 test: install
 	$(PY) -m ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest
+
+# the README's three figures, redrawn from the tour's commands at a small size (docs/figures/)
+figures: install
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --out $(RESULTS)/figures/whatif
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm train-emulated --strategies dense,topk-ag,topk-ar,flexible,moo \
+		--steps 300 --out $(RESULTS)/figures/emulated --no-progress
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm plan --model resnet18 --cluster 4x8-a100-ib \
+		--out $(RESULTS)/figures/plan --no-progress
+	mkdir -p docs/figures
+	cp $(RESULTS)/figures/whatif/whatif_resnet50.png $(RESULTS)/figures/emulated/emulated.png \
+		$(RESULTS)/figures/plan/plans.png docs/figures/
 
 lint: install
 	$(PY) -m ruff check .

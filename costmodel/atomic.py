@@ -55,9 +55,17 @@ def write_csv_atomic(frame, path: str | Path) -> Path:  # frame: pandas.DataFram
     return write_atomic(path, lambda handle: frame.to_csv(handle, index=False))
 
 
-def save_figure_atomic(figure, path: str | Path, dpi: int = 130) -> Path:  # figure: matplotlib Figure
-    """Write the figure atomically, then close it: figures are saved once, and open ones pile up in long runs."""
+def save_figure_atomic(figure, path: str | Path, dpi: int | None = None) -> Path:  # figure: matplotlib Figure
+    """Write the figure atomically, then close it: figures are saved once, and open ones pile up in long runs.
+
+    ``dpi`` defaults to ``FLEXCOMM_FIGURE_DPI`` or 130 (the docs' copies are drawn at 80 to stay small)."""
     import matplotlib.pyplot as plt
+
+    if dpi is None:
+        try:
+            dpi = int(os.environ.get("FLEXCOMM_FIGURE_DPI", "130"))
+        except ValueError:
+            dpi = 130
 
     fmt = Path(path).suffix.lstrip(".") or "png"
     try:

@@ -43,6 +43,35 @@ def every_saved_figure_reads_at_a_glance() -> Iterator[dict[str, list[str]]]:
 
     with capture_figures() as found:
         yield found
+    FIGURES_CHECKED.update(found)
     problems = {name: issues for name, issues in found.items() if issues}
     assert not problems, "figures that do not read at a glance:\n" + "\n".join(
         f"  {name}: {issue}" for name, issues in problems.items() for issue in issues)
+
+
+#: Every figure file name any test saved (and so checked) in this session.
+FIGURES_CHECKED: set[str] = set()
+
+
+def _documented_figures() -> list[str]:
+    """The figure files docs/figures.md lists, as glob patterns (``whatif_<model>.png`` -> ``whatif_*.png``)."""
+    import re
+
+    table = (Path(__file__).resolve().parents[1] / "docs" / "figures.md").read_text(encoding="utf-8")
+    names = re.findall(r"`([\w<>.-]+\.png)`", table)
+    return sorted({re.sub(r"<[^>]+>", "*", name) for name in names})
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """On a full run, every documented figure must have been drawn (and checked) by some test."""
+    import fnmatch
+
+    whole_suite = not session.config.option.keyword and not session.config.option.markexpr and all(
+        Path(arg).resolve() == Path(__file__).resolve().parent for arg in session.config.args)
+    if exitstatus != 0 or not whole_suite:
+        return
+    missing = [p for p in _documented_figures() if not fnmatch.filter(FIGURES_CHECKED, p)]
+    if missing:
+        session.config.get_terminal_writer().line(
+            "figures in docs/figures.md that no test drew (so none was checked): " + ", ".join(missing), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -22,14 +22,15 @@ from flexcomm.real_backend.hooks import EXCHANGE_COLUMNS, compression_hook, pars
 
 STEPS = 6
 STRATEGIES = ["builtin", "dense", "topk-ag@1.0", "topk-ar@1.0", "topk-ar-var@1.0", "powersgd", "fp16",
-              "flexible@0.1", "moo"]
+              "flexible@0.1", "moo", "randomk"]  # randomk takes --ratio: the README's example passes it that way
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
     code = main(["train-ddp", "--nproc", "2", "--workload", "mlp-digits", "--strategy", ",".join(STRATEGIES),
-                 "--steps", str(STEPS), "--compute-steps", "2", "--out", str(out), "--timeout", "120s",
+                 "--steps", str(STEPS), "--ratio", "0.5", "--compute-steps", "2", "--out", str(out),
+                 "--timeout", "120s",
                  "--op-timeout", "60s", "--latency", "200us", "--bandwidth", "1Gbit/s",
                  "--log-dir", str(out / "logs")])
     logs = "".join(p.read_text() for p in sorted((out / "logs").glob("rank*.log")))
@@ -40,6 +41,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def steps(run: Path, label: str) -> pd.DataFrame:
     # read the losses as text: "exactly" means the same float repr, not approximately equal
     return pd.read_csv(run / label / "steps.csv", dtype={"loss": str})
+
+
+def test_ratio_reaches_the_ranks_and_the_summary_reads_plainly(run: Path) -> None:
+    assert set(steps(run, "randomk")["ratio"].astype(float)) == {0.5}  # --ratio, not a NAME@RATIO label
+    log = (run / "logs" / "rank0.log").read_text()
+    builtin = next(line for line in log.splitlines() if line.startswith("builtin "))
+    assert "nan" not in builtin and "not timed" in builtin  # DDP's own allreduce has no hook to time
 
 
 def test_hooks_carry_the_exact_return_annotation_ddp_requires() -> None:

@@ -75,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
     from flexcomm._running import emulate
     from flexcomm.compression.moo import MOOConfig
+    from flexcomm.experiments.commands.common import single_threaded_torch
+
+    single_threaded_torch()  # tiny models: a thread pool on shared cores spins longer than the kernels run (6x)
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else [args.strategy]
     moo = MOOConfig(candidates=_ratios(args.candidates, "candidates"), rule=args.moo_rule,

@@ -1,0 +1,146 @@
+"""The README and docs/ say only what exists: every link, repository path, command and flag they name.
+
+Commands shown as ``console`` blocks (``$ flexcomm ...`` followed by what it prints) are run as written, in a
+fresh folder, and must exit as documented (2 when the shown output is an error, else 0) and print the first
+line shown. Commands in ``sh`` blocks and inline are templates (``ID``, ``FILE``, ``N``): their sub-command and
+every ``--flag`` must exist for that sub-command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flexcomm.experiments.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Top-level names a backticked path may start with to count as "in this repository".
+REPO_ROOTS = ("costmodel/", "sim/", "emulation/", "compression/", "workloads/", "real_backend/", "planner/",
+              "placement/", "controller/", "experiments/", "flexcomm/", "notebooks/", "benchmarks/", "tests/",
+              "docs/", ".ci/")
+#: Wall-clock words in printed output ("in 0.02s", "took 3.1 s") differ run to run: such lines are not compared.
+TIMING = re.compile(r"\d\s?(ms|s)\b(?!/)|\bin \d")
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"```(\w*)\n(.*?)```", text, re.S)]
+
+
+def _commands(body: str, console: bool) -> list[tuple[list[str], list[str]]]:
+    """(argv after ``flexcomm``, the output lines shown after it) per command of a block."""
+    found: list[tuple[list[str], list[str]]] = []
+    lines = body.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        text = line[2:] if console and line.startswith("$ ") else line if not console else ""
+        while text.rstrip().endswith("\\") and i + 1 < len(lines):
+            i += 1
+            text = text.rstrip()[:-1] + " " + lines[i].strip()
+        i += 1
+        if not text.strip().startswith("flexcomm "):
+            continue
+        output = []
+        while console and i < len(lines) and not lines[i].startswith("$ "):
+            output.append(lines[i])
+            i += 1
+        argv = shlex.split(text, comments=True)[1:]
+        found.append((argv, [o for o in output if o.strip()]))
+    return found
+
+
+def _all_commands() -> list[tuple[str, list[str], list[str], bool]]:
+    out = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for lang, body in _blocks(text):
+            for argv, shown in _commands(body, console=lang == "console"):
+                out.append((path.name, argv, shown, lang == "console"))
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for inline in re.findall(r"`(flexcomm [^`]+)`", prose):
+            out.append((path.name, inline.split()[1:], [], False))
+    return out
+
+
+COMMANDS = _all_commands()
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def test_docs_name_commands_and_flags_that_exist() -> None:
+    commands = _subparsers(build_parser())
+    problems = []
+    for page, argv, _, _ in COMMANDS:
+        if not argv or argv[0].startswith("-"):
+            continue
+        name = argv[0].split("|")[0]
+        if name not in commands:
+            problems.append(f"{page}: flexcomm {name}: no such command")
+            continue
+        parser = commands[name]
+        nested = _subparsers(parser)
+        rest = argv[1:]
+        if nested and rest and rest[0].split("|")[0] in nested:
+            parser, rest = nested[rest[0].split("|")[0]], rest[1:]
+        known = _flags(parser) | {"--help", "-h"}
+        for token in rest:
+            if token == "--":
+                break  # what follows is the launched program's own command line
+            flag = token.split("=")[0]
+            if flag.startswith("--") and flag not in known and flag != "--...":
+                problems.append(f"{page}: flexcomm {' '.join(argv[:2])}: no flag {flag}")
+    assert not problems, "\n".join(problems)
+
+
+def test_docs_link_and_name_files_that_exist() -> None:
+    problems = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            if not (path.parent / target.split("#")[0]).exists():
+                problems.append(f"{path.name}: link to {target}")
+        for token in re.findall(r"`([^`\s]+)`", text):
+            if not token.startswith(REPO_ROOTS) or "<" in token or "{" in token:
+                continue
+            name = token.rstrip(".,:;)")
+            matches = list(ROOT.glob(name)) if "*" in name else [ROOT / name] if (ROOT / name).exists() else []
+            if not matches:
+                problems.append(f"{path.name}: {name} does not exist")
+    assert not problems, "\n".join(problems)
+
+
+CONSOLE = [(page, argv, shown) for page, argv, shown, console in COMMANDS if console]
+
+
+@pytest.mark.parametrize(("page", "argv", "shown"), CONSOLE,
+                         ids=[f"{page}: {' '.join(argv)[:60]}" for page, argv, _ in CONSOLE])
+def test_console_examples_run_as_written(page: str, argv: list[str], shown: list[str], tmp_path: Path) -> None:
+    # paths into this repository stay paths into it; everything the command writes lands in a fresh folder
+    args = [str(ROOT / a) if a.startswith(REPO_ROOTS) and (ROOT / a).exists() else a for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "flexcomm.experiments.cli", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    expected_error = bool(shown) and shown[0].startswith("flexcomm: error:")
+    assert proc.returncode == (2 if expected_error else 0), proc.stderr[-2000:]
+    printed = proc.stdout + proc.stderr
+    first = next((line for line in shown if not TIMING.search(line) and "..." not in line), None)
+    if first is not None:
+        assert first.strip() in printed, f"shown: {first!r}\nprinted: {printed[:2000]}"
