@@ -22,9 +22,25 @@ A DDP hook on a real rank (``exchange`` never writes into the bucket; state is k
         return fut
 """
 
-from flexcomm.compression.base import Compressor, ExchangeResult, StepStats
-from flexcomm.compression.comm import CollectiveRecord, Communicator, LocalCommunicator, TorchDistCommunicator
-from flexcomm.compression.compressors import COMPRESSORS, make_compressor
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flexcomm._lazy import lazy_getattr
+
+#: public name -> module that defines it. Lazy so that ``flexcomm.compression.moo`` (the ratio optimiser,
+#: needed to validate a command's options) does not import torch on the way.
+_LAZY: dict[str, str] = {
+    "Compressor": "flexcomm.compression.base",
+    "ExchangeResult": "flexcomm.compression.base",
+    "StepStats": "flexcomm.compression.base",
+    "CollectiveRecord": "flexcomm.compression.comm",
+    "Communicator": "flexcomm.compression.comm",
+    "LocalCommunicator": "flexcomm.compression.comm",
+    "TorchDistCommunicator": "flexcomm.compression.comm",
+    "COMPRESSORS": "flexcomm.compression.compressors",
+    "make_compressor": "flexcomm.compression.compressors",
+}
 
 __all__ = [
     "COMPRESSORS",
@@ -37,3 +53,11 @@ __all__ = [
     "TorchDistCommunicator",
     "make_compressor",
 ]
+
+
+__getattr__ = lazy_getattr("flexcomm.compression", _LAZY, globals())
+
+if TYPE_CHECKING:
+    from flexcomm.compression.base import Compressor, ExchangeResult, StepStats
+    from flexcomm.compression.comm import CollectiveRecord, Communicator, LocalCommunicator, TorchDistCommunicator
+    from flexcomm.compression.compressors import COMPRESSORS, make_compressor

@@ -12,13 +12,14 @@ limit, the environment variable that raises it (:mod:`costmodel.limits`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_NODES
+from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_FLOW_DEPTH, MAX_DOCUMENT_NODES
 
 Format = Literal["yaml", "json"]
 
@@ -55,6 +56,22 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
     return size(root)
 
 
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of brackets in ``text``, counted without parsing (a bracket inside a string
+    counts too, which can only over-count: a real document stays far below the limit)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -67,6 +84,10 @@ def parse_document(text: str, fmt: Format, source: str, field: str) -> Any:
     try:
         if fmt == "json":
             return json.loads(text)
+        depth = _flow_depth(text)
+        if depth > MAX_DOCUMENT_FLOW_DEPTH.value:
+            raise _Expansion(f"at most {MAX_DOCUMENT_FLOW_DEPTH.value:,} {MAX_DOCUMENT_FLOW_DEPTH.what}, this nests "
+                             f"{depth:,} (set {MAX_DOCUMENT_FLOW_DEPTH.env} to raise the limit)")
         loader = yaml.SafeLoader(text)
         try:
             root = loader.get_single_node()

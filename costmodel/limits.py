@@ -63,6 +63,9 @@ MAX_LOCAL_PROCESSES = Limit("FLEXCOMM_MAX_PROCESSES", 256, "local processes")
 #: hundred bytes and expands to 10^9 nodes).
 MAX_DOCUMENT_BYTES = Limit("FLEXCOMM_MAX_DOCUMENT_BYTES", 2 * 2**20, "bytes")
 MAX_DOCUMENT_NODES = Limit("FLEXCOMM_MAX_DOCUMENT_NODES", 200_000, "YAML nodes after expanding aliases")
+#: Nested flow collections ([...] / {...}) in a YAML document: PyYAML's scanner is quadratic in this depth
+#: (5,000 levels take 1.3 s before the composer gives up); cluster and study files nest fewer than ten.
+MAX_DOCUMENT_FLOW_DEPTH = Limit("FLEXCOMM_MAX_DOCUMENT_FLOW_DEPTH", 100, "levels of nested [ ] or { }")
 #: Network-dynamics changes per simulated second (a jitter redrawn every 1 ns would be 10^9 events/s).
 MAX_EVENTS_PER_SIM_SECOND = Limit("FLEXCOMM_MAX_EVENTS_PER_SIM_SECOND", 1_000_000, "events per simulated second")
 #: Iterations of one simulated job: each keeps a row (and its buckets') in memory, ~1 KB per iteration and rank.

@@ -49,18 +49,17 @@ from torch import Tensor, nn
 from flexcomm.compression.base import Compressor, StepStats
 from flexcomm.compression.comm import LocalCommunicator
 from flexcomm.compression.compressors import make_compressor
-from flexcomm.compression.flexible import V100_TOPK_ELEMENTS_PER_S, FlexibleCompressor, TopkTimeModel
-from flexcomm.compression.moo import MOOConfig, RatioController
+from flexcomm.compression.flexible import FlexibleCompressor, TopkTimeModel
+from flexcomm.compression.moo import RatioController
 from flexcomm.compression.network_estimate import NetworkEstimator, timed_records
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compressed import scheme_coefficients
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 from flexcomm.costmodel.model import CostModel
+from flexcomm.emulation.config import EmulationConfig, strategy_names
 from flexcomm.emulation.network import NetworkClock
-from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
+from flexcomm.emulation.options import EMULATION_NETWORKS, EMULATION_STRATEGIES
 from flexcomm.workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch
 
 STRATEGIES = EMULATION_STRATEGIES
@@ -71,70 +70,6 @@ CSV_COLUMNS = [
     "probe_s", "loss", "train_acc", "test_loss", "test_acc", "gain", "gain_norm", "payload_bytes",
     "alpha_est_s", "beta_est_s_per_byte", "net_latency_s", "net_bandwidth_Bps", "event",
 ]
-
-
-@dataclass(frozen=True)
-class EmulationConfig:
-    """One emulated run (or several strategies on the same setting); see the module docstring."""
-
-    workload: str = "mlp-digits"
-    workers: int = 4
-    cluster: str | Cluster = "8x1-v100-40g"
-    strategy: str = "topk-ar"
-    ratio: float = 0.01
-    steps: int = 300
-    seed: int = 0
-    eval_every: int = 25
-    batch_size: int | None = None  #: per worker (default: the workload's)
-    lr: float | None = None  #: default: the workload's (not scaled with N)
-    network: str = "static"
-    jitter: float = 0.0  #: relative s.d. of the log-normal noise on every collective's time
-    compute_time_s: float | None = None  #: per step; default: FLOP model on the cluster's device
-    efficiency: float = DEFAULT_EFFICIENCY
-    compress_time: str = "model"
-    compress_throughput: float = V100_TOPK_ELEMENTS_PER_S
-    price_params: int | None = None
-    hysteresis: float = 0.1
-    patience: int = 3
-    flexible_candidates: tuple[str, ...] = ("topk-ag", "topk-ar")
-    owner: str = "star"
-    moo: MOOConfig = field(default_factory=MOOConfig)
-    charge_probes: bool = True
-    flush_every: int = 25
-
-    def validate(self) -> None:
-        """Check everything that can be checked without building the model (one-line errors)."""
-        def whole(name: str, value: object, minimum: int) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise InputError(name, value, f"an integer >= {minimum}")
-
-        whole("workers", self.workers, 1)
-        whole("steps", self.steps, 1)
-        MAX_TRAINING_STEPS.check("steps", self.steps)
-        whole("eval-every", self.eval_every, 1)
-        whole("flush_every", self.flush_every, 1)
-        whole("seed", self.seed, 0)
-        if self.batch_size is not None:
-            whole("batch-size", self.batch_size, 1)
-        if self.price_params is not None:
-            whole("price-params", self.price_params, 1)
-        if self.strategy not in STRATEGIES:
-            raise InputError("strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
-        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not (
-                math.isfinite(self.ratio) and 0 < self.ratio <= 1):
-            raise InputError("cr", self.ratio, "a fraction of elements kept in (0, 1]")
-        if self.network not in NETWORKS:
-            raise InputError("network", self.network, "one of " + ", ".join(NETWORKS))
-        if self.compress_time not in COMPRESS_TIME_MODES:
-            raise InputError("compress-time", self.compress_time, "one of " + ", ".join(COMPRESS_TIME_MODES))
-        if not (math.isfinite(self.jitter) and self.jitter >= 0):
-            raise InputError("jitter", self.jitter, "a relative standard deviation >= 0")
-        if not self.compress_throughput >= 0:
-            raise InputError("compress-throughput", self.compress_throughput, "elements per second >= 0")
-        if self.compute_time_s is not None and not (math.isfinite(self.compute_time_s) and self.compute_time_s >= 0):
-            raise InputError("compute-time", self.compute_time_s, "a non-negative time")
-        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
-            raise InputError("lr", self.lr, "a positive learning rate")
 
 
 # --- data ----------------------------------------------------------------------------------------
@@ -490,11 +425,7 @@ def run_emulation(
     """
     import json
 
-    names = list(strategies) if strategies else [config.strategy]
-    for name in names:
-        if name not in STRATEGIES:
-            raise InputError("strategy", name, "one of " + ", ".join(STRATEGIES))
-    config.validate()
+    names = strategy_names(config, strategies)
     workload = get_workload(config.workload, seed=config.seed)
     outdir = Path(out) if out is not None else None
     results: dict[str, RunResult] = {}

@@ -22,9 +22,9 @@ Attributes load lazily: ``import flexcomm`` imports neither torch nor scipy.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from flexcomm._lazy import lazy_getattr
 from flexcomm.costmodel.errors import InputError
 
 __version__ = "0.1.0"
@@ -79,14 +79,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"flexcomm.{name}")
-    raise AttributeError(f"module 'flexcomm' has no attribute {name!r}")
+__getattr__ = lazy_getattr("flexcomm", _LAZY, globals(), _SUBMODULES)
 
 
 def __dir__() -> list[str]:

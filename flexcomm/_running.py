@@ -19,12 +19,13 @@ from flexcomm.costmodel.units import coerce, parse_count, parse_size, parse_time
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
+    from flexcomm.emulation.config import EmulationConfig
     from flexcomm.emulation.engine import RunResult
     from flexcomm.experiments.study.runner import StudyRun
     from flexcomm.sim.collectives import SimResult
     from flexcomm.sim.training import TrainingResult
 
-__all__ = ["emulate", "network_dynamics", "simulate", "simulate_collective", "study"]
+__all__ = ["emulate", "emulation_settings", "network_dynamics", "simulate", "simulate_collective", "study"]
 
 CONGESTION_FORM = "good=MEAN,bad=MEAN,factor=F, e.g. good=50ms,bad=10ms,factor=0.25"
 
@@ -198,9 +199,29 @@ def emulate(
     ``emulated.png`` under ``out`` when given. Returns each strategy's
     :class:`~flexcomm.emulation.engine.RunResult`.
     """
+    from flexcomm.emulation.engine import run_emulation
+
+    settings, names = emulation_settings(workload, strategies, compute_time=compute_time,
+                                         price_params=price_params, **config)
+    return run_emulation(settings, names, out, progress=progress, plot=plot)
+
+
+def emulation_settings(
+    workload: str = "mlp-digits",
+    strategies: Sequence[str] = ("dense",),
+    *,
+    compute_time: float | str | None = None,
+    price_params: int | str | None = None,
+    **config: Any,
+) -> tuple[EmulationConfig, list[str]]:
+    """:func:`emulate`'s arguments as a checked config and strategy list, without importing torch.
+
+    Why separate: a command checks its options here first, so a bad one fails before the seconds torch
+    takes to import (and before any file is written).
+    """
     from dataclasses import fields
 
-    from flexcomm.emulation.engine import EmulationConfig, run_emulation
+    from flexcomm.emulation.config import EmulationConfig, strategy_names
 
     known = {f.name for f in fields(EmulationConfig)} - {"compute_time_s", "price_params", "strategy"}
     unknown = sorted(set(config) - known)
@@ -215,7 +236,7 @@ def emulate(
         price_params=parse_count(price_params, "price-params") if price_params is not None else None,
         **config,
     )
-    return run_emulation(settings, list(strategies), out, progress=progress, plot=plot)
+    return settings, strategy_names(settings, list(strategies))
 
 
 def study(file: str | Path, out: str | Path, *, workers: int | None = None, scheduler: str | None = None,

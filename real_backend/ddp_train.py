@@ -63,7 +63,8 @@ class StrategySpec:
 
 def parse_strategies(spec: str | Sequence[str], ratio: float | None = None) -> list[StrategySpec]:
     """``dense,topk-ag,topk-ar@0.1`` -> specs; ``--ratio`` applies to the ratio strategies without ``@``."""
-    from flexcomm.real_backend.hooks import RATIO_STRATEGIES, STRATEGIES
+    from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
+    from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[StrategySpec] = []

@@ -68,14 +68,9 @@ from flexcomm.compression.network_estimate import timed_records
 from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
+from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
+from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 
-STRATEGIES = (
-    "builtin", "dense", "fp16", "bf16", "topk-ag", "topk-ar", "topk-ar-var", "topk-ar-sketch", "randomk",
-    "threshold", "powersgd", "flexible", "moo",
-)
-#: Strategies whose size is set by a ratio (fraction of elements kept).
-RATIO_STRATEGIES = frozenset({"topk-ag", "topk-ar", "topk-ar-var", "topk-ar-sketch", "randomk", "threshold",
-                              "flexible", "moo"})
 #: Prior link of the online estimate when no cost model is given (it is refined from the first steps).
 DEFAULT_PRIOR_LATENCY_S = 100e-6
 DEFAULT_PRIOR_BANDWIDTH_BPS = 125e6  # 1 Gbit/s

@@ -47,10 +47,8 @@ class TrainingWorkload:
 
 
 def _package_names() -> list[str]:
-    try:
-        from flexcomm.workloads.registry import WORKLOADS
-    except ImportError:  # torch missing: the zoo still works
-        return []
+    from flexcomm.workloads.names import WORKLOADS  # torch-free: a bad name fails before torch is imported
+
     return list(WORKLOADS)
 
 

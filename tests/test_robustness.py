@@ -110,3 +110,25 @@ def test_bad_input_is_one_line_exit_2_and_bounded(argv: list[str], field: str, i
 def test_nothing_is_created_by_a_refused_study(inputs: Path) -> None:
     code, _, _ = _peak_rss(["study", "whatif-small", "--out", str(inputs / "never"), "--scheduler", "nope"])
     assert code == 2 and not (inputs / "never").exists()
+
+
+#: Refusals that must come before torch is imported (torch alone takes ~2 s to import on a small machine,
+#: which would break "a one-line error within a second"): the option checks run on torch-free modules.
+TORCH_FREE_REFUSALS = [
+    ["train-emulated", "--steps", "1000000000", "--out", "{dir}/em"],
+    ["train-emulated", "--workload", "nosuch", "--out", "{dir}/em"],
+    ["train-emulated", "--moo-rule", "nosuch", "--out", "{dir}/em"],
+    ["train-ddp", "--strategy", "dense", "--out", "{dir}/ddp", "--batch-size", "0"],
+    ["train-ddp", "--strategy", "nosuch", "--out", "{dir}/ddp"],
+    ["simulate", "--cluster", "8x1-10gbe", "--workload", "nosuchmodel"],
+    ["clusters", "{dir}/deep.yaml"],
+]
+
+
+@pytest.mark.parametrize("argv", TORCH_FREE_REFUSALS, ids=[" ".join(a[:3]) for a in TORCH_FREE_REFUSALS])
+def test_refusal_comes_before_torch_is_imported(argv: list[str], inputs: Path) -> None:
+    args = [a.replace("{dir}", str(inputs)) for a in argv]
+    code = ("import sys\nfrom flexcomm.experiments.cli import main\n"
+            f"rc = main({args!r})\nprint(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert proc.stdout.split() == ["2", "False"], proc.stdout + proc.stderr

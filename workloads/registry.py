@@ -19,6 +19,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.workloads import data
 from flexcomm.workloads.data import TensorData
 from flexcomm.workloads.models import MLP, LSTMClassifier, ResNet, TransformerClassifier
+from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
 __all__ = ["Workload", "get_workload", "workload_names", "WORKLOADS"]
 
@@ -184,18 +185,6 @@ def _make(name: str, seed: int, options: dict[str, Any]) -> Workload:
     raise AssertionError(name)  # pragma: no cover - guarded by get_workload
 
 
-#: Workload names, in a stable order (smallest first).
-WORKLOADS: tuple[str, ...] = (
-    "mlp-digits",
-    "resnet-digits",
-    "eca-resnet-digits",
-    "resnet-synthetic",
-    "eca-resnet-synthetic",
-    "lstm-seq",
-    "transformer-seq",
-)
-
-
 def workload_names() -> list[str]:
     """Every name :func:`get_workload` accepts."""
     return list(WORKLOADS)
@@ -209,7 +198,7 @@ def get_workload(name: str, *, seed: int = 0, **data_options: Any) -> Workload:
     ``n_train=20000`` for the synthetic images or ``seq_len=32`` for the sequences; an option the
     function does not take fails with a ``TypeError`` when the data is first built.
     """
-    key = str(name).strip().lower()
+    key = canonical_workload(name)
     if key not in WORKLOADS:
         raise InputError("workload", name, "one of " + ", ".join(WORKLOADS))
     return _make(key, seed, dict(data_options))

@@ -49,7 +49,6 @@ def add_cluster_arguments(
 
 def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel.cluster imported lazily)
     """The cluster the arguments name, with the profile's fitted links when ``--profile`` is given."""
-    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
     from flexcomm.costmodel.cluster import load_cluster
 
     if not args.cluster:
@@ -58,6 +57,8 @@ def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel
         return None
     cluster = load_cluster(args.cluster)
     if getattr(args, "profile", None):
+        from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster  # scipy: only when asked
+
         cluster = calibrated_cluster(cluster, CalibrationProfile.load(args.profile))
     return cluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError, renamed_fields
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 
 
@@ -73,23 +73,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm._running import emulate
-    from flexcomm.compression.moo import MOOConfig
+    from flexcomm._running import emulation_settings
+    from flexcomm.compression.moo_config import MOOConfig
     from flexcomm.experiments.commands.common import single_threaded_torch
 
-    single_threaded_torch()  # tiny models: a thread pool on shared cores spins longer than the kernels run (6x)
-
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else [args.strategy]
-    moo = MOOConfig(candidates=_ratios(args.candidates, "candidates"), rule=args.moo_rule,
-                    reeval_every=args.moo_every, probe_steps=args.probe_steps)
-    results = emulate(
-        args.workload, strategies=strategies, out=args.out, progress=not args.no_progress, plot=not args.no_plot,
-        compute_time=args.compute_time or None, price_params=args.price_params or None,
+    with renamed_fields({"rule": "moo-rule", "reeval_every": "moo-every", "probe_steps": "probe-steps"}):
+        moo = MOOConfig(candidates=_ratios(args.candidates, "candidates"), rule=args.moo_rule,
+                        reeval_every=args.moo_every, probe_steps=args.probe_steps)
+    settings, strategies = emulation_settings(  # every option checked before torch is imported
+        args.workload, strategies, compute_time=args.compute_time or None, price_params=args.price_params or None,
         workers=args.workers, cluster=cluster_from_args(args), ratio=args.cr, steps=args.steps, seed=args.seed,
         eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, network=args.network,
         jitter=args.jitter, compress_time=args.compress_time, compress_throughput=args.compress_throughput,
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
     )
+    single_threaded_torch()  # tiny models: a thread pool on shared cores spins longer than the kernels run (6x)
+    from flexcomm.emulation.engine import run_emulation
+
+    results = run_emulation(settings, strategies, args.out, progress=not args.no_progress, plot=not args.no_plot)
     print(f"{'strategy':9s} {'final acc':>9s} {'sim time':>10s} {'mean step':>10s}  schemes / ratios")
     for name, res in results.items():
         s = res.summary

@@ -1,0 +1,98 @@
+"""What one emulated run is asked to do, checked without importing torch.
+
+Why a module of its own: a command validates its options before paying for torch (about 2 s to import
+on a small machine), so a bad ``--steps`` or ``--network`` fails within a second. The engine
+(:mod:`emulation.engine`) runs a validated :class:`EmulationConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from flexcomm.compression.moo_config import MOOConfig
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
+from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
+from flexcomm.workloads.names import WORKLOADS, canonical_workload
+
+STRATEGIES = EMULATION_STRATEGIES
+NETWORKS = EMULATION_NETWORKS
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    """One emulated run (or several strategies on the same setting); see the module docstring."""
+
+    workload: str = "mlp-digits"
+    workers: int = 4
+    cluster: str | Cluster = "8x1-v100-40g"
+    strategy: str = "topk-ar"
+    ratio: float = 0.01
+    steps: int = 300
+    seed: int = 0
+    eval_every: int = 25
+    batch_size: int | None = None  #: per worker (default: the workload's)
+    lr: float | None = None  #: default: the workload's (not scaled with N)
+    network: str = "static"
+    jitter: float = 0.0  #: relative s.d. of the log-normal noise on every collective's time
+    compute_time_s: float | None = None  #: per step; default: FLOP model on the cluster's device
+    efficiency: float = DEFAULT_EFFICIENCY
+    compress_time: str = "model"
+    compress_throughput: float = V100_TOPK_ELEMENTS_PER_S
+    price_params: int | None = None
+    hysteresis: float = 0.1
+    patience: int = 3
+    flexible_candidates: tuple[str, ...] = ("topk-ag", "topk-ar")
+    owner: str = "star"
+    moo: MOOConfig = field(default_factory=MOOConfig)
+    charge_probes: bool = True
+    flush_every: int = 25
+
+    def validate(self) -> None:
+        """Check everything that can be checked without building the model (one-line errors)."""
+        def whole(name: str, value: object, minimum: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise InputError(name, value, f"an integer >= {minimum}")
+
+        if canonical_workload(self.workload) not in WORKLOADS:
+            raise InputError("workload", self.workload, "one of " + ", ".join(WORKLOADS))
+        whole("workers", self.workers, 1)
+        whole("steps", self.steps, 1)
+        MAX_TRAINING_STEPS.check("steps", self.steps)
+        whole("eval-every", self.eval_every, 1)
+        whole("flush_every", self.flush_every, 1)
+        whole("seed", self.seed, 0)
+        if self.batch_size is not None:
+            whole("batch-size", self.batch_size, 1)
+        if self.price_params is not None:
+            whole("price-params", self.price_params, 1)
+        if self.strategy not in STRATEGIES:
+            raise InputError("strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not (
+                math.isfinite(self.ratio) and 0 < self.ratio <= 1):
+            raise InputError("cr", self.ratio, "a fraction of elements kept in (0, 1]")
+        if self.network not in NETWORKS:
+            raise InputError("network", self.network, "one of " + ", ".join(NETWORKS))
+        if self.compress_time not in COMPRESS_TIME_MODES:
+            raise InputError("compress-time", self.compress_time, "one of " + ", ".join(COMPRESS_TIME_MODES))
+        if not (math.isfinite(self.jitter) and self.jitter >= 0):
+            raise InputError("jitter", self.jitter, "a relative standard deviation >= 0")
+        if not self.compress_throughput >= 0:
+            raise InputError("compress-throughput", self.compress_throughput, "elements per second >= 0")
+        if self.compute_time_s is not None and not (math.isfinite(self.compute_time_s) and self.compute_time_s >= 0):
+            raise InputError("compute-time", self.compute_time_s, "a non-negative time")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise InputError("lr", self.lr, "a positive learning rate")
+
+
+def strategy_names(config: EmulationConfig, strategies: list[str] | None) -> list[str]:
+    """The strategies to run (``config.strategy`` when none given), each checked, with the whole config."""
+    names = list(strategies) if strategies else [config.strategy]
+    for name in names:
+        if name not in STRATEGIES:
+            raise InputError("strategy", name, "one of " + ", ".join(STRATEGIES))
+    config.validate()
+    return names

@@ -1,0 +1,19 @@
+"""Workload names, importable without torch (a command checks ``--workload`` before importing it)."""
+
+from __future__ import annotations
+
+#: Every name :func:`workloads.registry.get_workload` accepts, in a stable order (smallest first).
+WORKLOADS: tuple[str, ...] = (
+    "mlp-digits",
+    "resnet-digits",
+    "eca-resnet-digits",
+    "resnet-synthetic",
+    "eca-resnet-synthetic",
+    "lstm-seq",
+    "transformer-seq",
+)
+
+
+def canonical_workload(name: object) -> str:
+    """``name`` as the registry keys it (case and surrounding spaces ignored); unknown names unchanged."""
+    return str(name).strip().lower()
