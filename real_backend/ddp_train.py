@@ -75,7 +75,8 @@ def parse_strategies(spec: str | Sequence[str], ratio: float | None = None) -> l
         name = name.strip().lower()
         if name not in STRATEGIES:
             raise InputError("strategy", name, "one or more of " + ", ".join(STRATEGIES) + " (name@ratio allowed)")
-        value: float | None = ratio if name in RATIO_STRATEGIES else None
+        # --ratio sizes the fixed-ratio strategies; moo picks its own (from its largest candidate) unless moo@R
+        value: float | None = ratio if name in RATIO_STRATEGIES and name != "moo" else None
         if r:
             try:
                 value = float(r)

@@ -121,9 +121,11 @@ def run(args: argparse.Namespace) -> int:
     table = result.table()
     distinct = table[table["feasible"]].drop_duplicates(subset=["dp", "tp", "pp", "micro_batches", "order"])
     print("top schedules (fastest ZeRO stage of each; numbered as in plans.png):")
+    import pandas as pd
+
     for place, row in enumerate(distinct.head(min(args.top, 5)).itertuples(), start=1):
-        simulated = (f"  simulated {format_time(row.simulated_step_s):>9s}"
-                     if row.simulated_step_s == row.simulated_step_s else "")  # NaN when not simulated
+        simulated = (f"  simulated {format_time(float(row.simulated_step_s)):>9s}"
+                     if pd.notna(row.simulated_step_s) else "")  # None/NaN when not simulated
         print(f"  {place:3d}. {row.plan:32s} model {format_time(row.step_s):>9s}{simulated}  loses on {row.loses_on}")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--nproc", type=int, help="ranks (default 2 locally, all ranks of --testbed)")
     parser.add_argument("--workload", default="mlp-digits", help="workload name (default mlp-digits)")
     parser.add_argument("--strategy", required=True, help="comma list, e.g. dense,topk-ag,topk-ar@0.1,powersgd")
-    parser.add_argument("--ratio", type=float, help="fraction of elements kept by the Top-k strategies, e.g. 0.01")
+    parser.add_argument("--ratio", type=float, help="fraction of elements kept by the ratio strategies without "
+                        "@R, e.g. 0.01 (not moo: it picks its own)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per strategy (default 20)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--testbed", metavar="ID", help="run inside this shaped testbed (`flexcomm testbed up`)")
