@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.flexcomm-installed
 RESULTS ?= results
 
-.PHONY: install demo test lint bench figures clean
+.PHONY: install demo test lint bench figures notebooks clean
 
 # torch first, pinned to the CPU wheel on disk; a looser spec would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -24,6 +24,12 @@ demo: install
 test: install
 	$(PY) -m ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest
+
+# the notebooks: pair each .py source with its .ipynb (jupytext), then execute it in a kernel (nbclient) so the
+# committed notebook shows its outputs and figures
+notebooks: install
+	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.py
+	OMP_NUM_THREADS=1 $(VENV)/bin/jupyter execute --inplace --timeout=600 notebooks/[0-9]*.ipynb
 
 # the README's three figures, redrawn from the tour's commands at a small size (docs/figures/)
 figures: install

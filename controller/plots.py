@@ -6,7 +6,9 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")  # files only: no display on servers or in CI
+from flexcomm.costmodel.plotting import use_file_backend  # noqa: E402
+
+use_file_backend()  # files only, unless a notebook's pyplot is already in use
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

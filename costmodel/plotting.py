@@ -45,3 +45,16 @@ def readable_log_axis(ax: Any, which: str = "x") -> None:
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,), numticks=12))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def use_file_backend() -> None:
+    """Draw with Agg (figures go to files: no window on a desktop, no display needed on a server), unless the
+    session already uses pyplot: then its backend stays (Jupyter's inline backend shows the figures a notebook
+    draws; switching it to Agg would hide every later figure of the notebook)."""
+    import sys
+
+    if "matplotlib.pyplot" in sys.modules:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")

@@ -115,9 +115,10 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
 
     With ``ax`` given, draws into it and returns None (for multi-panel figures).
     """
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 

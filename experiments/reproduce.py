@@ -117,9 +117,10 @@ def to_markdown(table: pd.DataFrame, stats: pd.DataFrame) -> str:
 
 def plot(table: pd.DataFrame, path):  # -> Path
     """Reported vs predicted step time per Table IV row (log scale), one bar per variant."""
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
 
     from flexcomm.costmodel.atomic import save_figure_atomic

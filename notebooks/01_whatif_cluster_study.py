@@ -1,4 +1,20 @@
-# %% [md]
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
 # # flexcomm 1: a what-if cluster study
 #
 # *On this cluster, with this model and this network, which gradient exchange is fastest, and by how much?*
@@ -21,9 +37,10 @@ from flexcomm.costmodel.units import format_time
 from flexcomm.experiments.cli import main as flexcomm
 from flexcomm.experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, paper_threshold, price
 
+plt.rcParams.update({"figure.dpi": 72})  # inline figures small enough to commit with the notebook
 work = Path(tempfile.mkdtemp(prefix="flexcomm-nb1-"))
 
-# %% [md]
+# %% [markdown]
 # ## One configuration: ResNet-50's gradient on the cluster's own links
 # Dense ring allreduce against Top-k over Allgather and Allreduce-compatible Top-k at c = 1%.
 
@@ -36,7 +53,7 @@ for scheme in ("dense", "topk-ag", "topk-ar"):
     print(f"{scheme:8s} {format_time(float(cost.total)):>10s}  (latency {format_time(float(cost.latency))}, "
           f"bandwidth {format_time(float(cost.bandwidth))})")
 
-# %% [md]
+# %% [markdown]
 # ## A study file: the sweep, validated, run in a process pool
 # `experiments/studies/whatif-small.yaml` prices 3 strategies over 4 bandwidths x 2 latencies x 2 rank counts x
 # 3 ratios. A typo in the file is one line naming the field (try `bandwidth: [fast]`).
@@ -47,7 +64,7 @@ assert flexcomm(["study", "whatif-small", "--out", str(work / "study"), "--worke
 results = pd.read_parquet(work / "study" / "results.parquet")
 results.head()
 
-# %% [md]
+# %% [markdown]
 # ## Which strategy wins where
 # Speedup over dense of each sparse exchange, by bandwidth, for 64 ranks and 1 ms latency.
 
@@ -62,8 +79,9 @@ ax.axhline(1, color="k", lw=0.8)
 ax.set(xscale="log", yscale="log", xlabel="bandwidth (Gbit/s)", ylabel="speedup over dense",
        title="ResNet-50, 64 ranks, 1 ms")
 ax.legend(fontsize=7)
+plt.show()
 
-# %% [md]
+# %% [markdown]
 # ## The crossover map on this cluster's link
 # Where Allgather Top-k, AR-compatible Top-k or dense wins as c and the latency vary (10 Gbit/s, 8 ranks);
 # the dashed line is the paper's closed-form threshold.
@@ -79,8 +97,9 @@ ax.pcolormesh(ratios, latencies, z, cmap=plt.matplotlib.colors.ListedColormap(li
 ax.plot(paper_threshold(latencies, 1.25e9, 8, params), latencies, "k--")
 ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), xlabel="compression ratio c", ylabel="latency (s)",
        title="grey dense, blue Allgather Top-k, orange AR-Top-k")
+plt.show()
 
-# %% [md]
+# %% [markdown]
 # ## Scaling the sweep out
 # The same study on a Dask cluster: `flexcomm study FILE --out DIR --scheduler tcp://HOST:8786`.
 # Points carry their own seeds, so results do not depend on which worker ran them; rerunning into the same

@@ -1,4 +1,20 @@
-# %% [md]
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
 # # flexcomm 2: calibrate the cost model on your own hardware, then compare it with the simulator
 #
 # The cost model's alpha (latency per message) and beta (seconds per byte) come from a cluster file's
@@ -25,9 +41,10 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.real_backend.bench import run_benchmark
 from flexcomm.sim.collectives import simulate_collective
 
+plt.rcParams.update({"figure.dpi": 72})  # inline figures small enough to commit with the notebook
 work = Path(tempfile.mkdtemp(prefix="flexcomm-nb2-"))
 
-# %% [md]
+# %% [markdown]
 # ## Measure: two gloo ranks on loopback
 # Every repetition is appended to the CSV as it is measured (a crash loses nothing). Small settings here;
 # use more sizes and `--iters 20` for a real calibration.
@@ -39,7 +56,7 @@ assert result.returncode == 0, result
 measured = load_measurements(work / "measurements.csv")
 measured.groupby(["collective", "bytes"])["seconds"].median().unstack(0)
 
-# %% [md]
+# %% [markdown]
 # ## Fit: robust least squares on log-ratio residuals
 # One (alpha, beta) per collective and algorithm; R^2 and residuals say how well an alpha-beta line fits.
 
@@ -48,7 +65,7 @@ profile = fit(measured)
 profile.save(work / "profile.json")
 profile.summary()
 
-# %% [md]
+# %% [markdown]
 # ## Compare: measured vs calibrated cost model vs simulator on the calibrated links
 # A one-node, two-device cluster whose intra-node link carries the fitted allreduce/ring parameters.
 
@@ -81,12 +98,13 @@ for collective, part in comparison.groupby("collective"):
     ax.plot(part["bytes"], part["simulator_s"], "x", label=f"{collective} simulator")
 ax.set(xscale="log", yscale="log", xlabel="bytes", ylabel="seconds", title="loopback gloo, 2 ranks")
 ax.legend(fontsize=7)
+plt.show()
 
-# %% [md]
+# %% [markdown]
 # The simulator prices every collective on the link fitted to allreduce/ring (a cluster has one link per
 # class), while the model uses each collective's own fit: that is why allgather parts ways more.
 # Loopback is noisy (a shared CPU moves the bytes), so errors of tens of percent are normal here; on a
 # shaped testbed `flexcomm validate --testbed` measured a median 1.6% (model) and 1.7% (simulator) at
-# 100 Mbit/s for collectives of 1 MiB and more (see the README). Where the simulator and the model part
+# 100 Mbit/s for collectives of 1 MiB and more (see docs/real-backend.md). Where the simulator and the model part
 # ways on a real cluster (contention, oversubscribed uplinks, a slow node), `SimResult.explain()` names the
 # bottleneck link of each coflow.

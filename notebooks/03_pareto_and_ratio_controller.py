@@ -1,4 +1,20 @@
-# %% [md]
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -all
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
 # # flexcomm 3: Pareto fronts and the compression-ratio controller
 #
 # A smaller compression ratio c sends less (parallel efficiency) but keeps less of each gradient
@@ -12,7 +28,9 @@ import matplotlib.pyplot as plt
 from flexcomm.emulation.engine import EmulatedRun, EmulationConfig
 from flexcomm.experiments.pareto import pareto_study, plot_pareto, summary_lines
 
-# %% [md]
+plt.rcParams.update({"figure.dpi": 72})  # inline figures small enough to commit with the notebook
+
+# %% [markdown]
 # ## The front: measured gains, priced times
 # The MLP trains for real on 4 workers (its gradients give the gain); its exchange is priced as ResNet-18's
 # 11.69M parameters on the paper's 8 x V100, 40 Gbit/s testbed. Same as
@@ -25,7 +43,7 @@ print("\n".join(summary_lines(front)))
 fig, ax = plt.subplots(figsize=(7.5, 5))
 plot_pareto(front, "", ax=ax)
 
-# %% [md]
+# %% [markdown]
 # Hollow points are dominated: at the same c the other collective is both as informative and faster. The
 # paper's ASF rule (weights 0.6 time / 0.4 gain) sits at lower c than the knee; pass `--rule knee` to choose
 # differently.
@@ -50,7 +68,7 @@ ax_c.set(yscale="log", xlabel="step", ylabel="chosen c")
 ax_c.legend(fontsize=8)
 result.moo_events[["step", "reason", "ratio", "pred_step_s", "pred_gain"]]
 
-# %% [md]
+# %% [markdown]
 # `flexcomm reproduce adaptation` runs this on C1 and C2 for a small and a large model, and
 # `flexcomm reproduce accuracy-time` compares it with dense and static ratios in accuracy against time.
 # A learned alternative to the optimizer, trained with state-dependent exploration, is `flexcomm controller`.

@@ -20,9 +20,10 @@ _BASELINE_STYLES = [("black", "--"), ("tab:blue", ":"), ("tab:brown", "-."), ("t
 
 def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     """Best step time found against wall time per search, the baselines as horizontal lines."""
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -65,9 +66,10 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
 
 def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, title: str) -> Path:
     """Gantt chart of one simulated step: forward (blue) and backward (red) ops per device."""
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
 
     sim = problem.simulate(placement, trace=True)

@@ -563,9 +563,10 @@ def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition."""
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
 
     from flexcomm.costmodel.atomic import save_figure_atomic

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from flexcomm.costmodel.plotting import use_file_backend  # noqa: E402
 
-matplotlib.use("Agg")
+use_file_backend()  # files only, unless a notebook's pyplot is already in use
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402

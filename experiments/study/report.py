@@ -99,9 +99,10 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     Axes beyond those (and the ratio, when it is neither) are summarised by the median and named in the
     panel title; with the ratio swept but not plotted, each sparse strategy gets a line per ratio.
     """
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
 
     axes = _axes_to_plot(spec, table)
@@ -168,9 +169,10 @@ def _spread(values: pd.Series) -> float:
 def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     """The winning strategy (colour) over the first two swept axes; each cell says how often it won
     over the remaining axes (the most frequent winner is shown)."""
-    import matplotlib
 
-    matplotlib.use("Agg")
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
