@@ -54,8 +54,9 @@ def test_short_topk_ar_run_learns_well_above_chance_and_prices_the_step() -> Non
 def test_same_seed_same_csv_and_probes_leave_training_state_alone(tmp_path: Path) -> None:
     cfg = replace(BASE, steps=30, network="c1", jitter=0.05, price_params=2_000_000,
                   moo=MOOConfig(probe_steps=2, n_gen=10, reeval_every=10))
-    for name in ("a", "b"):
-        run_emulation(cfg, ["flexible", "moo"], tmp_path / name, plot=False)
+    for name in ("a", "b"):  # the first also draws (its figures are checked as they are saved)
+        run_emulation(cfg, ["flexible", "moo"], tmp_path / name, plot=name == "a")
+    assert (tmp_path / "a" / "pareto_fronts.png").stat().st_size > 0 and not (tmp_path / "b" / "emulated.png").exists()
     for file in ("emulated.csv", "decisions_moo.csv", "moo_fronts.csv", "steps_flexible.csv"):
         assert (tmp_path / "a" / file).read_bytes() == (tmp_path / "b" / file).read_bytes(), file
     run = EmulatedRun(replace(cfg, strategy="moo"))
