@@ -18,9 +18,6 @@ from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
 from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
-STRATEGIES = EMULATION_STRATEGIES
-NETWORKS = EMULATION_NETWORKS
-
 
 @dataclass(frozen=True)
 class EmulationConfig:
@@ -69,13 +66,12 @@ class EmulationConfig:
             whole("batch-size", self.batch_size, 1)
         if self.price_params is not None:
             whole("price-params", self.price_params, 1)
-        if self.strategy not in STRATEGIES:
-            raise InputError("strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
+        _check_strategy(self.strategy)
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)) or not (
                 math.isfinite(self.ratio) and 0 < self.ratio <= 1):
             raise InputError("cr", self.ratio, "a fraction of elements kept in (0, 1]")
-        if self.network not in NETWORKS:
-            raise InputError("network", self.network, "one of " + ", ".join(NETWORKS))
+        if self.network not in EMULATION_NETWORKS:
+            raise InputError("network", self.network, "one of " + ", ".join(EMULATION_NETWORKS))
         if self.compress_time not in COMPRESS_TIME_MODES:
             raise InputError("compress-time", self.compress_time, "one of " + ", ".join(COMPRESS_TIME_MODES))
         if not (math.isfinite(self.jitter) and self.jitter >= 0):
@@ -92,7 +88,11 @@ def strategy_names(config: EmulationConfig, strategies: list[str] | None) -> lis
     """The strategies to run (``config.strategy`` when none given), each checked, with the whole config."""
     names = list(strategies) if strategies else [config.strategy]
     for name in names:
-        if name not in STRATEGIES:
-            raise InputError("strategy", name, "one of " + ", ".join(STRATEGIES))
+        _check_strategy(name)
     config.validate()
     return names
+
+
+def _check_strategy(name: str) -> None:
+    if name not in EMULATION_STRATEGIES:
+        raise InputError("strategy", name, "one of " + ", ".join(EMULATION_STRATEGIES))

@@ -59,11 +59,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.emulation.config import EmulationConfig, strategy_names
 from flexcomm.emulation.network import NetworkClock
-from flexcomm.emulation.options import EMULATION_NETWORKS, EMULATION_STRATEGIES
 from flexcomm.workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch
-
-STRATEGIES = EMULATION_STRATEGIES
-NETWORKS = EMULATION_NETWORKS
 
 CSV_COLUMNS = [
     "step", "strategy", "scheme", "ratio", "sim_time_s", "step_time_s", "compute_s", "comm_s", "compress_s",

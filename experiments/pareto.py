@@ -115,7 +115,6 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
 
     With ``ax`` given, draws into it and returns None (for multi-panel figures).
     """
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()

@@ -117,7 +117,6 @@ def to_markdown(table: pd.DataFrame, stats: pd.DataFrame) -> str:
 
 def plot(table: pd.DataFrame, path):  # -> Path
     """Reported vs predicted step time per Table IV row (log scale), one bar per variant."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()

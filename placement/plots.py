@@ -20,7 +20,6 @@ _BASELINE_STYLES = [("black", "--"), ("tab:blue", ":"), ("tab:brown", "-."), ("t
 
 def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     """Best step time found against wall time per search, the baselines as horizontal lines."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
@@ -66,7 +65,6 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
 
 def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, title: str) -> Path:
     """Gantt chart of one simulated step: forward (blue) and backward (red) ops per device."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()

@@ -69,7 +69,6 @@ def to_markdown(table: pd.DataFrame, top: int, header: str) -> str:
 
 def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     """Step-time breakdown bars of the top plans (simulated step marked) and the best plan's stage split."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()

@@ -563,7 +563,6 @@ def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()

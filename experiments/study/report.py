@@ -99,7 +99,6 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     Axes beyond those (and the ratio, when it is neither) are summarised by the median and named in the
     panel title; with the ratio swept but not plotted, each sparse strategy gets a line per ratio.
     """
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
@@ -169,7 +168,6 @@ def _spread(values: pd.Series) -> float:
 def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     """The winning strategy (colour) over the first two swept axes; each cell says how often it won
     over the remaining axes (the most frequent winner is shown)."""
-
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
