@@ -1,7 +1,9 @@
 """One error type for bad user input, so every front end can report it the same way.
 
 The CLI catches :class:`InputError` and prints ``error: <field>: <message>`` on one line and
-exits with status 2; library callers get an ordinary ``ValueError`` subclass.
+exits with status 2; library callers get an ordinary ``ValueError`` subclass. A run that stops for a
+reason outside its input (a Dask scheduler lost mid-study) is a :class:`RunStoppedError`: one line too,
+with its own exit status, so scripts can tell "fix the input" from "rerun later".
 """
 
 from __future__ import annotations
@@ -23,6 +25,21 @@ class InputError(ValueError):
         """Pickle by the three fields, so an error raised in a worker process or on a Dask worker
         arrives intact (``ValueError``'s default would call ``__init__`` with the message alone)."""
         return (type(self), (self.field, self.got, self.expected))
+
+
+#: sysexits.h EX_TEMPFAIL: "a temporary failure; the user is invited to retry" (rerunning resumes).
+EXIT_RESUMABLE = 75
+
+
+class RunStoppedError(RuntimeError):
+    """A run stopped for a reason outside its input; the message says why and what rerunning does."""
+
+    def __init__(self, message: str, exit_status: int = EXIT_RESUMABLE) -> None:
+        self.exit_status = exit_status
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (str(self), self.exit_status))
 
 
 @contextmanager

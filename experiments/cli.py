@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError, RunStoppedError
 from flexcomm.experiments.commands import COMMANDS
 
 EXIT_BAD_INPUT = 2
@@ -74,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"flexcomm: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RunStoppedError as error:
+        print(f"flexcomm: error: {error}", file=sys.stderr)
+        return error.exit_status
     except BrokenPipeError:  # `flexcomm clusters | head`: the reader left; not an error of ours
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the interpreter's final flush is silent)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from flexcomm._lazy import lazy_getattr
-from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError, RunStoppedError
 
 __version__ = "0.1.0"
 
@@ -56,9 +56,10 @@ _SUBMODULES = ("hooks", "costmodel", "sim", "emulation", "compression", "real_ba
                "controller", "experiments", "workloads")
 
 __all__ = [  # a literal list (tools read it statically); tests/test_api.py keeps it equal to _LAZY's keys
-    "Cluster", "CalibrationProfile", "Cost", "CostModel", "InputError", "LinkParams", "__version__", "calibrate",
-    "cluster_names", "cost", "emulate", "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster",
-    "parse_bandwidth", "parse_size", "parse_time", "predict", "simulate", "simulate_collective", "study",
+    "Cluster", "CalibrationProfile", "Cost", "CostModel", "InputError", "LinkParams", "RunStoppedError", "__version__",
+    "calibrate", "cluster_names", "cost", "emulate", "format_bandwidth", "format_size", "format_time", "hooks",
+    "load_cluster", "parse_bandwidth", "parse_size", "parse_time", "predict", "simulate", "simulate_collective",
+    "study",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use

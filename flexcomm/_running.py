@@ -240,12 +240,12 @@ def emulation_settings(
 
 
 def study(file: str | Path, out: str | Path, *, workers: int | None = None, scheduler: str | None = None,
-          scheduler_timeout: float | str = "30s", max_points: int | None = None, progress: bool = False,
-          figures: bool = True) -> StudyRun:
+          scheduler_timeout: float | str = "30s", max_points: int | None = None, batch: int | None = None,
+          progress: bool = False, figures: bool = True) -> StudyRun:
     """Run a study file (or a shipped study's name) into ``out``, resuming what an earlier run left."""
     from flexcomm.experiments.study.runner import run_study
     from flexcomm.experiments.study.spec import load_spec
 
     timeout = coerce(scheduler_timeout, parse_time, "scheduler-timeout")
     return run_study(load_spec(file), out, workers=workers, scheduler=scheduler, max_points=max_points,
-                     scheduler_timeout_s=timeout, progress=progress, figures=figures)
+                     scheduler_timeout_s=timeout, batch=batch, progress=progress, figures=figures)

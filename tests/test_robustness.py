@@ -73,6 +73,7 @@ CASES = [
     (["train-ddp", "--strategy", "dense", "--out", "{dir}/ddp", "--lr", "nan"], "lr"),
     (["whatif", "--out", ""], "out"),
     (["study", "whatif-small", "--out", "{dir}/s2", "--scheduler", "not-an-address"], "scheduler"),
+    (["study", "whatif-small", "--out", "{dir}/s3", "--batch", "0"], "batch"),
 ]
 
 

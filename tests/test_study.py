@@ -364,6 +364,7 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path, capsys: pytest.Captur
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("flexcomm: error: scheduler:") and err.count("\n") == 0
+    assert not (tmp_path / "out").exists()  # nothing is created before the scheduler is reached
 
 
 # --- the shipped examples ---------------------------------------------------------------------------

@@ -21,8 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, help="local worker processes (default: CPUs; 0 runs in this process)")
     parser.add_argument("--scheduler", help="Dask scheduler address, e.g. tcp://10.0.0.5:8786 (replaces the local "
                         "pool; workers need flexcomm installed)")
-    parser.add_argument("--scheduler-timeout", default="30s", help="how long to try to reach the scheduler "
-                        "(default 30s)")
+    parser.add_argument("--scheduler-timeout", default="30s", help="how long to try to reach the scheduler, and "
+                        "how long it may stay silent (no result, no reply) or without workers mid-study before the "
+                        "study stops with exit status 75; rerunning resumes (default 30s)")
+    parser.add_argument("--batch", type=int, help="points per task (default: sized so a task holds about 0.5 s of "
+                        "work, from the measured cost of a point)")
     parser.add_argument("--max-points", type=int, help="run at most N new points, then stop (rerun to continue)")
     parser.add_argument("--list", action="store_true", help="print the points and exit (runs nothing)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         raise InputError("out", "(missing)", "an output directory, e.g. --out results/study (or --list)")
     result = study(args.file, args.out, workers=args.workers, scheduler=args.scheduler, max_points=args.max_points,
-                   scheduler_timeout=args.scheduler_timeout, progress=not args.no_progress,
+                   scheduler_timeout=args.scheduler_timeout, batch=args.batch, progress=not args.no_progress,
                    figures=not args.no_figures)
     spec = result.spec
     done = result.skipped + len(result.ran)

@@ -18,16 +18,18 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import as_completed
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from flexcomm.costmodel.atomic import AppendingCsv, write_text_atomic
-from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.errors import InputError, RunStoppedError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
+from flexcomm.experiments.study.batching import MAX_BATCH, BatchSizer, windowed
 from flexcomm.experiments.study.engines import check_point, run_point, run_points
 from flexcomm.experiments.study.journal import JOURNAL, STUDY_JSON, read_journal
+from flexcomm.experiments.study.on_dask import DaskSession, SchedulerLost
 from flexcomm.experiments.study.pool import worker_pool
 from flexcomm.experiments.study.report import finish
 from flexcomm.experiments.study.spec import StudySpec, point_payload
@@ -49,6 +51,7 @@ class StudyRun:
     wall_s: float = 0.0
     files: list[Path] = field(default_factory=list)
     table: Any = None  # pandas.DataFrame once complete
+    batch_sizes: list[int] = field(default_factory=list)  # points per task, in submission order
 
     @property
     def total(self) -> int:
@@ -86,43 +89,13 @@ def _claim(spec: StudySpec, out: Path) -> None:
 # --- executors -----------------------------------------------------------------------------------
 
 
-#: Points per task: cost-model points take about a millisecond, so they travel in batches (neighbours in the
-#: sweep share a cluster, hence a link cache); simulated and emulated points go one by one, journalled singly.
-BATCH = {"model": 64, "sim": 1, "emulated": 1}
-
-
-def _batches(payloads: list[dict[str, Any]], workers: int) -> list[list[dict[str, Any]]]:
-    size = BATCH.get(payloads[0]["engine"], 1) if payloads else 1
-    size = max(1, min(size, len(payloads) // (4 * max(workers, 1))))  # still several tasks per worker
-    return [payloads[i:i + size] for i in range(0, len(payloads), size)]
-
-
-def _local(payloads: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+def _local(sizer: BatchSizer, workers: int) -> Iterator[dict[str, Any]]:
     with worker_pool(workers) as pool:
-        futures = [pool.submit(run_points, batch) for batch in _batches(payloads, workers)]
-        for future in as_completed(futures):
-            yield from future.result()
+        def wait_first(pending: set) -> tuple[set, set]:
+            done, not_done = wait(pending, return_when=FIRST_COMPLETED)
+            return set(done), set(not_done)
 
-
-def _dask(payloads: list[dict[str, Any]], address: str, timeout_s: float) -> Iterator[dict[str, Any]]:
-    from distributed import Client
-    from distributed import as_completed as dask_completed
-
-    try:
-        client = Client(address, timeout=timeout_s)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise InputError("scheduler", address, f"a reachable Dask scheduler such as tcp://10.0.0.5:8786 ({exc})"
-                         ) from None
-    workers = max(1, sum(client.nthreads().values()))
-    batches = _batches(payloads, workers)
-    keys = [f"flexcomm-study-{batch[0]['id']}-{len(batch)}" for batch in batches]
-    futures = client.map(run_points, batches, key=keys)
-    try:
-        for future in dask_completed(futures):
-            yield from future.result()
-    finally:
-        client.cancel(futures)
-        client.close()
+        yield from windowed(sizer, lambda batch: pool.submit(run_points, batch), wait_first, lambda: workers)
 
 
 def _inline(payloads: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -141,14 +114,18 @@ def run_study(
     scheduler: str | None = None,
     max_points: int | None = None,
     scheduler_timeout_s: float = 30.0,
+    batch: int | None = None,
     progress: bool = True,
     figures: bool = True,
 ) -> StudyRun:
     """Run every point not yet in ``out/results.csv``; when all are there, write the table, summary and figures.
 
     ``workers``: local processes (default: CPUs, at most one per point; 0 runs in this process, for
-    debugging). ``scheduler``: a Dask scheduler address, which replaces the local pool. ``max_points``:
-    run at most that many new points and stop (a budget; rerun to continue). ``figures=False``: tables and summary only.
+    debugging). ``scheduler``: a Dask scheduler address, which replaces the local pool; it is reached
+    before anything is created in ``out``, and if it is lost or silent for ``scheduler_timeout_s`` the run
+    raises :class:`RunStoppedError` (every finished point is saved; rerunning resumes). ``batch``: points
+    per task (default: sized from the measured cost of a point). ``max_points``: run at most that many
+    new points and stop (a budget; rerun to continue). ``figures=False``: tables and summary only.
     """
     if workers is not None and (isinstance(workers, bool) or workers < 0):
         raise InputError("workers", workers, "an integer >= 0 (0: run in this process)")
@@ -158,46 +135,62 @@ def run_study(
         raise InputError("scheduler", scheduler, "a Dask scheduler address such as tcp://10.0.0.5:8786")
     if max_points is not None and max_points < 0:
         raise InputError("max-points", max_points, "an integer >= 0")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH):
+        raise InputError("batch", batch, f"points per task, an integer in [1, {MAX_BATCH}] (default: sized from "
+                         "the measured cost of a point)")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    lock = _lock(out)
+    session = DaskSession(scheduler, scheduler_timeout_s) if scheduler else None
     try:
-        _claim(spec, out)
-        columns = spec.journal_columns
-        done = read_journal(out / JOURNAL, columns)
-        known = {p.id for p in spec.points}
-        strays = sorted(set(done) - known)
-        if strays:  # cannot happen with a matching spec hash unless the file was edited by hand
-            raise InputError("out", str(out / JOURNAL), f"rows of this study's points only (point {strays[0]} is not)")
-        todo = [p for p in spec.points if p.id not in done]
-        if max_points is not None:
-            todo = todo[:max_points]
-        payloads = [point_payload(spec, p) for p in todo]
-        for payload in payloads:
-            check_point(payload)
-        run = StudyRun(spec, out, skipped=len(done))
-        if payloads:
-            _execute(run, payloads, columns, workers, scheduler, scheduler_timeout_s, progress)
-        run.complete = len(done) + len(run.ran) == len(spec.points)
-        if run.complete:
-            run.table, run.files = finish(spec, out, figures=figures)
-        run.wall_s = time.perf_counter() - started
-        return run
+        if session is not None:
+            session.connect()  # before anything exists in out: an unreachable scheduler leaves nothing behind
+        out.mkdir(parents=True, exist_ok=True)
+        lock = _lock(out)
+        try:
+            return _run_locked(spec, out, started, workers, session, max_points, batch, progress, figures)
+        finally:
+            lock.close()
     finally:
-        lock.close()
+        if session is not None:
+            session.close()
+
+
+def _run_locked(spec: StudySpec, out: Path, started: float, workers: int | None, session: DaskSession | None,
+                max_points: int | None, batch: int | None, progress: bool, figures: bool) -> StudyRun:
+    _claim(spec, out)
+    columns = spec.journal_columns
+    done = read_journal(out / JOURNAL, columns)
+    known = {p.id for p in spec.points}
+    strays = sorted(set(done) - known)
+    if strays:  # cannot happen with a matching spec hash unless the file was edited by hand
+        raise InputError("out", str(out / JOURNAL), f"rows of this study's points only (point {strays[0]} is not)")
+    todo = [p for p in spec.points if p.id not in done]
+    if max_points is not None:
+        todo = todo[:max_points]
+    payloads = [point_payload(spec, p) for p in todo]
+    for payload in payloads:
+        check_point(payload)
+    run = StudyRun(spec, out, skipped=len(done))
+    if payloads:
+        _execute(run, payloads, columns, workers, session, batch, progress)
+    run.complete = len(done) + len(run.ran) == len(spec.points)
+    if run.complete:
+        run.table, run.files = finish(spec, out, figures=figures)
+    run.wall_s = time.perf_counter() - started
+    return run
 
 
 def _execute(run: StudyRun, payloads: list[dict[str, Any]], columns: list[str], workers: int | None,
-             scheduler: str | None, timeout_s: float, progress: bool) -> None:
+             session: DaskSession | None, batch: int | None, progress: bool) -> None:
     from tqdm import tqdm
 
     spec = run.spec
-    if scheduler:
-        rows = _dask(payloads, scheduler, timeout_s)
+    sizer = BatchSizer(payloads, batch=batch)
+    if session is not None:
+        rows = session.rows(sizer)
     else:
         count = min(os.cpu_count() or 1, len(payloads)) if workers is None else min(workers, len(payloads))
-        rows = _inline(payloads) if count == 0 else _local(payloads, count)
+        rows = _inline(payloads) if count == 0 else _local(sizer, count)
     journal = AppendingCsv(run.out / JOURNAL, columns)
     bar = tqdm(total=len(spec.points), initial=run.skipped, unit="point", desc=spec.name, file=sys.stderr,
                disable=not progress, dynamic_ncols=True)
@@ -206,8 +199,13 @@ def _execute(run: StudyRun, payloads: list[dict[str, Any]], columns: list[str], 
             journal.write(row)
             run.ran.append(row["point_id"])
             bar.update(1)
+    except SchedulerLost as lost:
+        saved = run.skipped + len(run.ran)
+        raise RunStoppedError(f"scheduler {session.address if session else '?'} {lost}; {saved}/{run.total} points "
+                              f"saved in {run.out / JOURNAL}; rerun the same command to resume") from None
     finally:
         if hasattr(rows, "close"):
             rows.close()
         bar.close()
         journal.close()
+    run.batch_sizes = sizer.sizes
