@@ -116,6 +116,9 @@ _FORMS: dict[str, str] = {
     "overrides": "a list of {node: N, bandwidth: ..., latency: ...} or {between: [a, b], ...} entries",
     "node": "a node index (an integer >= 0)",
     "between": "a pair of node indices such as [2, 5]",
+    "memory_bandwidth": "a device memory bandwidth such as 2039GB/s (HBM)",
+    "sms": "the device's streaming multiprocessors, an integer >= 1 (A100: 108)",
+    "nics_per_node": "NICs per node, an integer >= 1 (each at inter_link's bandwidth)",
     "node_devices": "a list of {nodes: [2, 3], device: {name: V100, peak_flops: 125TFLOP/s, memory: 32GiB}} entries",
 }
 
@@ -202,11 +205,25 @@ class _Model(BaseModel):
 
 
 class Device(_Model):
-    """One accelerator: its peak rate (for compute time) and memory (for what fits)."""
+    """One accelerator: its peak rate (for compute time) and memory (for what fits).
+
+    Optional, for the transformer planner's roofline (:mod:`planner.llm.timing`): ``memory_bandwidth``
+    (HBM bytes/s: memory-bound kernels) and ``sms`` (streaming multiprocessors: wave quantization of GEMMs).
+    """
 
     name: str
     peak_flops: float
     memory_bytes: float = Field(validation_alias=AliasChoices("memory", "memory_bytes"))
+    memory_bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices(
+        "memory_bandwidth", "memory_bandwidth_Bps"))
+    sms: int | None = Field(default=None, ge=1)
+
+    _check_sms = field_validator("sms", mode="before")(_no_bool)
+
+    @field_validator("memory_bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_memory_bandwidth(cls, value: Any) -> float | None:
+        return None if value is None else parse_bandwidth(value, "memory_bandwidth")
 
     @field_validator("peak_flops", mode="before")
     @classmethod
@@ -516,8 +533,10 @@ class Cluster(_Model):
     topology: Topology = Field(default_factory=Topology)
     overrides: list[LinkOverride] = Field(default_factory=list)
     node_devices: list[NodeDevices] = Field(default_factory=list)
+    #: NICs per node, each at ``inter_link``'s bandwidth (multi-rail nodes: DGX A100 has 8); None means 1.
+    nics_per_node: int | None = Field(default=None, ge=1)
 
-    _check_counts = field_validator("nodes", "devices_per_node", mode="before")(_no_bool)
+    _check_counts = field_validator("nodes", "devices_per_node", "nics_per_node", mode="before")(_no_bool)
 
     @field_validator("nodes", mode="after")
     @classmethod

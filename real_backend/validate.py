@@ -584,12 +584,12 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             ok = group[np.isfinite(group[f"predicted_{kind}_s"]) & (group[f"predicted_{kind}_s"] > 0)]
             if ok.empty:
                 continue
-            # collectives gloo runs alike (reduce-scatter is an allreduce) land on the same points: the earlier
-            # ones in the list are drawn larger, so a point of each shows as a marker around a marker
-            size = 90.0 / (1 + collectives.index(collective))
-            ax.scatter(ok["measured_s"], ok[f"predicted_{kind}_s"], color=colours[collective],
-                       marker=markers.get(condition, "o"), s=size, alpha=0.85, zorder=2 + collectives.index(collective),
-                       label=f"{collective}, {condition}")
+            # collectives gloo runs alike (reduce-scatter is an allreduce) land on the same points: hollow
+            # markers, the earlier ones in the list drawn larger, so a point of each shows as a ring around a ring
+            size = 110.0 / (1 + collectives.index(collective))
+            ax.scatter(ok["measured_s"], ok[f"predicted_{kind}_s"], facecolors="none", edgecolors=[colours[collective]],
+                       marker=markers.get(condition, "o"), s=size, linewidths=1.6,
+                       zorder=2 + collectives.index(collective), label=f"{collective}, {condition}")
         ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
         ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.2,
                         label="+/-25%")

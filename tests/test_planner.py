@@ -225,9 +225,8 @@ def test_simulator_reranks_the_top_plans(gpt_units: Units) -> None:
 
 def test_cli_plan_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan"
-    code = main(["plan", "--model", "gpt", "--layers", "2", "--hidden", "128", "--heads", "4", "--seq-len", "64",
-                 "--vocab", "500", "--cluster", "4x4-a100-v100", "--batch-size", "16", "--out", str(out),
-                 "--simulate-top", "2", "--no-progress"])
+    code = main(["plan", "--model", "resnet18", "--image-size", "64", "--cluster", "4x4-a100-v100", "--batch-size",
+                 "16", "--out", str(out), "--simulate-top", "2", "--no-progress"])
     text, _ = capsys.readouterr()
     assert code == 0 and "best:" in text
     for name in ("plans.csv", "plans.md", "best_plan.json", "plans.png"):
@@ -262,7 +261,8 @@ def test_cli_plan_with_measured_op_times(tmp_path: Path, capsys: pytest.CaptureF
     (["--model", "resnet18", "--layers", "3"], "layers"),
     (["--model", "resnet18", "--batch-size", "0"], "batch-size"),
     (["--model", "resnet18", "--search", "greedy"], "search"),
-    (["--model", "gpt", "--layers", "48", "--hidden", "4096", "--heads", "32", "--cluster", "8x1-v100-40g"], "cluster"),
+    (["--model", "gpt", "--layers", "96", "--hidden", "12288", "--heads", "96", "--cluster", "8x1-v100-40g",
+      "--precision", "fp16"], "model"),
 ])
 def test_cli_plan_bad_input_is_one_line_exit_2(argv: list[str], field: str, capsys: pytest.CaptureFixture[str],
                                                 tmp_path: Path) -> None:

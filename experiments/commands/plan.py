@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate-top", type=int, default=3, help="best plans re-ranked on the simulator "
                         "(default 3, 0 for none)")
     parser.add_argument("--balance", default="speed", help="speed (resource-aware, default) or even")
-    parser.add_argument("--efficiency", type=float, default=0.65, help="fraction of peak FLOP/s reached (0.65)")
+    parser.add_argument("--efficiency", type=float, default=0.65, help="fraction of peak FLOP/s reached (0.65; gpt: "
+                        "the GEMM ceiling of the transformer planner, fitted on Megatron-LM's Table 1)")
     parser.add_argument("--op-times", help="measured per-op forward medians replacing the FLOP model for those ops "
                         "(JSON: batch_size, peak_flops of the measuring device (default: the cluster's fastest), "
                         "ops: {op: seconds})")
@@ -40,6 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     gpt = parser.add_argument_group("model options (gpt: layers, hidden, heads, seq-len, vocab; CNNs: image-size)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab", "--image-size"):
         gpt.add_argument(flag, type=int, default=None)
+    llm = parser.add_argument_group("transformer planner (--model gpt: t, p, d, micro-batch size, virtual stages, "
+                                    "sequence parallelism, recomputation, ZeRO; --batch-size counts sequences)")
+    llm.add_argument("--precision", default="bf16", help="bf16 (default), fp16 or fp32")
+    llm.add_argument("--nics-per-node", type=int, help="NICs per node at the inter-node bandwidth (default: the "
+                     "cluster's nics_per_node, else 1)")
+    llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
+    llm.add_argument("--pp", type=int, help="fix the pipeline-parallel size")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -69,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
     options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
                if getattr(args, k) is not None}
+    if args.model == "gpt":
+        from flexcomm.planner.llm.cli import plan_transformer
+
+        return plan_transformer(args, cluster, options)
 
     from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
     from flexcomm.planner.plans import Pricer

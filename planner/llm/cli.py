@@ -1,0 +1,70 @@
+"""``flexcomm plan --model gpt``: the transformer planner from the command line (validation, search, output)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.devices import PlanCluster
+
+#: GPT-2 small, the graph planner's default GPT: what ``--model gpt`` plans without shape options.
+DEFAULT_SHAPE = {"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "vocab": 50257}
+
+
+def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: dict[str, Any]) -> int:
+    from flexcomm.costmodel.units import format_size, format_time
+    from flexcomm.planner.llm.memory import PRECISIONS
+    from flexcomm.planner.llm.model import Transformer
+    from flexcomm.planner.llm.pricing import LLMPricer
+    from flexcomm.planner.llm.report import write_outputs
+    from flexcomm.planner.llm.search import search
+    from flexcomm.planner.llm.timing import Hardware, device_precisions
+
+    if "image_size" in options:
+        raise InputError("image-size", options["image_size"], "no --image-size with --model gpt (a CNN option)")
+    shape = {**DEFAULT_SHAPE, **options}
+    if shape["seq_len"] < 1:
+        raise InputError("seq-len", shape["seq_len"], "a sequence length >= 1 (tokens)")
+    model = Transformer(**shape)
+    if args.precision not in PRECISIONS:
+        raise InputError("precision", args.precision, "one of " + ", ".join(PRECISIONS))
+    slowest = min(cluster.devices, key=lambda d: d.peak_flops)
+    if args.precision not in device_precisions(slowest.name):
+        raise InputError("precision", args.precision, f"a precision {slowest.name} supports: "
+                         + ", ".join(device_precisions(slowest.name)))
+    for flag, value in (("nics-per-node", args.nics_per_node), ("tp", args.tp), ("pp", args.pp)):
+        if value is not None and value < 1:
+            raise InputError(flag, value, "an integer >= 1")
+    if not 0 < args.efficiency <= 1:
+        raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
+    base = cluster.cluster
+    if args.nics_per_node is not None:
+        base = base.model_copy(update={"nics_per_node": args.nics_per_node})
+    if args.tp is not None and cluster.world_size % args.tp:
+        raise InputError("tp", args.tp, f"a divisor of the {cluster.world_size} GPUs")
+    if args.pp is not None and model.layers % args.pp:
+        raise InputError("pp", args.pp, f"a divisor of the {model.layers} layers")
+    pricer = LLMPricer(model, Hardware.of(base, args.efficiency), cluster.world_size, args.batch_size,
+                       float(cluster.memory_bytes.min()), precision=args.precision,
+                       memory_fraction=args.memory_fraction)
+    result = search(pricer, tp=args.tp, pp=args.pp)
+    best = result.best
+    out = Path(args.out)
+    written = write_outputs(result, out, args.top, extra={
+        "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
+        "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer"})
+    print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
+          f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size} GPUs), batch {args.batch_size} "
+          f"sequences, {args.precision}")
+    print(f"priced {len(result.costs):,} plans in {result.pricing_s:.2f}s ({result.plans_per_s:,.0f} plans/s); "
+          f"{len(result.ranked):,} fit in memory")
+    print(f"best: {best.plan.label}: {format_time(best.step_s)} per step, {best.tflops_per_gpu:.0f} teraFLOP/s per "
+          f"GPU (Megatron's FLOP count), peak memory {format_size(best.peak_memory_bytes)} per GPU")
+    print("top plans (numbered as in plans.png):")
+    for place, cost in enumerate(result.ranked[:min(args.top, 5)], start=1):
+        print(f"  {place:3d}. {cost.plan.label:36s} {format_time(cost.step_s):>9s}  {cost.tflops_per_gpu:6.1f} "
+              f"TFLOP/s  {format_size(cost.peak_memory_bytes):>10s}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0

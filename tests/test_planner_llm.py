@@ -1,0 +1,166 @@
+"""The transformer planner: memory against published figures, the search, Megatron's table, the CLI's refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.experiments.cli import main
+from flexcomm.planner.llm import megatron
+from flexcomm.planner.llm.memory import in_flight, layer_activation_bytes, model_state_bytes
+from flexcomm.planner.llm.model import Transformer
+from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer
+from flexcomm.planner.llm.search import enumerate_plans, search
+from flexcomm.planner.llm.timing import Hardware
+
+GB = 1e9
+
+
+# --- memory and size, against published figures --------------------------------------------------
+
+
+@pytest.mark.parametrize("row", megatron.TABLE_1, ids=lambda r: r.label)
+def test_parameter_count_matches_the_published_size(row: megatron.MegatronRow) -> None:
+    # the closed form gives 1.65B for the "1.7B" row and 3.56B for "3.6B" (0.3 % or closer from 7.5B up)
+    assert row.model.parameters / 1e9 == pytest.approx(row.billions, rel=0.03)
+
+
+@pytest.mark.parametrize("zero, published_GB", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_model_states_match_zero_papers_figure_1(zero: int, published_GB: float) -> None:
+    """Rajbhandari et al. (SC'20), Figure 1: 7.5B parameters, 64-way data parallelism, Adam (K = 12)."""
+    assert model_state_bytes(7.5e9, "fp16", zero, 64) / GB == pytest.approx(published_GB, abs=0.05)
+
+
+@pytest.mark.parametrize("model, reduction", [
+    (Transformer(96, 12288, 96, 2048), 0.70),    # GPT-3 175B: "a 70% reduction"
+    (Transformer(105, 20480, 128, 2048), 0.65),  # MT-NLG 530B: "65%"
+])
+def test_selective_recomputation_saves_what_korthikanti_et_al_report(model: Transformer, reduction: float) -> None:
+    full = layer_activation_bytes(model, 1, 8, True, "none")
+    selective = layer_activation_bytes(model, 1, 8, True, "selective")
+    assert 1 - selective / full == pytest.approx(reduction, abs=0.01)
+
+
+def test_activation_formulas_are_table_2_of_korthikanti_et_al() -> None:
+    m = Transformer(1, 1024, 16, 2048)
+    sbh = 2048 * 4 * 1024
+    attention = 5 * 16 * 2048 / 1024
+    assert layer_activation_bytes(m, 4, 1, False, "none") == pytest.approx(sbh * (34 + attention))
+    assert layer_activation_bytes(m, 4, 8, False, "none") == pytest.approx(sbh * (10 + 24 / 8 + attention / 8))
+    assert layer_activation_bytes(m, 4, 8, True, "none") == pytest.approx(sbh / 8 * (34 + attention))
+    assert layer_activation_bytes(m, 4, 8, True, "full") == pytest.approx(2 * sbh / 8)
+    assert layer_activation_bytes(m, 4, 8, False, "full") == pytest.approx(2 * sbh)
+
+
+def test_interleaving_holds_more_micro_batches_in_flight() -> None:
+    assert in_flight(8, 64, 1) == 8 and in_flight(8, 4, 1) == 4
+    assert in_flight(8, 64, 2) == pytest.approx(8 * (1 + 7 / 16))
+
+
+# --- pricing and search ------------------------------------------------------------------------
+
+
+def _pricer(row: megatron.MegatronRow) -> LLMPricer:
+    return megatron.pricer(row, 0.65)
+
+
+@settings(max_examples=40, deadline=None)
+@given(index=st.integers(0, len(megatron.TABLE_1) - 1), pick=st.integers(0, 10**6))
+def test_a_step_is_the_sum_of_its_parts_and_recomputation_trades_time_for_memory(index: int, pick: int) -> None:
+    pricer = _pricer(megatron.TABLE_1[index])
+    plans = list(enumerate_plans(pricer))
+    plan = plans[pick % len(plans)]
+    cost = pricer.price(plan)
+    parts = (cost.compute_s + cost.recompute_s + cost.memory_bound_s + cost.tp_comm_s + cost.p2p_s + cost.bubble_s
+             + cost.dp_exposed_s + cost.optimizer_s)
+    assert parts == pytest.approx(cost.step_s, rel=1e-9)
+    costs = {rc: pricer.price(LLMPlan(plan.tp, plan.pp, plan.dp, plan.micro_batch_size, plan.virtual_stages,
+                                      plan.sequence_parallel, rc, plan.zero)) for rc in ("none", "selective", "full")}
+    assert costs["none"].step_s <= costs["selective"].step_s <= costs["full"].step_s
+    assert costs["none"].peak_memory_bytes >= costs["selective"].peak_memory_bytes >= costs["full"].peak_memory_bytes
+
+
+def test_the_18b_model_that_fitted_no_plan_now_fits_on_the_hardware_that_trained_it() -> None:
+    row = megatron.TABLE_1[3]
+    result = search(_pricer(row))
+    assert result.best.peak_memory_bytes <= 80 * 2**30 and result.best.fits
+    published = megatron.as_published(search(_pricer(row), tp=row.tp, pp=row.pp))
+    assert (published.plan.tp, published.plan.pp, published.plan.dp) == (8, 1, 32) and published.fits
+
+
+def test_search_respects_heads_layers_and_batch() -> None:
+    pricer = _pricer(megatron.TABLE_1[4])  # 96 heads, 80 layers, 1,536 GPUs, batch 2,304
+    for plan in enumerate_plans(pricer):
+        assert 96 % plan.tp == 0 and 80 % (plan.pp * plan.virtual_stages) == 0
+        assert plan.tp * plan.pp * plan.dp == 1536 and 2304 % (plan.dp * plan.micro_batch_size) == 0
+
+
+def test_several_nics_speed_up_the_gradient_exchange() -> None:
+    row = megatron.TABLE_1[0]
+    cluster = megatron.row_cluster(row)
+    plan = LLMPlan(1, 1, 32, 16, recompute="full")
+    times = {}
+    for nics in (1, 8):
+        hw = Hardware.of(cluster.model_copy(update={"nics_per_node": nics}), 0.65)
+        cost = LLMPricer(row.model, hw, 32, 512, cluster.device.memory_bytes, overlap_dp=False).price(plan)
+        times[nics] = cost.dp_exposed_s
+    assert times[8] == pytest.approx(times[1] / 8, rel=0.05)
+
+
+# --- Megatron's table --------------------------------------------------------------------------
+
+
+def test_reproduction_predicts_every_row_within_the_goals_with_leave_one_out_calibration(tmp_path: Path) -> None:
+    from flexcomm.experiments.reproductions import run_reproductions
+    from flexcomm.experiments.reproductions.base import Settings
+
+    outcome = run_reproductions(["megatron"], tmp_path, Settings(progress=False))["megatron"]
+    table = pd.read_csv(tmp_path / "megatron.csv")
+    assert len(table) == len(megatron.TABLE_1) and (tmp_path / "megatron.png").exists()
+    errors = table["rel_error"].abs()
+    assert errors.median() <= 0.10 and errors.max() <= 0.20  # measured: 1.8 % and 7.3 %
+    assert table["gemm_ceiling_loo"].between(0.3, 1.0).all()
+    assert (table["plans_per_s"] >= 1000).all()
+    assert "median |error|" in (tmp_path / "megatron.md").read_text() and outcome.findings
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+
+def test_plan_gpt_writes_the_best_plan_with_the_transformer_fields(tmp_path: Path) -> None:
+    code = main(["plan", "--model", "gpt", "--layers", "24", "--hidden", "2304", "--heads", "24", "--seq-len", "2048",
+                 "--vocab", "51200", "--cluster", "dgx-a100-80g", "--batch-size", "512", "--out", str(tmp_path),
+                 "--no-progress"])
+    assert code == 0
+    best = json.loads((tmp_path / "best_plan.json").read_text())["best"]
+    for key in ("tp", "pp", "dp", "step_s", "micro_batch_size", "virtual_stages", "recompute", "sequence_parallel",
+                "tflops_per_gpu", "peak_memory_bytes"):
+        assert key in best
+    assert best["tp"] * best["pp"] * best["dp"] == load_cluster("dgx-a100-80g").world_size
+    assert math.isfinite(best["step_s"]) and best["peak_memory_bytes"] <= 80 * 2**30
+    assert {"plans.csv", "plans.md", "plans.png"} <= {p.name for p in tmp_path.iterdir()}
+
+
+@pytest.mark.parametrize("argv, field, words", [
+    (["--heads", "7", "--hidden", "70", "--tp", "2"], "tp", "divisor of the 7 attention heads"),
+    (["--batch-size", "3"], "batch-size", "splits into the data-parallel replicas"),
+    (["--seq-len", "0"], "seq-len", ">= 1"),
+    (["--cluster", "8x1-v100-40g"], "precision", "V100"),
+    (["--layers", "200", "--hidden", "16384", "--heads", "128", "--cluster", "8x1-10gbe"], "model",
+     "the smallest need is"),
+])
+def test_plan_gpt_refuses_in_one_line(argv: list[str], field: str, words: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "gpt", "--out", str(tmp_path / "o"), "--no-progress"]
+    if "--cluster" not in argv:
+        base += ["--cluster", "4x8-a100-ib"]
+    assert main([*base, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"flexcomm: error: {field}:") and words in err, err
