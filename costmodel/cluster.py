@@ -119,6 +119,7 @@ _FORMS: dict[str, str] = {
     "memory_bandwidth": "a device memory bandwidth such as 2039GB/s (HBM)",
     "sms": "the device's streaming multiprocessors, an integer >= 1 (A100: 108)",
     "nics_per_node": "NICs per node, an integer >= 1 (each at inter_link's bandwidth)",
+    "storage_bandwidth": "the checkpoint storage's aggregate bandwidth, e.g. 10GB/s",
     "node_devices": "a list of {nodes: [2, 3], device: {name: V100, peak_flops: 125TFLOP/s, memory: 32GiB}} entries",
 }
 
@@ -535,6 +536,14 @@ class Cluster(_Model):
     node_devices: list[NodeDevices] = Field(default_factory=list)
     #: NICs per node, each at ``inter_link``'s bandwidth (multi-rail nodes: DGX A100 has 8); None means 1.
     nics_per_node: int | None = Field(default=None, ge=1)
+    #: Aggregate checkpoint storage bandwidth (bytes/s) for the recovery engine (:mod:`sim.recovery`); None: unknown.
+    storage_bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices(
+        "storage_bandwidth", "storage_bandwidth_Bps"))
+
+    @field_validator("storage_bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_storage_bandwidth(cls, value: Any) -> float | None:
+        return None if value is None else parse_bandwidth(value, "storage_bandwidth")
 
     _check_counts = field_validator("nodes", "devices_per_node", "nics_per_node", mode="before")(_no_bool)
 

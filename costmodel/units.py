@@ -31,10 +31,10 @@ _BW_RE = re.compile(
 # Seconds per unit as multiplier / divisor: dividing by an exact 1e6 makes "10us" exactly the float
 # 1e-5 (10 * 1e-6 is not). "\u00b5s" is the micro sign, "\u03bcs" the Greek mu; keyboards produce either.
 _TIME_UNITS: dict[str, tuple[float, float]] = {
-    "s": (1.0, 1.0), "sec": (1.0, 1.0), "min": (60.0, 1.0), "h": (3600.0, 1.0),
+    "s": (1.0, 1.0), "sec": (1.0, 1.0), "min": (60.0, 1.0), "h": (3600.0, 1.0), "d": (86400.0, 1.0),
     "ms": (1.0, 1e3), "us": (1.0, 1e6), "\u00b5s": (1.0, 1e6), "\u03bcs": (1.0, 1e6), "ns": (1.0, 1e9),
 }
-_TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>s|sec|ms|us|\u00b5s|\u03bcs|ns|min|h)?\s*$")
+_TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>s|sec|ms|us|\u00b5s|\u03bcs|ns|min|h|d)?\s*$")
 _FLOPS_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>k|K|M|G|T|P|E)?\s*(?:FLOP/s|FLOPS|flops|flop/s)?\s*$")
 
 

@@ -57,11 +57,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="node3@12s, link:node3->switch@5s or random:mtbf=2h (repeatable)")
     faults.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every C iterations (0: never)")
     faults.add_argument("--checkpoint-cost", help="seconds per checkpoint write (default: 12 B/param at 2GB/s)")
-    faults.add_argument("--restart-cost", default="30s", help="relaunch + rendezvous time (default 30s)")
-    faults.add_argument("--timeout", default="30s", help="collective watchdog timeout (default 30s)")
-    faults.add_argument("--repair-time", default="5min", help="time until a failed element is back (default 5min)")
+    faults.add_argument("--restart-cost", help="relaunch + rendezvous time (default 30s; --recovery: 2min)")
+    faults.add_argument("--timeout", help="collective watchdog timeout (default 30s; --recovery: 10min, "
+                        "torch's default NCCL timeout)")
+    faults.add_argument("--repair-time", help="time until a failed element is back (default 5min; --recovery: 4h)")
     faults.add_argument("--elastic", action="store_true", help="shrink to the surviving nodes, grow back at the "
                         "first checkpoint after the repair")
+    recovery = parser.add_argument_group(
+        "long-horizon recovery (--recovery): plan-level goodput of a transformer job over days of node failures; "
+        "--workload is then gpt-1.7b, gpt-3.6b, gpt-7.5b, gpt-18.4b, gpt-145.6b or gpt-529.6b (Megatron-LM's)")
+    recovery.add_argument("--recovery", help="restart, shrink, replan, replan+grow, a comma list, or all")
+    recovery.add_argument("--horizon", default="7d", help="simulated wall time (default 7d)")
+    recovery.add_argument("--mtbf", help="mean time between failures of one node, e.g. 2d (required)")
+    recovery.add_argument("--rack-mtbf", help="also fail whole racks of --rack-nodes nodes with this MTBF")
+    recovery.add_argument("--rack-nodes", type=int, default=8, help="nodes per rack (default 8)")
+    recovery.add_argument("--checkpoint-interval", default="1h",
+                          help="training time between checkpoints, or young-daly (default 1h)")
+    recovery.add_argument("--storage-bandwidth", help="checkpoint write/read bandwidth (default: the cluster's "
+                          "storage_bandwidth, else 10GB/s)")
+    recovery.add_argument("--nodes", type=int, help="nodes the job runs on (default: the cluster's)")
+    recovery.add_argument("--batch-size", type=int, help="global batch in sequences (default: the model's row)")
+    recovery.add_argument("--mtbf-study", action="store_true", help="sweep MTBF x job size x checkpoint interval "
+                          "and map the best policy per cell (writes recovery_study.csv/.png under --out)")
     out = parser.add_argument_group("output")
     out.add_argument("--trace", help="write a Chrome trace JSON (chrome://tracing, Perfetto)")
     out.add_argument("--seed", type=int, default=0, help="seed of every random process (default 0)")
@@ -111,6 +128,14 @@ def _table(iterations: Any) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from flexcomm._running import simulate
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+
+    if args.recovery is not None or args.mtbf_study:
+        from flexcomm.experiments.commands.simulate_recovery import run_recovery
+
+        return run_recovery(args)
+    args.timeout = args.timeout or "30s"
+    args.restart_cost = args.restart_cost or "30s"
+    args.repair_time = args.repair_time or "5min"
 
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")

@@ -1,0 +1,343 @@
+"""Long-horizon goodput of a training job under node failures, for each recovery policy.
+
+Why a plan-level engine: a week of a 1,024-GPU job is ~10^5 iterations and hundreds of failures; the
+discrete-event simulator (:mod:`sim.training`) would replay every flow of every iteration. Here a plan's
+step time is priced once (the transformer planner, :mod:`planner.llm`) and reused until the plan
+changes, so only failures, repairs, checkpoints and restarts are events: simulated days take milliseconds.
+
+Failures: every node fails after exponentially distributed up-times of mean ``mtbf_s`` and comes back
+``repair_s`` later (then draws a new up-time); optionally whole racks of ``rack_nodes`` fail together with
+mean ``rack_mtbf_s``. Every draw comes from one seeded generator per node (and per rack), so a seed gives
+the same failures whatever the policy.
+
+What a failure of a node the job uses costs (all charged, and reported per cause):
+``detection_s`` (the hung collective's timeout), the work since the last checkpoint (lost), ``restart_s``
+(relaunch and rendezvous) and the checkpoint load (training state at ``storage_Bps``); the policies differ
+in what runs next:
+
+* ``restart``: wait for the node's repair, then resume on the same plan.
+* ``shrink``: resume at once on the surviving nodes with the same tensor x pipeline split and fewer data-
+  parallel replicas (each replica keeps its micro-batches, so the global batch shrinks); grow back to the
+  original plan at the first checkpoint after enough nodes are repaired (a restart, charged).
+* ``replan``: call the planner on the surviving GPUs (its own measured search time is charged), reshard the
+  training state when the tensor/pipeline split changes (state bytes over the nodes' NICs), resume on the
+  new plan and stay on it.
+* ``replan+grow``: as ``replan``, and plan again (at the next checkpoint) whenever repaired nodes would give
+  a faster plan.
+
+Checkpoints are written every ``checkpoint_every_s`` of training (the job pauses to write them).
+Goodput = samples of work that survived (never lost to a failure) per second of wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from flexcomm.costmodel.errors import InputError
+
+POLICIES = ("restart", "shrink", "replan", "replan+grow")
+#: Training state per parameter in a checkpoint: 16-bit weights + fp32 master weights and Adam's two moments.
+CHECKPOINT_BYTES_PER_PARAM = 2.0 + 12.0
+#: Lost-time causes, in report order.
+CAUSES = ("detection", "lost_work", "restart", "checkpoint_load", "checkpoint_save", "repair_wait", "planning",
+          "reshard", "reduced_throughput")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A running configuration: its label, split, GPUs, step time and samples per step."""
+
+    label: str
+    tp: int
+    pp: int
+    dp: int
+    step_s: float
+    samples_per_step: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_step / self.step_s
+
+
+class Planner:
+    """What the policies ask of a planner: the best plan on ``gpus`` GPUs, or the same split on fewer.
+
+    ``best(gpus)`` returns (plan or None, seconds the search took); ``shrunk(plan, gpus)`` the same
+    tensor x pipeline split with as many data-parallel replicas as fit (None if none does).
+    """
+
+    def best(self, gpus: int) -> tuple[Plan | None, float]:
+        raise NotImplementedError
+
+    def shrunk(self, plan: Plan, gpus: int) -> Plan | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """The failure model and the costs of recovering (seconds, bytes/s)."""
+
+    policy: str
+    horizon_s: float
+    mtbf_s: float
+    repair_s: float = 4 * 3600.0
+    checkpoint_every_s: float = 3600.0
+    detection_s: float = 600.0
+    restart_s: float = 120.0
+    storage_Bps: float = 10e9
+    rack_mtbf_s: float | None = None
+    rack_nodes: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise InputError("recovery", self.policy, "one of " + ", ".join(POLICIES) + " (or all)")
+        for name, form in (("horizon_s", "a positive duration such as 7d"), ("mtbf_s", "a positive MTBF such as 2d"),
+                           ("storage_Bps", "a positive storage bandwidth such as 10GB/s")):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise InputError(name.removesuffix("_s").removesuffix("_Bps").replace("_", "-")
+                                 .replace("storage", "storage-bandwidth"), value, form)
+        for name in ("repair_s", "detection_s", "restart_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(name.removesuffix("_s").replace("_", "-"), value, "a duration >= 0")
+        if not (math.isfinite(self.checkpoint_every_s) and self.checkpoint_every_s > 0):
+            raise InputError("checkpoint-interval", self.checkpoint_every_s,
+                             "a positive interval such as 1h (every policy restarts from a checkpoint)")
+        if self.rack_mtbf_s is not None and not (math.isfinite(self.rack_mtbf_s) and self.rack_mtbf_s > 0):
+            raise InputError("rack-mtbf", self.rack_mtbf_s, "a positive MTBF such as 30d")
+        if self.rack_nodes < 1:
+            raise InputError("rack-nodes", self.rack_nodes, "an integer >= 1")
+
+
+@dataclass
+class RecoveryResult:
+    """One policy's run: goodput, time lost per cause, and the timeline of plans and events."""
+
+    policy: str
+    horizon_s: float
+    samples: float
+    ideal_samples_per_s: float
+    lost_s: dict[str, float]
+    timeline: list[dict]  # time_s, samples_per_s (until the next row), plan, event
+    events: list[dict]  # time_s, kind (failure, repair, replan, grow, shrink, checkpoint...), detail
+    failures: int = 0
+    planner_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def goodput(self) -> float:
+        return self.samples / self.horizon_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.goodput / self.ideal_samples_per_s
+
+    def summary(self) -> dict[str, float | int | str]:
+        return {"policy": self.policy, "goodput_samples_per_s": self.goodput, "ideal_samples_per_s":
+                self.ideal_samples_per_s, "efficiency": self.efficiency, "failures": self.failures,
+                **{f"lost_{k}_s": v for k, v in self.lost_s.items()}, "planner_search_s": self.planner_s,
+                "simulated_s": self.horizon_s, "wall_s": self.wall_s}
+
+
+def failure_times(nodes: int, config: RecoveryConfig) -> list[tuple[float, tuple[int, ...]]]:
+    """Every failure within the horizon: (time, nodes that fail), from seeded per-node (and per-rack) draws."""
+    events: list[tuple[float, tuple[int, ...]]] = []
+    for node in range(nodes):
+        rng = np.random.default_rng([config.seed, 0, node])
+        t = 0.0
+        while True:
+            t += float(rng.exponential(config.mtbf_s))
+            if t >= config.horizon_s:
+                break
+            events.append((t, (node,)))
+            t += config.repair_s
+    if config.rack_mtbf_s is not None:
+        for rack in range(math.ceil(nodes / config.rack_nodes)):
+            rng = np.random.default_rng([config.seed, 1, rack])
+            members = tuple(range(rack * config.rack_nodes, min(nodes, (rack + 1) * config.rack_nodes)))
+            t = 0.0
+            while True:
+                t += float(rng.exponential(config.rack_mtbf_s))
+                if t >= config.horizon_s:
+                    break
+                events.append((t, members))
+                t += config.repair_s
+    return sorted(events)
+
+
+class _Run:
+    """The state of one policy's run; its methods advance the clock and charge every second to a cause."""
+
+    def __init__(self, planner: Planner, nodes: int, devices_per_node: int, parameters: float,
+                 config: RecoveryConfig, nic_Bps_per_node: float) -> None:
+        self.planner, self.nodes, self.dpn, self.config = planner, nodes, devices_per_node, config
+        self.nic_Bps_per_node = nic_Bps_per_node
+        self.state_bytes = parameters * CHECKPOINT_BYTES_PER_PARAM
+        self.load_s = self.save_s = self.state_bytes / config.storage_Bps
+        self.plan_cache: dict[int, tuple[Plan | None, float]] = {}
+        self.planner_s = 0.0
+        self.lost = dict.fromkeys(CAUSES, 0.0)
+        self.now = 0.0
+        self.samples = 0.0  # safe (checkpointed) samples
+        self.since_checkpoint_s = 0.0
+        self.unsaved_samples = 0.0
+        self.up_at = [0.0] * nodes
+        self.timeline: list[dict] = []
+        self.events: list[dict] = []
+        full, _ = self._search(nodes * devices_per_node)
+        if full is None:
+            raise InputError("nodes", nodes, "a job some plan fits on")
+        self.full: Plan = full
+        self.plan: Plan | None = full
+        self.in_use: set[int] = set(range(nodes))
+
+    # --- bookkeeping -------------------------------------------------------------------------------
+
+    def _search(self, gpus: int) -> tuple[Plan | None, float]:
+        if gpus not in self.plan_cache:
+            self.plan_cache[gpus] = self.planner.best(gpus)
+        return self.plan_cache[gpus]
+
+    def spend(self, cause: str, seconds: float) -> None:
+        """Advance the clock by ``seconds`` spent on ``cause`` (only what falls within the horizon counts)."""
+        inside = max(0.0, min(self.now + seconds, self.config.horizon_s) - self.now)
+        self.lost[cause] += inside
+        self.now += seconds
+
+    def record(self, event: str, detail: str = "") -> None:
+        rate = self.plan.samples_per_s if self.plan is not None else 0.0
+        self.timeline.append({"time_s": min(self.now, self.config.horizon_s), "samples_per_s": rate,
+                              "plan": self.plan.label if self.plan else "", "event": event})
+        if event != "start":
+            self.events.append({"time_s": self.now, "kind": event, "detail": detail})
+
+    def up_nodes(self) -> list[int]:
+        return [n for n in range(self.nodes) if self.up_at[n] <= self.now]
+
+    def plan_on(self, gpus: int) -> Plan | None:
+        """The planner's best plan on ``gpus`` GPUs; its search time is spent (it runs every time)."""
+        plan, searched = self._search(gpus)
+        self.planner_s += searched
+        self.spend("planning", searched)
+        return plan
+
+    # --- training ----------------------------------------------------------------------------------
+
+    def train_until(self, t_end: float) -> None:
+        """Train from now to ``t_end`` on the current plan, writing checkpoints on schedule."""
+        every = self.config.checkpoint_every_s
+        while self.now < t_end - 1e-9:
+            plan = self.plan
+            assert plan is not None
+            span = min(every - self.since_checkpoint_s, t_end - self.now)
+            self.since_checkpoint_s += span
+            self.unsaved_samples += span * plan.samples_per_s
+            inside = max(0.0, min(self.now + span, self.config.horizon_s) - self.now)
+            self.lost["reduced_throughput"] += inside * (1 - plan.samples_per_s / self.full.samples_per_s)
+            self.now += span
+            if self.since_checkpoint_s >= every - 1e-9:
+                self.spend("checkpoint_save", self.save_s)
+                self.samples += self.unsaved_samples
+                self.since_checkpoint_s = self.unsaved_samples = 0.0
+                self.maybe_grow()
+
+    def switch(self, plan: Plan, kind: str) -> None:
+        """Relaunch on ``plan`` with the nodes up now: restart, load, and reshard if the split changed."""
+        changed = self.plan is None or (plan.tp, plan.pp) != (self.plan.tp, self.plan.pp)
+        available = self.up_nodes()
+        self.spend("restart", self.config.restart_s)
+        self.spend("checkpoint_load", self.load_s)
+        if changed and kind != "restart":
+            self.spend("reshard", self.state_bytes / (self.nic_Bps_per_node * max(1, len(available))))
+        self.plan = plan
+        self.in_use = set(available[: math.ceil(plan.gpus / self.dpn)])
+        self.record(kind, plan.label)
+
+    def maybe_grow(self) -> None:
+        """At a checkpoint: shrink returns to the full plan once every node is back; replan+grow plans again."""
+        policy = self.config.policy
+        if policy not in ("shrink", "replan+grow") or self.plan is None:
+            return
+        available = self.up_nodes()
+        if len(available) <= len(self.in_use):
+            return
+        if policy == "shrink":
+            if len(available) == self.nodes:
+                self.switch(self.full, "grow")
+            return
+        candidate = self.plan_on(len(available) * self.dpn)
+        if candidate is not None and candidate.samples_per_s > self.plan.samples_per_s * (1 + 1e-9):
+            self.switch(candidate, "grow")
+
+    def wait_for_repair(self) -> None:
+        later = [t for t in self.up_at if t > self.now]
+        self.spend("repair_wait", (min(later) - self.now) if later else 0.0)
+
+    def fail(self, t: float, members: tuple[int, ...]) -> None:
+        """A failure at ``t`` of ``members``: if the job uses one of them, detect, lose, and recover by policy."""
+        for node in members:
+            self.up_at[node] = max(self.up_at[node], t + self.config.repair_s)
+        if not self.in_use.intersection(members):
+            self.events.append({"time_s": t, "kind": "failure (idle node)", "detail": ",".join(map(str, members))})
+            return
+        self.now = max(self.now, t)
+        # the work since the last checkpoint is gone (in seconds at the full plan's rate: the rest of that time
+        # is already counted as reduced throughput)
+        self.lost["lost_work"] += self.unsaved_samples / self.full.samples_per_s
+        self.since_checkpoint_s = self.unsaved_samples = 0.0
+        policy, old = self.config.policy, self.plan
+        assert old is not None
+        self.plan = None  # nothing trains until the relaunch
+        self.record("failure", ",".join(f"node{n}" for n in members))
+        self.spend("detection", self.config.detection_s)
+        while True:
+            gpus = len(self.up_nodes()) * self.dpn
+            if policy == "restart":
+                target = old if len(self.up_nodes()) >= self.nodes else None
+            elif policy == "shrink":
+                target = self.planner.shrunk(old, gpus)
+            else:
+                target = self.plan_on(gpus)
+            if target is not None:
+                break
+            self.wait_for_repair()
+        self.plan = old  # what switch compares the new split with
+        kind = {"restart": "restart", "shrink": "shrink"}.get(policy, "replan")
+        self.switch(target, kind)
+
+
+def simulate_recovery(planner: Planner, nodes: int, devices_per_node: int, parameters: float,
+                      config: RecoveryConfig, nic_Bps_per_node: float,
+                      failures: list[tuple[float, tuple[int, ...]]] | None = None) -> RecoveryResult:
+    """Run one policy over the horizon; the full plan is ``planner.best(nodes x devices_per_node)``.
+
+    ``failures`` (time, nodes) replaces the drawn ones (the config's MTBF then only documents the run)."""
+    started = time.perf_counter()
+    run = _Run(planner, nodes, devices_per_node, parameters, config, nic_Bps_per_node)
+    run.record("start")
+    failures = failure_times(nodes, config) if failures is None else sorted(failures)
+    for t, members in failures:
+        if t >= config.horizon_s:
+            break
+        if t > run.now:
+            run.train_until(t)
+        run.fail(t, members)
+        if run.now >= config.horizon_s:
+            break
+    if run.now < config.horizon_s:
+        run.train_until(config.horizon_s)
+    run.samples += run.unsaved_samples  # the job has not failed since its last checkpoint: that work counts
+    run.record("end")
+    return RecoveryResult(config.policy, config.horizon_s, run.samples, run.full.samples_per_s, run.lost,
+                          run.timeline, run.events, failures=sum(1 for e in run.events if e["kind"] == "failure"),
+                          planner_s=run.planner_s, wall_s=time.perf_counter() - started)

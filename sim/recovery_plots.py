@@ -1,0 +1,116 @@
+"""Figures of the recovery engine: throughput over time per policy (failures and plan changes marked) with
+the time lost per cause, and the MTBF study's best policy per cell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from flexcomm.sim.recovery import CAUSES, RecoveryResult
+
+POLICY_COLOURS = {"restart": "#7f7f7f", "shrink": "#1f77b4", "replan": "#ff7f0e", "replan+grow": "#2ca02c"}
+MARKERS = {"shrink": "v", "replan": "D", "grow": "^", "restart": "o"}
+
+
+def binned_rate(result: RecoveryResult, bins: int = 240) -> tuple[list[float], list[float]]:
+    """Mean samples/s in ``bins`` equal windows of the horizon (the piecewise-constant rate integrated):
+    hundreds of failures a week make the raw rate a comb; the windowed mean shows what a job sees."""
+    import numpy as np
+
+    edges = np.linspace(0.0, result.horizon_s, bins + 1)
+    times = np.array([row["time_s"] for row in result.timeline] + [result.horizon_s])
+    rates = np.array([row["samples_per_s"] for row in result.timeline])
+    done = np.concatenate([[0.0], np.cumsum(rates * np.diff(times))])  # samples trained by each change
+
+    def trained(t: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(times, t, side="right") - 1, 0, len(rates) - 1)
+        return done[i] + rates[i] * (t - times[i])
+
+    mean = np.diff(trained(edges)) / np.diff(edges)
+    return list(0.5 * (edges[:-1] + edges[1:])), list(mean)
+
+
+def plot_goodput(results: list[RecoveryResult], path: Path) -> Path:
+    from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(len(results) + 1, 1, figsize=(11, 2.0 * len(results) + 3.2),
+                             gridspec_kw={"height_ratios": [2] * len(results) + [2.6]})
+    hours = 3600.0
+    for ax, r in zip(axes, results, strict=False):
+        t, rate = binned_rate(r)
+        window = r.horizon_s / len(t) / hours
+        ax.plot(np.array(t) / hours, rate, color=POLICY_COLOURS[r.policy], lw=1.3,
+                label=f"{r.policy}: samples/s trained (mean per {window:.2g} h)")
+        ax.axhline(r.ideal_samples_per_s, color="black", lw=0.8, ls=":", label="failure-free plan")
+        fails = [e["time_s"] / hours for e in r.events if e["kind"] == "failure"]
+        ax.plot(fails, np.full(len(fails), r.ideal_samples_per_s * 1.04), "|", color="#d62728", ms=7,
+                label=f"failure of a node in use ({len(fails)})")
+        for kind, marker in MARKERS.items():
+            at = [e["time_s"] / hours for e in r.events if e["kind"] == kind]
+            if at:
+                ax.plot(at, np.full(len(at), r.ideal_samples_per_s * 1.10), marker, color="black", ms=4, ls="none",
+                        label=f"{kind} ({len(at)})")
+        ax.set_ylim(0, r.ideal_samples_per_s * 1.18)
+        ax.set_xlim(0, r.horizon_s / hours)
+        ax.set_ylabel("samples/s")
+        ax.set_title(f"{r.policy}: goodput {r.goodput:.1f} samples/s = {r.efficiency:.0%} of the failure-free plan",
+                     fontsize=9)
+        ax.legend(fontsize=7, loc="lower left", ncol=4)
+    axes[len(results) - 1].set_xlabel("simulated hours")
+    ax = axes[-1]
+    left = np.zeros(len(results))
+    y = np.arange(len(results))
+    colours = plt.get_cmap("tab10").colors
+    for i, cause in enumerate(CAUSES):
+        hours_lost = np.array([r.lost_s[cause] for r in results]) / hours
+        if hours_lost.max() <= 0.002 * results[0].horizon_s / hours:
+            continue
+        ax.barh(y, hours_lost, left=left, color=colours[i % 10], label=cause.replace("_", " "))
+        left += hours_lost
+    ax.set_yticks(y, [r.policy for r in results])
+    ax.set_xlabel("hours lost (at the failure-free plan's rate), per cause")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
+
+
+def plot_study(table: pd.DataFrame, path: Path) -> Path:
+    """Best policy per (node MTBF, job nodes) cell, coloured, with its goodput efficiency and interval."""
+    from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    best = table.loc[table.groupby(["mtbf_h", "nodes"])["efficiency"].idxmax()]
+    mtbfs = sorted(best["mtbf_h"].unique())
+    sizes = sorted(best["nodes"].unique())
+    policies = list(POLICY_COLOURS)
+    grid = best.pivot(index="nodes", columns="mtbf_h", values="policy").reindex(index=sizes, columns=mtbfs)
+    codes = grid.apply(lambda col: col.map(policies.index))
+    fig, ax = plt.subplots(figsize=(1.6 * len(mtbfs) + 2.5, 0.9 * len(sizes) + 1.8))
+    ax.imshow(codes.to_numpy(dtype=float), cmap=ListedColormap(list(POLICY_COLOURS.values())), vmin=-0.5,
+              vmax=len(policies) - 0.5, aspect="auto", origin="lower")
+    for i, n in enumerate(sizes):
+        for j, m in enumerate(mtbfs):
+            row = best[(best["nodes"] == n) & (best["mtbf_h"] == m)].iloc[0]
+            ax.text(j, i, f"{row['efficiency']:.0%}\n{row['interval_label']}", ha="center", va="center", fontsize=7,
+                    color="white")
+    ax.set_xticks(range(len(mtbfs)), [f"{m:g} h" for m in mtbfs])
+    ax.set_yticks(range(len(sizes)), [str(n) for n in sizes])
+    ax.set_xlabel("node MTBF")
+    ax.set_ylabel("job nodes")
+    ax.set_title("best recovery policy per cell (goodput efficiency, best checkpoint interval)", fontsize=9)
+    shown = [p for p in policies if p in set(best["policy"])]
+    ax.legend(handles=[Patch(color=POLICY_COLOURS[p], label=p) for p in shown], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
