@@ -25,7 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--dist-timeout",
                         help="per-collective/rendezvous timeout for the workers (FLEXCOMM_DIST_TIMEOUT_S), e.g. 60s")
     parser.add_argument("--master-port", type=int, help="rendezvous port (default: a free one)")
-    parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log instead of this terminal")
+    parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log instead of this terminal "
+                        "(with --elastic: DIR/attempt{k}/rank{r}.log and DIR/elastic.json; default results/elastic)")
+    parser.add_argument("--elastic", metavar="MIN:MAX", help="torchrun's elastic semantics: when a rank is lost, "
+                        "stop the others and re-form the job with the survivors while at least MIN remain "
+                        "(workers resume from their checkpoint; --nproc must be MAX)")
+    parser.add_argument("--report", metavar="DIR", help="with --elastic: the worker's output folder (its steps.csv); "
+                        "writes DIR/elastic_report.json and DIR/elastic.png: time lost measured vs the recovery "
+                        "simulator's prediction")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- then the worker: `python -m module ...`, `script.py ...` or any executable")
     parser.set_defaults(handler=run)
@@ -45,6 +52,24 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("dist-timeout", args.dist_timeout, "a positive time such as 60s")
     if args.master_port is not None and not 0 < args.master_port < 65536:
         raise InputError("master-port", args.master_port, "a TCP port 1..65535")
+    if args.elastic is not None:
+        from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
+
+        low, high = parse_elastic(args.elastic)
+        if high != args.nproc:
+            raise InputError("elastic", args.elastic, f"MIN:MAX with MAX = --nproc ({args.nproc})")
+        with sigterm_as_exit():
+            elastic = launch_elastic(args.command, low, high, log_dir=args.log_dir or "results/elastic",
+                                     timeout_s=timeout, backend=args.backend, dist_timeout_s=dist_timeout)
+        if args.report and elastic.returncode == 0 and len(elastic.rounds) > 1:
+            from flexcomm.real_backend.elastic_report import measure
+
+            r = measure(args.log_dir or "results/elastic", args.report)
+            print(f"lost rank {r['failed_rank']} at step {r['failure_step']} ({r['world_before']} -> "
+                  f"{r['world_after']} ranks, resumed from step {r['last_checkpoint_step']}): time lost measured "
+                  f"{r['measured_lost_s']:.2f}s, simulator (shrink) {r['predicted_lost_s']:.2f}s "
+                  f"({r['rel_error']:+.1%}); wrote {args.report}/elastic_report.json, {args.report}/elastic.png")
+        return elastic.returncode
     with sigterm_as_exit():
         result = launch(args.command, args.nproc, backend=args.backend, timeout_s=timeout,
                         master_port=args.master_port, dist_timeout_s=dist_timeout, log_dir=args.log_dir)

@@ -1,0 +1,149 @@
+"""One rank of an elastic DDP job: checkpoints every N steps, resumes from the last one, logs every step.
+
+Run under ``flexcomm launch --elastic MIN:MAX`` (or torchrun ``--nnodes MIN:MAX``): after a lost rank the
+launcher starts a new round with fewer ranks, each rank loads ``DIR/checkpoint.pt`` (model, optimizer,
+step, the loss so far) and carries on, each with its shard of the data for the new world size (the per-rank
+batch stays, so the global batch shrinks with the job, as elastic data parallelism does). Rank 0 writes
+the checkpoint atomically (a temporary file, then a rename: a kill during the write leaves the previous
+one) and appends every step to ``DIR/steps.csv`` (attempt, world size, step, mean loss over ranks, step
+seconds, seconds since the job began), so the loss curve runs on across rounds.
+
+``--fail rank2@30`` makes rank 2 kill itself (SIGKILL) when it reaches step 30 in the first round: a
+reproducible lost rank for experiments and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from flexcomm.costmodel.errors import InputError
+
+CHECKPOINT = "checkpoint.pt"
+STEPS = "steps.csv"
+COLUMNS = ["attempt", "world_size", "step", "loss", "step_s", "since_start_s", "event"]
+
+
+def parse_fail(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"rank(\d+)@(\d+)", text.strip())
+    if not match:
+        raise InputError("fail", text, "rank<R>@<step>, e.g. rank2@30")
+    return int(match[1]), int(match[2])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.elastic_train",
+                                description="elastic DDP training worker (one rank)")
+    p.add_argument("--workload", default="mlp-digits")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt when it exists")
+    p.add_argument("--out", required=True)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fail", help="rank<R>@<step>: that rank kills itself at that step of the first round")
+    p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step (a slower model)")
+    return p
+
+
+def _save(path: Path, state: dict) -> None:
+    import torch
+
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save(state, tmp)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from flexcomm.costmodel.atomic import AppendingCsv
+    from flexcomm.real_backend.dist import init_from_env, shutdown
+    from flexcomm.workloads import batch_stream, get_workload, shard
+
+    args = _parser().parse_args(argv)
+    if args.steps < 1 or args.checkpoint_every < 1:
+        raise InputError("checkpoint-every" if args.steps >= 1 else "steps",
+                         args.checkpoint_every if args.steps >= 1 else args.steps, "an integer >= 1")
+    fail = parse_fail(args.fail)
+    attempt = int(os.environ.get("FLEXCOMM_ELASTIC_ATTEMPT", "0"))
+    t0 = float(os.environ.get("FLEXCOMM_ELASTIC_T0", repr(time.time())))
+    out = Path(args.out)
+    workload = get_workload(args.workload, seed=args.seed)
+    model = workload.build_model(args.seed)
+    optimizer = workload.make_optimizer(model, lr=args.lr)
+    start, resumed = 0, False
+    checkpoint = out / CHECKPOINT
+    if args.resume and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        if state.get("workload") != workload.name or state.get("numel") != sum(p.numel() for p in model.parameters()):
+            raise InputError("resume", str(checkpoint), f"a checkpoint of {workload.name} (it holds "
+                             f"{state.get('workload')!r} with {state.get('numel')} parameters)")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, resumed = int(state["step"]), True
+    info = init_from_env()  # after the checkpoint check: a wrong checkpoint is one line, not a hung rendezvous
+    rank, world = info.rank, info.world_size
+    out.mkdir(parents=True, exist_ok=True)
+    ddp = DDP(model)
+    data = shard(workload.train_set, rank, world, seed=args.seed)
+    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + start, rank=rank)
+    log = AppendingCsv(out / STEPS, COLUMNS) if rank == 0 else None
+    loss_sum = torch.zeros(1)
+    try:
+        if log is not None:
+            log.write({"attempt": attempt, "world_size": world, "step": start, "loss": float("nan"), "step_s": 0.0,
+                       "since_start_s": time.time() - t0, "event": "resumed" if resumed else "started"})
+        for step in range(start, args.steps):
+            if fail is not None and attempt == 0 and rank == fail[0] and step == fail[1]:
+                os.kill(os.getpid(), signal.SIGKILL)
+            _, inputs, targets = next(stream)
+            began = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = workload.loss_fn(ddp(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            loss_sum[0] = float(loss.item())
+            dist.all_reduce(loss_sum)
+            seconds = time.perf_counter() - began
+            if log is not None:
+                log.write({"attempt": attempt, "world_size": world, "step": step + 1,
+                           "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
+                           "event": ""})
+            if (step + 1) % args.checkpoint_every == 0:
+                if rank == 0:
+                    _save(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                       "step": step + 1, "workload": workload.name,
+                                       "numel": sum(p.numel() for p in model.parameters())})
+                    log.write({"attempt": attempt, "world_size": world, "step": step + 1, "loss": float("nan"),
+                               "step_s": 0.0, "since_start_s": time.time() - t0, "event": "checkpoint"})
+                dist.barrier()
+    except InputError:
+        raise
+    except Exception as exc:  # a peer died mid-collective: the launcher re-forms the job
+        print(f"flexcomm elastic: rank {rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if log is not None:
+            log.close()
+    shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())

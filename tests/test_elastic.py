@@ -1,0 +1,69 @@
+"""Elastic runs on real ranks (gloo, loopback): a killed rank, the job re-formed on the survivors, resumed from its
+checkpoint with the loss running on, and the time it lost set beside the recovery simulator's prediction."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
+from flexcomm.real_backend.elastic_report import measure
+from flexcomm.real_backend.elastic_train import parse_fail, worker_main
+
+WORKER = [sys.executable, "-m", "flexcomm.real_backend.elastic_train"]
+
+
+def test_a_killed_rank_leaves_a_smaller_job_that_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    result = launch_elastic([*WORKER, "--steps", "30", "--checkpoint-every", "5", "--resume", "--out", str(out),
+                             "--fail", "rank1@12", "--step-sleep", "0.02"], 2, 3, log_dir=logs, timeout_s=240,
+                            quiet=True)
+    assert result.returncode == 0 and [r.world_size for r in result.rounds] == [3, 2]
+    assert result.rounds[0].failed_rank == 1 and result.rounds[0].returncode == 137  # SIGKILL
+    steps = pd.read_csv(out / "steps.csv")
+    trained = steps[steps["event"].isna()]
+    assert trained["step"].max() == 30 and set(trained["attempt"]) == {0, 1}
+    resumed = steps[steps["event"] == "resumed"]
+    assert list(resumed["step"]) == [10]  # the last checkpoint before step 12
+    report = measure(logs, out)
+    assert report["failure_step"] == 12 and report["last_checkpoint_step"] == 10 and report["loss_continuous"]
+    assert report["measured_lost_s"] > report["measured_redo_s"] > 0
+    assert report["predicted"]["lost_work"] == pytest.approx(2.5 * report["median_step_s"], rel=1e-6)
+    assert report["predicted"]["detection"] == report["grace_s"] and report["predicted"]["restart"] > 0
+    assert json.loads((out / "elastic_report.json").read_text())["failed_rank"] == 1
+    assert (out / "elastic.png").exists()
+
+
+def test_too_few_survivors_stop_the_job(tmp_path: Path) -> None:
+    result = launch_elastic([*WORKER, "--steps", "20", "--out", str(tmp_path / "run"), "--fail", "rank0@3"], 2, 2,
+                            log_dir=tmp_path / "logs", timeout_s=120, quiet=True)
+    assert result.returncode == 137 and len(result.rounds) == 1
+
+
+@pytest.mark.parametrize("text", ["4:3", "0:2", "three", "2-4", ""])
+def test_elastic_ranges_are_checked(text: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_elastic(text)
+    assert info.value.field == "elastic"
+
+
+def test_launch_refuses_an_elastic_max_other_than_nproc(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["launch", "--nproc", "2", "--elastic", "1:3", "--log-dir", str(tmp_path), "--", "true"]) == 2
+    assert capsys.readouterr().err.strip().startswith("flexcomm: error: elastic:")
+
+
+def test_resume_from_another_models_checkpoint_is_refused_before_the_rendezvous(tmp_path: Path) -> None:
+    import torch
+
+    torch.save({"workload": "resnet-synthetic", "numel": 5, "step": 3}, tmp_path / "checkpoint.pt")
+    with pytest.raises(InputError) as info:
+        worker_main(["--resume", "--out", str(tmp_path)])
+    assert info.value.field == "resume"
+    with pytest.raises(InputError):
+        parse_fail("node2@30")
