@@ -71,7 +71,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from flexcomm.costmodel.atomic import AppendingCsv
-    from flexcomm.real_backend.dist import init_from_env, shutdown
+    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
     from flexcomm.workloads import batch_stream, get_workload, shard
 
     args = _parser().parse_args(argv)
@@ -141,9 +141,18 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     finally:
         if log is not None:
             log.close()
-    shutdown()
+    # Leaving the group can hang in gloo when peers tear down at different moments (seen once in ~10 runs);
+    # every step is logged and checkpointed by now, so a stuck exit ends with success after a bounded wait.
+    dist.barrier()
+    watchdog = Watchdog(10.0, label=f"flexcomm elastic: rank {rank}: shutdown", exit_code=0)
+    with watchdog.guard("shutdown"):
+        shutdown()
+    watchdog.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(worker_main())
+    status = worker_main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # skip interpreter teardown: torch's gloo threads can hold a finished rank at exit

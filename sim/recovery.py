@@ -80,6 +80,15 @@ class Planner:
     def shrunk(self, plan: Plan, gpus: int) -> Plan | None:
         raise NotImplementedError
 
+    def can_shrink(self, plan: Plan) -> bool:
+        """Whether :meth:`shrunk` knows this plan (False: shrinking it means planning afresh)."""
+        return True
+
+    def best_on(self, nodes: list[int], devices_per_node: int) -> tuple[Plan | None, float]:
+        """The best plan on these nodes; a pool of one device type only needs their GPU count (override for
+        mixed pools, where which nodes survive decides the device types)."""
+        return self.best(len(nodes) * devices_per_node)
+
 
 @dataclass(frozen=True)
 class RecoveryConfig:
@@ -184,7 +193,6 @@ class _Run:
         self.nic_Bps_per_node = nic_Bps_per_node
         self.state_bytes = parameters * CHECKPOINT_BYTES_PER_PARAM
         self.load_s = self.save_s = self.state_bytes / config.storage_Bps
-        self.plan_cache: dict[int, tuple[Plan | None, float]] = {}
         self.planner_s = 0.0
         self.lost = dict.fromkeys(CAUSES, 0.0)
         self.now = 0.0
@@ -194,7 +202,7 @@ class _Run:
         self.up_at = [0.0] * nodes
         self.timeline: list[dict] = []
         self.events: list[dict] = []
-        full, _ = self._search(nodes * devices_per_node)
+        full, _ = planner.best_on(list(range(nodes)), devices_per_node)
         if full is None:
             raise InputError("nodes", nodes, "a job some plan fits on")
         self.full: Plan = full
@@ -202,11 +210,6 @@ class _Run:
         self.in_use: set[int] = set(range(nodes))
 
     # --- bookkeeping -------------------------------------------------------------------------------
-
-    def _search(self, gpus: int) -> tuple[Plan | None, float]:
-        if gpus not in self.plan_cache:
-            self.plan_cache[gpus] = self.planner.best(gpus)
-        return self.plan_cache[gpus]
 
     def spend(self, cause: str, seconds: float) -> None:
         """Advance the clock by ``seconds`` spent on ``cause`` (only what falls within the horizon counts)."""
@@ -224,9 +227,9 @@ class _Run:
     def up_nodes(self) -> list[int]:
         return [n for n in range(self.nodes) if self.up_at[n] <= self.now]
 
-    def plan_on(self, gpus: int) -> Plan | None:
-        """The planner's best plan on ``gpus`` GPUs; its search time is spent (it runs every time)."""
-        plan, searched = self._search(gpus)
+    def plan_on(self, nodes: list[int]) -> Plan | None:
+        """The planner's best plan on ``nodes``; its search time is spent (the job runs the search every time)."""
+        plan, searched = self.planner.best_on(nodes, self.dpn)
         self.planner_s += searched
         self.spend("planning", searched)
         return plan
@@ -236,9 +239,11 @@ class _Run:
     def train_until(self, t_end: float) -> None:
         """Train from now to ``t_end`` on the current plan, writing checkpoints on schedule."""
         every = self.config.checkpoint_every_s
+        if self.plan is None:  # no plan can run on what is left, and nothing is being repaired
+            self.spend("repair_wait", max(0.0, t_end - self.now))
+            return
         while self.now < t_end - 1e-9:
             plan = self.plan
-            assert plan is not None
             span = min(every - self.since_checkpoint_s, t_end - self.now)
             self.since_checkpoint_s += span
             self.unsaved_samples += span * plan.samples_per_s
@@ -275,7 +280,7 @@ class _Run:
             if len(available) == self.nodes:
                 self.switch(self.full, "grow")
             return
-        candidate = self.plan_on(len(available) * self.dpn)
+        candidate = self.plan_on(available)
         if candidate is not None and candidate.samples_per_s > self.plan.samples_per_s * (1 + 1e-9):
             self.switch(candidate, "grow")
 
@@ -287,7 +292,7 @@ class _Run:
         """A failure at ``t`` of ``members``: if the job uses one of them, detect, lose, and recover by policy."""
         for node in members:
             self.up_at[node] = max(self.up_at[node], t + self.config.repair_s)
-        if not self.in_use.intersection(members):
+        if self.plan is None or not self.in_use.intersection(members):
             self.events.append({"time_s": t, "kind": "failure (idle node)", "detail": ",".join(map(str, members))})
             return
         self.now = max(self.now, t)
@@ -305,11 +310,18 @@ class _Run:
             if policy == "restart":
                 target = old if len(self.up_nodes()) >= self.nodes else None
             elif policy == "shrink":
+                # a plan the planner cannot shrink (a mixed pool's uneven stages) is planned afresh instead
                 target = self.planner.shrunk(old, gpus)
+                if target is None and not self.planner.can_shrink(old):
+                    target = self.plan_on(self.up_nodes())
             else:
-                target = self.plan_on(gpus)
+                target = self.plan_on(self.up_nodes())
             if target is not None:
                 break
+            if not any(t > self.now for t in self.up_at):  # nothing left to wait for: the job cannot run
+                self.spend("repair_wait", max(0.0, self.config.horizon_s - self.now))
+                self.plan = None
+                return
             self.wait_for_repair()
         self.plan = old  # what switch compares the new split with
         kind = {"restart": "restart", "shrink": "shrink"}.get(policy, "replan")

@@ -151,3 +151,39 @@ def test_cli_refuses_a_workload_the_recovery_engine_cannot_plan(capsys: pytest.C
     assert main(["simulate", "--workload", "resnet50", "--cluster", "dgx-a100-80g", "--recovery", "all",
                  "--mtbf", "1d"]) == 2
     assert "gpt-18.4b" in capsys.readouterr().err
+
+
+# --- a mixed pool: uneven stages, and what replan chose -----------------------------------------
+
+
+def test_a_mixed_pool_gets_uneven_stages_that_beat_its_fast_half_alone() -> None:
+    import dataclasses
+
+    from flexcomm.costmodel.cluster import load_cluster
+    from flexcomm.planner.llm.hetero import DeviceGroup, search_hetero
+    from flexcomm.planner.llm.megatron import TABLE_1
+    from flexcomm.planner.llm.timing import Hardware
+
+    hw = Hardware.of(load_cluster("4x4-a100-v100"))
+    a100 = DeviceGroup("A100-80GB", 8, dataclasses.replace(hw, peak_flops=312e12), 80 * 2**30)
+    v100 = DeviceGroup("V100-32GB", 8, dataclasses.replace(hw, peak_flops=125e12), 32 * 2**30)
+    model = TABLE_1[0].model
+    mixed = search_hetero(model, [a100, v100], 512)
+    alone = search_hetero(model, [a100], 512)
+    layers = {kind: [n for k, n in mixed.stages if k == kind] for kind, _ in mixed.stages}
+    assert set(layers) == {"A100-80GB", "V100-32GB"} and sum(n for _, n in mixed.stages) == model.layers
+    assert max(layers["A100-80GB"]) > max(layers["V100-32GB"])  # the faster device takes more layers
+    assert mixed.samples_per_step / mixed.step_s > alone.samples_per_step / alone.step_s
+    v_only = search_hetero(model, [v100], 512)
+    assert v_only.peak_memory_bytes <= 32 * 2**30 and {k for k, _ in v_only.stages} == {"V100-32GB"}
+
+
+def test_replan_on_a_mixed_cluster_reports_the_device_split_it_chose(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--workload", "gpt-1.7b", "--cluster", "4x4-a100-v100", "--recovery", "replan+grow",
+                 "--mtbf", "1d", "--horizon", "2d", "--checkpoint-interval", "young-daly", "--out", str(tmp_path)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "replan+grow ran:" in text and "A100-80GB:" in text and "V100-32GB:" in text
+    timeline = pd.read_csv(tmp_path / "timeline.csv")
+    assert timeline["plan"].dropna().nunique() > 1  # the split changed as nodes failed and came back

@@ -92,6 +92,13 @@ def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: flo
         rack_nodes=args.rack_nodes, seed=args.seed)
 
 
+def _precision(cluster: Any) -> str:
+    """bf16 where every device has it (Ampere and later), else fp16 (a V100 in the pool)."""
+    from flexcomm.planner.llm.timing import device_precisions
+
+    return "bf16" if all("bf16" in device_precisions(d.name) for d in cluster.rank_devices) else "fp16"
+
+
 def _nic_Bps_per_node(cluster: Any) -> float:
     return cluster.inter_link.bandwidth_Bps * (cluster.nics_per_node or 1)
 
@@ -109,7 +116,7 @@ def run_recovery(args: argparse.Namespace) -> int:
     from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
     from flexcomm.sim.recovery import simulate_recovery
 
-    planner = TransformerRecoveryPlanner(row.model, cluster, batch)
+    planner = TransformerRecoveryPlanner(row.model, cluster, batch, precision=_precision(cluster))
     results = [simulate_recovery(planner, nodes, cluster.devices_per_node, row.model.parameters, c,
                                  _nic_Bps_per_node(cluster)) for c in configs]
     c0 = configs[0]
@@ -118,6 +125,11 @@ def run_recovery(args: argparse.Namespace) -> int:
           f"MTBF {duration(c0.mtbf_s)}, repair {duration(c0.repair_s)}, detection {duration(c0.detection_s)}, "
           f"checkpoint every {duration(c0.checkpoint_every_s)}, seed {c0.seed}")
     print(f"failure-free plan: {results[0].timeline[0]['plan']}, {results[0].ideal_samples_per_s:.2f} samples/s")
+    if cluster.node_devices:
+        for r in results:
+            chosen = list(dict.fromkeys(row["plan"] for row in r.timeline if row["plan"]))
+            print(f"  {r.policy} ran: " + "; ".join(chosen[:4]) + (f"; ... ({len(chosen)} plans)" if len(chosen) > 4
+                                                                     else ""))
     print(f"{'policy':12s} {'goodput':>10s} {'of ideal':>8s} {'failures':>8s}  largest losses")
     for r in results:
         top = sorted(r.lost_s.items(), key=lambda kv: -kv[1])[:3]
@@ -153,7 +165,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
         data = cluster.to_dict()
         data["nodes"] = nodes
         job = Cluster.from_dict(data)
-        planner = TransformerRecoveryPlanner(row.model, job, batch)
+        planner = TransformerRecoveryPlanner(row.model, job, batch, precision=_precision(job))
         for mtbf_h in STUDY_MTBF_H:
             probe = _config(args, "restart", job, row.model.parameters, nodes, interval=3600.0,
                             mtbf_s=mtbf_h * 3600.0)

@@ -10,6 +10,7 @@ is measured, so the recovery engine charges what planning really costs.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.errors import InputError
@@ -51,12 +52,44 @@ class TransformerRecoveryPlanner(Planner):
                  gemm_ceiling: float | None = None) -> None:
         self.model, self.cluster, self.batch_size, self.precision = model, cluster, batch_size, precision
         self.hardware = Hardware.of(cluster) if gemm_ceiling is None else Hardware.of(cluster, gemm_ceiling)
+        # the pricer of a single-type pool uses its device (the slowest of a mixed cluster: its GPUs pace it)
         self._known: dict[str, tuple[LLMPlan, int]] = {}  # label -> (plan, micro-batches per replica)
         self._best: dict[int, tuple[Plan | None, float]] = {}  # gpus -> (plan, measured seconds of its search)
+        self._mixed: dict[tuple, tuple[Plan | None, float]] = {}  # GPUs per device type -> the same
 
     def _pricer(self, gpus: int, batch: int) -> LLMPricer:
         return LLMPricer(self.model, self.hardware, gpus, batch, self.cluster.device.memory_bytes,
                          precision=self.precision)
+
+    def best_on(self, nodes: list[int], devices_per_node: int) -> tuple[Plan | None, float]:
+        """On a mixed cluster, the heterogeneous search over the device types of ``nodes`` (uneven stages);
+        on a single-type one, :meth:`best` of their GPU count."""
+        kinds: dict[str, int] = {}
+        for node in nodes:
+            name = self.cluster.node_device(node).name
+            kinds[name] = kinds.get(name, 0) + devices_per_node
+        if not self.cluster.node_devices:
+            return self.best(len(nodes) * devices_per_node)
+        key = tuple(sorted(kinds.items()))
+        if key not in self._mixed:
+            self._mixed[key] = self._search_mixed(kinds)
+        return self._mixed[key]
+
+    def _search_mixed(self, kinds: dict[str, int]) -> tuple[Plan | None, float]:
+        from flexcomm.planner.llm.hetero import DeviceGroup, search_hetero
+
+        started = time.perf_counter()
+        devices = {d.name: d for d in self.cluster.rank_devices}
+        groups = [DeviceGroup(name, gpus, replace(self.hardware, peak_flops=devices[name].peak_flops,
+                                                  memory_bandwidth_Bps=devices[name].memory_bandwidth_Bps,
+                                                  sms=devices[name].sms), devices[name].memory_bytes)
+                  for name, gpus in kinds.items()]
+        try:
+            cost = search_hetero(self.model, groups, self.batch_size, self.precision)
+        except InputError:
+            return None, time.perf_counter() - started
+        return (Plan(cost.label, cost.tp, cost.pp, cost.dp, cost.step_s, float(cost.samples_per_step)),
+                time.perf_counter() - started)
 
     def best(self, gpus: int) -> tuple[Plan | None, float]:
         """The best plan on at most ``gpus`` GPUs, and the seconds its search took when it really ran (a repeated
@@ -82,6 +115,9 @@ class TransformerRecoveryPlanner(Planner):
             return None, elapsed
         self._known[best.plan.label] = (best.plan, best.micro_batches)
         return _plan(best, self.batch_size), elapsed
+
+    def can_shrink(self, plan: Plan) -> bool:
+        return plan.label in self._known  # a mixed pool's uneven-stage plan is planned afresh instead
 
     def shrunk(self, plan: Plan, gpus: int) -> Plan | None:
         known = self._known.get(plan.label)
