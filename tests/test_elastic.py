@@ -67,3 +67,26 @@ def test_resume_from_another_models_checkpoint_is_refused_before_the_rendezvous(
     assert info.value.field == "resume"
     with pytest.raises(InputError):
         parse_fail("node2@30")
+
+
+def test_train_ddp_checkpoints_resumes_and_reports_an_elastic_run(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(["train-ddp", "--strategy", "dense", "--elastic", "2:3", "--steps", "20", "--checkpoint-every", "5",
+                 "--fail", "rank1@8", "--out", str(out), "--timeout", "4min"])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "lost rank 1 at step 8 (3 -> 2 ranks, resumed from step 5)" in text
+    assert json.loads((out / "elastic_report.json").read_text())["world_after"] == 2
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--strategy", "dense", "--checkpoint-every", "0"], "checkpoint-every"),
+    (["--strategy", "topk-ag@0.01", "--resume"], "strategy"),
+    (["--strategy", "dense", "--elastic", "3:2"], "elastic"),
+    (["--strategy", "dense", "--elastic", "2:3", "--fail", "node1@3"], "fail"),
+])
+def test_train_ddp_refuses_bad_checkpoint_options(argv: list[str], field: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train-ddp", *argv, "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"flexcomm: error: {field}:")

@@ -44,7 +44,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", default="1h", help="wall-clock limit of the run (default 1h)")
     parser.add_argument("--op-timeout", default="120s", help="limit of one collective (default 120s)")
     parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
+    elastic = parser.add_argument_group(
+        "checkpoints and elastic runs (strategy dense: DDP's builtin allreduce; the worker is "
+        "real_backend/elastic_train.py)")
+    elastic.add_argument("--checkpoint-every", type=int, help="write OUT/checkpoint.pt every N steps (atomically)")
+    elastic.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt when it exists")
+    elastic.add_argument("--elastic", metavar="MIN:MAX", help="launch MAX ranks; when one is lost re-form with the "
+                         "survivors while at least MIN remain, resuming from the checkpoint, then report the time "
+                         "lost next to the recovery simulator's prediction (OUT/elastic_report.json, elastic.png)")
+    elastic.add_argument("--fail", metavar="rankR@S", help="rank R kills itself at step S of the first round "
+                         "(a reproducible lost rank)")
     parser.set_defaults(handler=run)
+
+
+def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
+    """train-ddp with --checkpoint-every / --resume / --elastic: the elastic worker under the (elastic) launcher."""
+    import sys
+    from pathlib import Path
+
+    from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
+    from flexcomm.real_backend.elastic_train import parse_fail
+    from flexcomm.real_backend.launch import launch, sigterm_as_exit
+
+    if args.strategy.strip() != "dense":
+        raise InputError("strategy", args.strategy, "dense with --checkpoint-every/--resume/--elastic (DDP's builtin "
+                         "allreduce; compression hooks are not checkpointed yet)")
+    if args.testbed:
+        raise InputError("testbed", args.testbed, "no --testbed with --checkpoint-every/--resume/--elastic")
+    every = args.checkpoint_every if args.checkpoint_every is not None else 10
+    if every < 1:
+        raise InputError("checkpoint-every", every, "an integer >= 1 (steps between checkpoints)")
+    parse_fail(args.fail)
+    low, high = parse_elastic(args.elastic) if args.elastic else (None, None)
+    nproc = high if high is not None else (args.nproc or 2)
+    if args.nproc is not None and high is not None and args.nproc != high:
+        raise InputError("elastic", args.elastic, f"MIN:MAX with MAX = --nproc ({args.nproc})")
+    command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", "--workload", args.workload, "--steps",
+               str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed)]
+    for flag, value in (("--batch-size", args.batch_size), ("--lr", args.lr), ("--fail", args.fail)):
+        if value is not None:
+            command += [flag, str(value)]
+    if args.resume or args.elastic:
+        command.append("--resume")
+    logs = Path(args.log_dir or Path(args.out) / "logs")
+    with sigterm_as_exit():
+        if high is None:
+            return launch(command, nproc, backend=args.backend, timeout_s=timeout, log_dir=logs).returncode
+        result = launch_elastic(command, low, high, log_dir=logs, timeout_s=timeout, backend=args.backend)
+    if result.returncode == 0 and len(result.rounds) > 1:
+        from flexcomm.real_backend.elastic_report import measure
+
+        r = measure(logs, args.out)
+        print(f"lost rank {r['failed_rank']} at step {r['failure_step']} ({r['world_before']} -> {r['world_after']} "
+              f"ranks, resumed from step {r['last_checkpoint_step']}): time lost measured {r['measured_lost_s']:.2f}s, "
+              f"simulator (shrink) {r['predicted_lost_s']:.2f}s ({r['rel_error']:+.1%})")
+    if result.returncode == 0:
+        print(f"wrote {args.out}/steps.csv, {args.out}/checkpoint.pt"
+              + (f", {args.out}/elastic_report.json, {args.out}/elastic.png" if len(result.rounds) > 1 else ""))
+    return result.returncode
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         from flexcomm.costmodel.calibration import CalibrationProfile
 
         CalibrationProfile.load(args.profile)  # a bad profile is a one-line error here, not in every rank
+    if args.checkpoint_every is not None or args.resume or args.elastic or args.fail:
+        return _run_checkpointed(args, timeout)
     testbed = None
     if args.testbed:
         from flexcomm.real_backend.testbed import Testbed
