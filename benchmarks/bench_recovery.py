@@ -13,7 +13,6 @@ policy takes 10 s or more).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -24,10 +23,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from _common import require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
 require_flexcomm()
-from flexcomm.costmodel.cluster import Cluster, load_cluster  # noqa: E402
+from flexcomm.costmodel.cluster import load_cluster  # noqa: E402
 from flexcomm.planner.llm.megatron import TABLE_1  # noqa: E402
 from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner  # noqa: E402
-from flexcomm.sim.recovery import CHECKPOINT_BYTES_PER_PARAM, POLICIES, RecoveryConfig, simulate_recovery  # noqa: E402
+from flexcomm.sim.recovery import (  # noqa: E402
+    POLICIES,
+    RecoveryConfig,
+    checkpoint_write_s,
+    simulate_recovery,
+    young_daly_s,
+)
 
 GOAL_S = 10.0
 NODES, DAY = 128, 86400.0
@@ -35,12 +40,10 @@ NODES, DAY = 128, 86400.0
 
 def _once(policy: str, failures: bool) -> tuple[float, int, float]:
     row = TABLE_1[3]
-    data = load_cluster("dgx-a100-80g").to_dict()
-    data["nodes"] = NODES
-    cluster = Cluster.from_dict(data)
-    save_s = row.model.parameters * CHECKPOINT_BYTES_PER_PARAM / 10e9
+    cluster = load_cluster("dgx-a100-80g").with_nodes(NODES)
+    save_s = checkpoint_write_s(row.model.parameters, 10e9)
     mtbf = 2 * DAY
-    config = RecoveryConfig(policy, 7 * DAY, mtbf, checkpoint_every_s=math.sqrt(2 * save_s * mtbf / NODES))
+    config = RecoveryConfig(policy, 7 * DAY, mtbf, checkpoint_every_s=young_daly_s(save_s, mtbf / NODES))
     planner = TransformerRecoveryPlanner(row.model, cluster, row.batch)
     started = time.perf_counter()
     result = simulate_recovery(planner, NODES, 8, row.model.parameters, config, 8 * 25e9,

@@ -610,6 +610,10 @@ class Cluster(_Model):
         # an empty node_devices list is left out, so single-device clusters serialise (and hash) as before
         return self.model_dump(mode="json", exclude_none=True, exclude=None if self.node_devices else {"node_devices"})
 
+    def with_nodes(self, nodes: int) -> Cluster:
+        """The same cluster with ``nodes`` nodes, validated again (limits, node_devices indices)."""
+        return Cluster.from_dict({**self.to_dict(), "nodes": nodes})
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Cluster:
         """As pydantic's, but without the cached network of the original (its fields may change)."""
         copy = super().model_copy(update=update, deep=deep)

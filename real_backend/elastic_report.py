@@ -52,7 +52,8 @@ def measure(log_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """The measured and predicted time lost of the first lost rank of an elastic run (seconds)."""
     log_dir, out = Path(log_dir), Path(out)
     try:
-        rounds = json.loads((log_dir / "elastic.json").read_text())["rounds"]
+        launcher = json.loads((log_dir / "elastic.json").read_text())
+        rounds = launcher["rounds"]
         steps = pd.read_csv(out / "steps.csv")
     except (OSError, ValueError, KeyError) as exc:
         raise InputError("report", str(log_dir), f"an elastic run's elastic.json and steps.csv ({exc})") from None
@@ -74,7 +75,7 @@ def measure(log_dir: str | Path, out: str | Path) -> dict[str, Any]:
     resumed_at = float(marks[(marks["attempt"] == 1) & (marks["event"] == "resumed")]["since_start_s"].iloc[0])
     step_s = float(r0["step_s"].median())
     every = int(checkpoints["step"].min()) if len(checkpoints) else s_fail + 1
-    grace = float(json.loads((log_dir / "elastic.json").read_text()).get("grace_s", 2.0))
+    grace = float(launcher.get("grace_s", 2.0))
     measured = t_again - t_last
     # the simulator's clock starts at the first step; the failure happens just after step s_fail
     fail_at = (s_fail + 0.5) * step_s
@@ -102,6 +103,13 @@ def measure(log_dir: str | Path, out: str | Path) -> dict[str, Any]:
     write_text_atomic(out / "elastic_report.json", json.dumps(report, indent=2, default=float) + "\n")
     plot(steps, report, out / "elastic.png")
     return report
+
+
+def summary_line(r: dict[str, Any]) -> str:
+    """The one line ``flexcomm launch --elastic --report`` and ``train-ddp --elastic`` print about a lost rank."""
+    return (f"lost rank {r['failed_rank']} at step {r['failure_step']} ({r['world_before']} -> {r['world_after']} "
+            f"ranks, resumed from step {r['last_checkpoint_step']}): time lost measured {r['measured_lost_s']:.2f}s, "
+            f"simulator (shrink) {r['predicted_lost_s']:.2f}s ({r['rel_error']:+.1%})")
 
 
 def plot(steps: pd.DataFrame, report: dict[str, Any], path: Path) -> Path:

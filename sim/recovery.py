@@ -158,6 +158,16 @@ class RecoveryResult:
                 "simulated_s": self.horizon_s, "wall_s": self.wall_s}
 
 
+def checkpoint_write_s(parameters: float, storage_Bps: float) -> float:
+    """Seconds to write (or read) the training state of ``parameters`` at ``storage_Bps``."""
+    return parameters * CHECKPOINT_BYTES_PER_PARAM / storage_Bps
+
+
+def young_daly_s(save_s: float, job_mtbf_s: float) -> float:
+    """Young's first-order optimal checkpoint interval sqrt(2 delta M) (Young 1974; Daly 2006 refines it)."""
+    return math.sqrt(2.0 * save_s * job_mtbf_s)
+
+
 def failure_times(nodes: int, config: RecoveryConfig) -> list[tuple[float, tuple[int, ...]]]:
     """Every failure within the horizon: (time, nodes that fail), from seeded per-node (and per-rack) draws."""
     events: list[tuple[float, tuple[int, ...]]] = []
@@ -192,7 +202,7 @@ class _Run:
         self.planner, self.nodes, self.dpn, self.config = planner, nodes, devices_per_node, config
         self.nic_Bps_per_node = nic_Bps_per_node
         self.state_bytes = parameters * CHECKPOINT_BYTES_PER_PARAM
-        self.load_s = self.save_s = self.state_bytes / config.storage_Bps
+        self.load_s = self.save_s = checkpoint_write_s(parameters, config.storage_Bps)
         self.planner_s = 0.0
         self.lost = dict.fromkeys(CAUSES, 0.0)
         self.now = 0.0

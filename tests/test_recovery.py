@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
 from flexcomm.experiments.commands import simulate_recovery as cli_recovery
-from flexcomm.sim.recovery import CAUSES, POLICIES, Plan, Planner, RecoveryConfig, failure_times, simulate_recovery
+from flexcomm.sim.recovery import (
+    CAUSES,
+    POLICIES,
+    Plan,
+    Planner,
+    RecoveryConfig,
+    failure_times,
+    simulate_recovery,
+    young_daly_s,
+)
 
 HOUR = 3600.0
 
@@ -90,7 +99,7 @@ def test_one_failure_costs_what_each_policy_says() -> None:
 
 
 def test_young_daly_is_sqrt_two_delta_m() -> None:
-    assert cli_recovery.young_daly_s(30.0, 3600.0) == pytest.approx(math.sqrt(2 * 30 * 3600))
+    assert young_daly_s(30.0, 3600.0) == pytest.approx(math.sqrt(2 * 30 * 3600))
 
 
 @pytest.mark.parametrize("changes, field", [

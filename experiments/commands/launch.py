@@ -62,13 +62,10 @@ def run(args: argparse.Namespace) -> int:
             elastic = launch_elastic(args.command, low, high, log_dir=args.log_dir or "results/elastic",
                                      timeout_s=timeout, backend=args.backend, dist_timeout_s=dist_timeout)
         if args.report and elastic.returncode == 0 and len(elastic.rounds) > 1:
-            from flexcomm.real_backend.elastic_report import measure
+            from flexcomm.real_backend.elastic_report import measure, summary_line
 
-            r = measure(args.log_dir or "results/elastic", args.report)
-            print(f"lost rank {r['failed_rank']} at step {r['failure_step']} ({r['world_before']} -> "
-                  f"{r['world_after']} ranks, resumed from step {r['last_checkpoint_step']}): time lost measured "
-                  f"{r['measured_lost_s']:.2f}s, simulator (shrink) {r['predicted_lost_s']:.2f}s "
-                  f"({r['rel_error']:+.1%}); wrote {args.report}/elastic_report.json, {args.report}/elastic.png")
+            report = measure(args.log_dir or "results/elastic", args.report)
+            print(f"{summary_line(report)}; wrote {args.report}/elastic_report.json, {args.report}/elastic.png")
         return elastic.returncode
     with sigterm_as_exit():
         result = launch(args.command, args.nproc, backend=args.backend, timeout_s=timeout,

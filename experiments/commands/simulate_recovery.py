@@ -4,7 +4,6 @@ and ``--mtbf-study``: the best policy per (node MTBF, job size) cell over checkp
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,6 @@ def recovery_models() -> dict[str, Any]:
     return {f"gpt-{row.label.lower()}": row for row in TABLE_1}
 
 
-def young_daly_s(save_s: float, job_mtbf_s: float) -> float:
-    """Young's first-order optimal checkpoint interval sqrt(2 delta M) (Young 1974; Daly 2006 refines it)."""
-    return math.sqrt(2.0 * save_s * job_mtbf_s)
-
-
 def _policies(text: str) -> list[str]:
     from flexcomm.sim.recovery import POLICIES
 
@@ -49,7 +43,7 @@ def _policies(text: str) -> list[str]:
 
 def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
     """(Megatron row, cluster of the job's nodes, nodes, batch)."""
-    from flexcomm.costmodel.cluster import Cluster, load_cluster
+    from flexcomm.costmodel.cluster import load_cluster
 
     models = recovery_models()
     if args.workload not in models:
@@ -59,17 +53,15 @@ def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
     nodes = args.nodes if args.nodes is not None else base.nodes
     if nodes < 1:
         raise InputError("nodes", nodes, "an integer >= 1")
-    data = base.to_dict()
-    data["nodes"] = nodes
     batch = args.batch_size if args.batch_size is not None else row.batch
     if batch < 1:
         raise InputError("batch-size", batch, "an integer >= 1 (sequences per step)")
-    return row, Cluster.from_dict(data), nodes, batch
+    return row, base.with_nodes(nodes), nodes, batch
 
 
 def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: float, nodes: int,
             interval: float | None = None, mtbf_s: float | None = None) -> Any:
-    from flexcomm.sim.recovery import CHECKPOINT_BYTES_PER_PARAM, RecoveryConfig
+    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_write_s, young_daly_s
 
     if args.mtbf is None and mtbf_s is None:
         raise InputError("mtbf", "(missing)", "a node MTBF such as 2d with --recovery")
@@ -78,7 +70,7 @@ def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: flo
                else cluster.storage_bandwidth_Bps or DEFAULT_STORAGE_BPS)
     if interval is None:
         if args.checkpoint_interval.strip().lower() == "young-daly":
-            interval = young_daly_s(parameters * CHECKPOINT_BYTES_PER_PARAM / storage, mtbf / nodes)
+            interval = young_daly_s(checkpoint_write_s(parameters, storage), mtbf / nodes)
         else:
             interval = parse_time(args.checkpoint_interval, "checkpoint-interval")
     if args.rack_nodes < 1:
@@ -153,23 +145,20 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
     import pandas as pd
 
     from flexcomm.costmodel.atomic import write_csv_atomic
-    from flexcomm.costmodel.cluster import Cluster
     from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
-    from flexcomm.sim.recovery import CHECKPOINT_BYTES_PER_PARAM, POLICIES, simulate_recovery
+    from flexcomm.sim.recovery import POLICIES, checkpoint_write_s, simulate_recovery, young_daly_s
     from flexcomm.sim.recovery_plots import plot_study
 
     if not args.out:
         raise InputError("out", "(missing)", "an output directory for the study, e.g. --out results/recovery")
     rows = []
     for nodes in STUDY_NODES:
-        data = cluster.to_dict()
-        data["nodes"] = nodes
-        job = Cluster.from_dict(data)
+        job = cluster.with_nodes(nodes)
         planner = TransformerRecoveryPlanner(row.model, job, batch, precision=_precision(job))
         for mtbf_h in STUDY_MTBF_H:
             probe = _config(args, "restart", job, row.model.parameters, nodes, interval=3600.0,
                             mtbf_s=mtbf_h * 3600.0)
-            save_s = row.model.parameters * CHECKPOINT_BYTES_PER_PARAM / probe.storage_Bps
+            save_s = checkpoint_write_s(row.model.parameters, probe.storage_Bps)
             daly = young_daly_s(save_s, probe.mtbf_s / nodes)
             for interval, label in [*((s, f"{s / 60:g} min") for s in STUDY_INTERVALS_S), (daly, "Young/Daly")]:
                 for policy in POLICIES:

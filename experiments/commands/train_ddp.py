@@ -92,12 +92,9 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
             return launch(command, nproc, backend=args.backend, timeout_s=timeout, log_dir=logs).returncode
         result = launch_elastic(command, low, high, log_dir=logs, timeout_s=timeout, backend=args.backend)
     if result.returncode == 0 and len(result.rounds) > 1:
-        from flexcomm.real_backend.elastic_report import measure
+        from flexcomm.real_backend.elastic_report import measure, summary_line
 
-        r = measure(logs, args.out)
-        print(f"lost rank {r['failed_rank']} at step {r['failure_step']} ({r['world_before']} -> {r['world_after']} "
-              f"ranks, resumed from step {r['last_checkpoint_step']}): time lost measured {r['measured_lost_s']:.2f}s, "
-              f"simulator (shrink) {r['predicted_lost_s']:.2f}s ({r['rel_error']:+.1%})")
+        print(summary_line(measure(logs, args.out)))
     if result.returncode == 0:
         print(f"wrote {args.out}/steps.csv, {args.out}/checkpoint.pt"
               + (f", {args.out}/elastic_report.json, {args.out}/elastic.png" if len(result.rounds) > 1 else ""))

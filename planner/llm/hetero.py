@@ -109,16 +109,10 @@ def _best_split(model: Transformer, groups: list[DeviceGroup], pricers: dict[str
     backward: dict[str, float] = {}
     head: dict[str, float] = {}
     for g in groups:
-        pr = pricers[g.name]
-        gemm, core, elem, softmax = pr._layer(b, t, sp)
-        tp_pass = pr._tp_pass_s(b, t, sp)
-        forward = gemm + elem + tp_pass
-        extra = forward if recompute == "full" else core + softmax
-        backward[g.name] = 2 * (gemm + elem) + tp_pass
-        per_layer[g.name] = forward + backward[g.name] + extra
-        hw = g.hardware
-        head[g.name] = 3 * (hw.gemm_s(model.logit_gemm(b, t), pr.element_bytes)
-                            + hw.memory_bound_s(4.0 * model.seq_len * b * model.vocab / t))
+        forward, back, extra = pricers[g.name].layer_passes_s(b, t, sp, recompute)
+        backward[g.name] = back
+        per_layer[g.name] = forward + back + extra
+        head[g.name] = pricers[g.name].head_s(b, t)
     best: HeteroCost | None = None
     first_choices = range(counts[0] + 1)
     second_choices = range(counts[1] + 1) if len(groups) > 1 else range(1)

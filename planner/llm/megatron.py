@@ -64,9 +64,8 @@ TABLE_1 = (
 
 def row_cluster(row: MegatronRow) -> Cluster:
     """The embedded DGX A100 cluster grown to the row's GPUs."""
-    data = load_cluster(CLUSTER).to_dict()
-    data["nodes"] = math.ceil(row.gpus / data["devices_per_node"])
-    return Cluster.from_dict(data)
+    base = load_cluster(CLUSTER)
+    return base.with_nodes(math.ceil(row.gpus / base.devices_per_node))
 
 
 def pricer(row: MegatronRow, gemm_ceiling: float) -> LLMPricer:

@@ -151,6 +151,23 @@ class LLMPricer:
             return 4 * self.hw.gather_or_scatter_s(nbytes, t, per_node)
         return 2 * self.hw.allreduce_s(nbytes, t, per_node)
 
+    def layer_passes_s(self, b: int, t: int, sp: bool, recompute: str) -> tuple[float, float, float]:
+        """(forward, backward, recomputed forward) seconds of one layer and micro-batch on one tensor rank:
+        backward = twice the forward's kernels plus its own tensor-parallel pass; full recomputation repeats
+        the forward, selective only the attention core and its softmax."""
+        gemm, core, elem, softmax_elem = self._layer(b, t, sp)
+        tp_pass = self._tp_pass_s(b, t, sp)
+        forward = gemm + elem + tp_pass
+        extra = forward if recompute == "full" else core + softmax_elem if recompute == "selective" else 0.0
+        return forward, 2 * (gemm + elem) + tp_pass, extra
+
+    def head_s(self, b: int, t: int) -> float:
+        """The logit layer and its cross entropy (fp32 logits), forward and a backward of twice that: the last
+        stage's extra work per micro-batch."""
+        mdl, hw = self.model, self.hw
+        logits = hw.gemm_s(mdl.logit_gemm(b, t), self.element_bytes)
+        return 3 * (logits + hw.memory_bound_s(4.0 * mdl.seq_len * b * mdl.vocab / t))
+
     # --- the plan --------------------------------------------------------------------------------
 
     def price(self, plan: LLMPlan) -> LLMPlanCost:
@@ -160,19 +177,10 @@ class LLMPricer:
         sp = plan.sequence_parallel and t > 1
         m = self.micro_batches(plan)
         layers = mdl.layers // p
-        gemm, core, elem, softmax_elem = self._layer(b, t, sp)
+        gemm, _, elem, _ = self._layer(b, t, sp)
         tp_pass = self._tp_pass_s(b, t, sp)
-        forward = gemm + elem + tp_pass
-        backward = 2 * (gemm + elem) + tp_pass
-        if plan.recompute == "full":
-            recompute = forward
-        elif plan.recompute == "selective":
-            recompute = core + softmax_elem
-        else:
-            recompute = 0.0
-        logits = hw.gemm_s(mdl.logit_gemm(b, t), self.element_bytes)
-        logits_elem = hw.memory_bound_s(4.0 * mdl.seq_len * b * mdl.vocab / t)  # fp32 logits, cross entropy
-        head = 3 * (logits + logits_elem)  # forward and a backward of twice the forward, on the last stage
+        forward, backward, recompute = self.layer_passes_s(b, t, sp, plan.recompute)
+        head = self.head_s(b, t)
         across = t * d >= hw.devices_per_node  # pipeline neighbours sit on different nodes
         boundary = mdl.seq_len * b * mdl.hidden * self.element_bytes / t
         send = hw.send_s(boundary, across) + (hw.gather_or_scatter_s(boundary * t, t, min(t, hw.devices_per_node))

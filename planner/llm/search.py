@@ -27,8 +27,7 @@ def _divisors(n: int) -> list[int]:
 
 def tensor_parallel_sizes(pricer: LLMPricer) -> list[int]:
     """t dividing both the GPU count and the head count (Megatron splits heads among tensor ranks)."""
-    sizes = [t for t in _divisors(pricer.world) if pricer.model.heads % t == 0]
-    return sizes
+    return [t for t in _divisors(pricer.world) if pricer.model.heads % t == 0]
 
 
 def _state_bound(pricer: LLMPricer, t: int, p: int) -> float:
