@@ -92,7 +92,12 @@ class Planner:
 
 @dataclass(frozen=True)
 class RecoveryConfig:
-    """The failure model and the costs of recovering (seconds, bytes/s)."""
+    """The failure model and the costs of recovering (seconds, bytes/s).
+
+    ``detection_s`` defaults to PyTorch's NCCL collective timeout (``kProcessGroupNCCLDefaultTimeout`` = 10 min,
+    ``ProcessGroupNCCL.hpp``); repair (4 h), relaunch (2 min) and storage (10 GB/s) are stated assumptions a
+    user should replace with their cluster's numbers, not measurements.
+    """
 
     policy: str
     horizon_s: float

@@ -47,7 +47,7 @@ def plot(result: LLMSearchResult, top: int, path: Path) -> Path:
     import numpy as np
 
     shown = result.ranked[:top]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(shown) + 1.8))
+    fig, ax = plt.subplots(figsize=(10.5, 0.5 * len(shown) + 1.8))
     y = np.arange(len(shown))[::-1]
     left = np.zeros(len(shown))
     colors = plt.get_cmap("tab10").colors
@@ -60,7 +60,7 @@ def plot(result: LLMSearchResult, top: int, path: Path) -> Path:
     ax.set_yticks(y, [f"{i}. {c.plan.label}" for i, c in enumerate(shown, start=1)], fontsize=7)
     ax.set_xlabel("seconds per step")
     ax.set_title(f"best {len(shown)} plans: where the step goes", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     return save_figure_atomic(fig, path)
 
