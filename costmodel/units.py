@@ -141,6 +141,14 @@ def format_time(seconds: float) -> str:
     return _scaled(seconds, [(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")])
 
 
+def format_duration(seconds: float, sep: str = " ") -> str:
+    """A human duration for hours-to-days scales: ``7 d``, ``48 h``, ``4.4 min``, ``30 s`` (``sep=""``: parseable)."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{sep}{unit}"
+    return f"{seconds:.3g}{sep}s"
+
+
 def format_bandwidth(bytes_per_second: float) -> str:
     """Bytes/s -> ``10Gbit/s`` (network people think in bits)."""
     bits = bytes_per_second * 8.0

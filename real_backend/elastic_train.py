@@ -8,6 +8,15 @@ the checkpoint atomically (a temporary file, then a rename: a kill during the wr
 one) and appends every step to ``DIR/steps.csv`` (attempt, world size, step, mean loss over ranks, step
 seconds, seconds since the job began), so the loss curve runs on across rounds.
 
+With a compression strategy (``--strategy topk-ar --ratio 0.01``; the hooks of
+:mod:`real_backend.hooks`), every rank also writes ``DIR/compressor-rank{r}.pt``: its error-feedback
+memory and step counters (:meth:`compression.base.Compressor.state_dict`), before rank 0 writes the
+model, so a model checkpoint of step N always has the residuals of step N beside it. A resumed rank r
+loads rank r's file when it is of that step and scheme; the memory of a rank that was lost (or of a
+file from another step) is gone, and a ``residuals 3/3`` row after ``resumed`` says how many ranks got
+theirs back. ``flexible`` restarts its network estimate (the world size may have
+changed); ``moo`` and ``powersgd`` are not checkpointed (their controller / PowerSGD state is not saved).
+
 ``--fail rank2@30`` makes rank 2 kill itself (SIGKILL) when it reaches step 30 in the first round: a
 reproducible lost rank for experiments and tests.
 """
@@ -26,6 +35,8 @@ from pathlib import Path
 from flexcomm.costmodel.errors import InputError
 
 CHECKPOINT = "checkpoint.pt"
+#: The hook strategies whose whole state is the compressor's residuals and step counters.
+UNCHECKPOINTED = ("moo", "powersgd")
 STEPS = "steps.csv"
 COLUMNS = ["attempt", "world_size", "step", "loss", "step_s", "since_start_s", "event"]
 
@@ -43,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.elastic_train",
                                 description="elastic DDP training worker (one rank)")
     p.add_argument("--workload", default="mlp-digits")
+    p.add_argument("--strategy", default="dense", help="dense (DDP's builtin allreduce) or a hook strategy")
+    p.add_argument("--ratio", type=float, help="fraction of elements kept by a sparse strategy")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt when it exists")
@@ -65,6 +78,35 @@ def _save(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def compressor_path(out: Path, rank: int) -> Path:
+    return out / f"compressor-rank{rank}.pt"
+
+
+def check_strategy(strategy: str, ratio: float | None) -> None:
+    """Refuse what cannot be checkpointed, and bad names or ratios, before any rank starts."""
+    from flexcomm.real_backend.hooks import make_strategy
+
+    if strategy in UNCHECKPOINTED:
+        raise InputError("strategy", strategy, "dense or a hook strategy other than " + " and ".join(UNCHECKPOINTED)
+                         + " with checkpoints (their controller / PowerSGD state is not saved)")
+    if strategy not in ("dense", "builtin"):
+        make_strategy(strategy, ratio)
+
+
+def _restore_compressor(compressor, out: Path, rank: int, step: int) -> bool:  # noqa: ANN001 (a Compressor)
+    """Load rank ``rank``'s residuals of checkpoint step ``step``; False when there are none to load."""
+    import torch
+
+    path = compressor_path(out, rank)
+    if not path.exists():
+        return False
+    state = torch.load(path, weights_only=False)
+    if state.get("step") != step or state.get("compressor") != compressor.name:
+        return False  # another step's memory (its rank was lost before writing this one) or another scheme
+    compressor.load_state_dict(state, rank)
+    return True
+
+
 def worker_main(argv: Sequence[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
@@ -79,6 +121,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         raise InputError("checkpoint-every" if args.steps >= 1 else "steps",
                          args.checkpoint_every if args.steps >= 1 else args.steps, "an integer >= 1")
     fail = parse_fail(args.fail)
+    check_strategy(args.strategy, args.ratio)
     attempt = int(os.environ.get("FLEXCOMM_ELASTIC_ATTEMPT", "0"))
     t0 = float(os.environ.get("FLEXCOMM_ELASTIC_T0", repr(time.time())))
     out = Path(args.out)
@@ -99,6 +142,15 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     rank, world = info.rank, info.world_size
     out.mkdir(parents=True, exist_ok=True)
     ddp = DDP(model)
+    hook = None
+    if args.strategy not in ("dense", "builtin"):
+        from flexcomm.real_backend.hooks import default_cost_model, register
+
+        hook = register(ddp, args.strategy, args.ratio, cost_model=default_cost_model())
+    restored = torch.zeros(1)
+    if hook is not None and resumed:
+        restored[0] = float(_restore_compressor(hook.compressor, out, rank, start))
+        dist.all_reduce(restored)
     data = shard(workload.train_set, rank, world, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + start, rank=rank)
     log = AppendingCsv(out / STEPS, COLUMNS) if rank == 0 else None
@@ -107,6 +159,10 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         if log is not None:
             log.write({"attempt": attempt, "world_size": world, "step": start, "loss": float("nan"), "step_s": 0.0,
                        "since_start_s": time.time() - t0, "event": "resumed" if resumed else "started"})
+            if hook is not None and resumed:
+                log.write({"attempt": attempt, "world_size": world, "step": start, "loss": float("nan"),
+                           "step_s": 0.0, "since_start_s": time.time() - t0,
+                           "event": f"residuals {int(restored[0])}/{world}"})
         for step in range(start, args.steps):
             if fail is not None and attempt == 0 and rank == fail[0] and step == fail[1]:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -126,6 +182,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                            "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
                            "event": ""})
             if (step + 1) % args.checkpoint_every == 0:
+                if hook is not None:  # every rank's memory first: a model checkpoint implies its residuals
+                    _save(compressor_path(out, rank), {**hook.compressor.state_dict(rank), "step": step + 1})
+                    dist.barrier()
                 if rank == 0:
                     _save(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                        "step": step + 1, "workload": workload.name,

@@ -40,6 +40,8 @@ from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 #: Exit code of a run stopped by the launcher's timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124
 BACKENDS = ("gloo", "nccl")
+#: How often the launcher looks at its ranks: a lost rank is noticed within this, its peers stopped after the grace.
+POLL_S = 0.02
 _PR_SET_PDEATHSIG = 1
 
 
@@ -256,7 +258,7 @@ def launch(
                 if not quiet:
                     _log(f"timed out after {timeout_s:g}s; stopping ranks {running}")
                 break
-            time.sleep(0.02)
+            time.sleep(POLL_S)
     finally:
         stop_processes(procs, kill_after_s)
         for handle in handles:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.training_state import checkpoint_bytes_per_param
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ FAULT_FORM = (
     "or random:mtbf=<time>[,seed=<int>] (e.g. random:mtbf=2h)"
 )
 
-#: Bytes of training state per parameter in a checkpoint: fp32 weights + Adam's two moments.
-STATE_BYTES_PER_PARAM = 12.0
+#: Bytes of training state per parameter in a checkpoint: fp32 weights + Adam's two moments (these workloads
+#: train in fp32; the transformer recovery engine checkpoints mixed-precision state, 14 B).
+STATE_BYTES_PER_PARAM = checkpoint_bytes_per_param("fp32")
 
 
 @dataclass(frozen=True)

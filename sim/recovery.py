@@ -38,10 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.training_state import checkpoint_bytes_per_param
 
 POLICIES = ("restart", "shrink", "replan", "replan+grow")
 #: Training state per parameter in a checkpoint: 16-bit weights + fp32 master weights and Adam's two moments.
-CHECKPOINT_BYTES_PER_PARAM = 2.0 + 12.0
+CHECKPOINT_BYTES_PER_PARAM = checkpoint_bytes_per_param("bf16")
 #: Lost-time causes, in report order.
 CAUSES = ("detection", "lost_work", "restart", "checkpoint_load", "checkpoint_save", "repair_wait", "planning",
           "reshard", "reduced_throughput")
@@ -110,6 +111,9 @@ class RecoveryConfig:
     rack_mtbf_s: float | None = None
     rack_nodes: int = 8
     seed: int = 0
+    #: Seconds charged per re-plan; None charges the planner's measured search time (the honest default, but a
+    #: measured time differs in its last digits between runs: a fixed charge makes a study bit-reproducible).
+    planning_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -131,6 +135,8 @@ class RecoveryConfig:
             raise InputError("rack-mtbf", self.rack_mtbf_s, "a positive MTBF such as 30d")
         if self.rack_nodes < 1:
             raise InputError("rack-nodes", self.rack_nodes, "an integer >= 1")
+        if self.planning_s is not None and not (math.isfinite(self.planning_s) and self.planning_s >= 0):
+            raise InputError("planning-time", self.planning_s, "measured or a duration >= 0 such as 30s")
 
 
 @dataclass
@@ -246,7 +252,7 @@ class _Run:
         """The planner's best plan on ``nodes``; its search time is spent (the job runs the search every time)."""
         plan, searched = self.planner.best_on(nodes, self.dpn)
         self.planner_s += searched
-        self.spend("planning", searched)
+        self.spend("planning", searched if self.config.planning_s is None else self.config.planning_s)
         return plan
 
     # --- training ----------------------------------------------------------------------------------

@@ -493,3 +493,38 @@ def test_residual_restarts_when_the_bucket_changes_size() -> None:
     comp.exchange(grads_for(2, 100), comm)
     stats = comp.exchange(grads_for(2, 80), comm).stats  # DDP's bucket rebuild after iteration 1
     assert stats.extra == {"residual_reset": 1.0} and comp.residual(0).numel() == 80
+
+
+# --- checkpoints of error feedback ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["topk-ag", "topk-ar", "randomk", "threshold"])
+def test_a_restored_compressor_continues_exactly_as_the_uninterrupted_one(name: str) -> None:
+    """Save every rank's state after 3 steps, load it into fresh compressors: steps 4-6 are bitwise the same;
+    a fresh compressor without it is not (so the check can fail)."""
+    workers, numel, ratio = 3, 257, 0.05
+    comm = LocalCommunicator(workers)
+    steady = make_compressor(name, ratio)
+    for step in range(3):
+        steady.exchange(grads_for(workers, numel, seed=step), comm, key=1)
+    saved = [steady.state_dict(rank) for rank in range(workers)]
+    restored, fresh = make_compressor(name, ratio), make_compressor(name, ratio)
+    for rank, state in enumerate(saved):
+        restored.load_state_dict(state, rank)
+    assert all(state["residuals"] for state in saved)
+    differs = False
+    for step in range(3, 6):
+        grads = grads_for(workers, numel, seed=step)
+        a = steady.exchange(grads, comm, key=1).aggregates[0]
+        b = restored.exchange([g.clone() for g in grads], comm, key=1).aggregates[0]
+        c = fresh.exchange([g.clone() for g in grads], comm, key=1).aggregates[0]
+        assert torch.equal(a, b)
+        differs |= not torch.equal(a, c)
+    assert differs
+
+
+def test_a_checkpoint_of_another_scheme_is_refused() -> None:
+    state = make_compressor("topk-ag", 0.1).state_dict(0)
+    with pytest.raises(InputError) as info:
+        make_compressor("topk-ar", 0.1).load_state_dict(state, 0)
+    assert info.value.field == "resume"

@@ -105,6 +105,7 @@ def test_young_daly_is_sqrt_two_delta_m() -> None:
 @pytest.mark.parametrize("changes, field", [
     ({"mtbf_s": 0.0}, "mtbf"), ({"mtbf_s": -1.0}, "mtbf"), ({"checkpoint_every_s": 0.0}, "checkpoint-interval"),
     ({"storage_Bps": 0.0}, "storage-bandwidth"), ({"policy": "pray"}, "recovery"),
+    ({"planning_s": -1.0}, "planning-time"),
 ])
 def test_bad_configs_name_their_field(changes: dict, field: str) -> None:
     base = {"policy": "restart", "horizon_s": HOUR, "mtbf_s": HOUR}
@@ -147,6 +148,7 @@ def test_cli_mtbf_study_maps_the_best_policy(tmp_path: Path, monkeypatch: pytest
     (["--recovery", "sometimes", "--mtbf", "1d"], "recovery"),
     (["--recovery", "all"], "mtbf"),
     (["--recovery", "all", "--mtbf", "1d", "--nodes", "0"], "nodes"),
+    (["--recovery", "replan", "--mtbf", "1d", "--planning-time", "soon"], "planning-time"),
 ])
 def test_cli_refuses_bad_recovery_input_in_one_line(argv: list[str], field: str, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

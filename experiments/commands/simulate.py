@@ -75,6 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           help="training time between checkpoints, or young-daly (default 1h)")
     recovery.add_argument("--storage-bandwidth", help="checkpoint write/read bandwidth (default: the cluster's "
                           "storage_bandwidth, else 10GB/s)")
+    recovery.add_argument("--planning-time", default="measured", help="charge per re-plan: measured (the planner's "
+                          "own search time, default) or a fixed duration such as 2s (bit-identical reruns)")
     recovery.add_argument("--nodes", type=int, help="nodes the job runs on (default: the cluster's)")
     recovery.add_argument("--batch-size", type=int, help="global batch in sequences (default: the model's row)")
     recovery.add_argument("--mtbf-study", action="store_true", help="sweep MTBF x job size x checkpoint interval "

@@ -8,27 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_duration as duration
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
+from flexcomm.planner.llm.recovery import nic_Bps_per_node, recovery_workloads, training_precision
 
 DEFAULT_STORAGE_BPS = 10e9
 #: The study's axes: node MTBF (hours), job nodes, checkpoint intervals (Young/Daly's is always added).
 STUDY_MTBF_H = (12.0, 48.0, 192.0)
 STUDY_NODES = (16, 64, 128)
 STUDY_INTERVALS_S = (300.0, 1800.0, 7200.0)
-
-
-def duration(seconds: float) -> str:
-    """A human duration: 7 d, 48 h, 4.4 min, 30 s."""
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"
-
-
-def recovery_models() -> dict[str, Any]:
-    from flexcomm.planner.llm.megatron import TABLE_1
-
-    return {f"gpt-{row.label.lower()}": row for row in TABLE_1}
 
 
 def _policies(text: str) -> list[str]:
@@ -45,7 +33,7 @@ def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
     """(Megatron row, cluster of the job's nodes, nodes, batch)."""
     from flexcomm.costmodel.cluster import load_cluster
 
-    models = recovery_models()
+    models = recovery_workloads()
     if args.workload not in models:
         raise InputError("workload", args.workload, "with --recovery one of " + ", ".join(models))
     row = models[args.workload]
@@ -81,18 +69,16 @@ def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: flo
         detection_s=parse_time(args.timeout or "10min", "timeout"),
         restart_s=parse_time(args.restart_cost or "2min", "restart-cost"), storage_Bps=storage,
         rack_mtbf_s=parse_time(args.rack_mtbf, "rack-mtbf") if args.rack_mtbf else None,
-        rack_nodes=args.rack_nodes, seed=args.seed)
+        rack_nodes=args.rack_nodes, seed=args.seed, planning_s=_planning_s(args.planning_time))
 
 
-def _precision(cluster: Any) -> str:
-    """bf16 where every device has it (Ampere and later), else fp16 (a V100 in the pool)."""
-    from flexcomm.planner.llm.timing import device_precisions
-
-    return "bf16" if all("bf16" in device_precisions(d.name) for d in cluster.rank_devices) else "fp16"
-
-
-def _nic_Bps_per_node(cluster: Any) -> float:
-    return cluster.inter_link.bandwidth_Bps * (cluster.nics_per_node or 1)
+def _planning_s(text: str) -> float | None:
+    if text.strip().lower() == "measured":
+        return None
+    try:
+        return parse_time(text, "planning-time")
+    except InputError:
+        raise InputError("planning-time", text, "measured or a duration >= 0 such as 2s") from None
 
 
 def run_recovery(args: argparse.Namespace) -> int:
@@ -108,9 +94,9 @@ def run_recovery(args: argparse.Namespace) -> int:
     from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
     from flexcomm.sim.recovery import simulate_recovery
 
-    planner = TransformerRecoveryPlanner(row.model, cluster, batch, precision=_precision(cluster))
+    planner = TransformerRecoveryPlanner(row.model, cluster, batch, precision=training_precision(cluster))
     results = [simulate_recovery(planner, nodes, cluster.devices_per_node, row.model.parameters, c,
-                                 _nic_Bps_per_node(cluster)) for c in configs]
+                                 nic_Bps_per_node(cluster)) for c in configs]
     c0 = configs[0]
     print(f"{args.workload} ({row.model.parameters / 1e9:.1f}B parameters) on {nodes} nodes of {cluster.name} "
           f"({nodes * cluster.devices_per_node} GPUs), batch {batch}; {duration(c0.horizon_s)} simulated, node "
@@ -154,7 +140,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
     rows = []
     for nodes in STUDY_NODES:
         job = cluster.with_nodes(nodes)
-        planner = TransformerRecoveryPlanner(row.model, job, batch, precision=_precision(job))
+        planner = TransformerRecoveryPlanner(row.model, job, batch, precision=training_precision(job))
         for mtbf_h in STUDY_MTBF_H:
             probe = _config(args, "restart", job, row.model.parameters, nodes, interval=3600.0,
                             mtbf_s=mtbf_h * 3600.0)
@@ -166,7 +152,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
                                      mtbf_s=mtbf_h * 3600.0)
                     try:
                         result = simulate_recovery(planner, nodes, job.devices_per_node, row.model.parameters,
-                                                   config, _nic_Bps_per_node(job))
+                                                   config, nic_Bps_per_node(job))
                     except InputError:
                         continue  # no plan fits this many nodes
                     rows.append({"mtbf_h": mtbf_h, "nodes": nodes, "interval_s": interval, "interval_label": label,

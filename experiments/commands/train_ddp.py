@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--op-timeout", default="120s", help="limit of one collective (default 120s)")
     parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
     elastic = parser.add_argument_group(
-        "checkpoints and elastic runs (strategy dense: DDP's builtin allreduce; the worker is "
+        "checkpoints and elastic runs (one strategy: dense is DDP's builtin allreduce, a compression hook's "
+        "error-feedback memory is checkpointed per rank; not moo or powersgd; the worker is "
         "real_backend/elastic_train.py)")
     elastic.add_argument("--checkpoint-every", type=int, help="write OUT/checkpoint.pt every N steps (atomically)")
     elastic.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt when it exists")
@@ -62,13 +63,16 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     import sys
     from pathlib import Path
 
+    from flexcomm.real_backend.ddp_train import parse_strategies
     from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
-    from flexcomm.real_backend.elastic_train import parse_fail
+    from flexcomm.real_backend.elastic_train import check_strategy, parse_fail
     from flexcomm.real_backend.launch import launch, sigterm_as_exit
 
-    if args.strategy.strip() != "dense":
-        raise InputError("strategy", args.strategy, "dense with --checkpoint-every/--resume/--elastic (DDP's builtin "
-                         "allreduce; compression hooks are not checkpointed yet)")
+    specs = parse_strategies(args.strategy, args.ratio)
+    if len(specs) != 1:
+        raise InputError("strategy", args.strategy, "one strategy with --checkpoint-every/--resume/--elastic")
+    strategy = specs[0]
+    check_strategy(strategy.strategy, strategy.ratio)
     if args.testbed:
         raise InputError("testbed", args.testbed, "no --testbed with --checkpoint-every/--resume/--elastic")
     every = args.checkpoint_every if args.checkpoint_every is not None else 10
@@ -80,8 +84,10 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     if args.nproc is not None and high is not None and args.nproc != high:
         raise InputError("elastic", args.elastic, f"MIN:MAX with MAX = --nproc ({args.nproc})")
     command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", "--workload", args.workload, "--steps",
-               str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed)]
-    for flag, value in (("--batch-size", args.batch_size), ("--lr", args.lr), ("--fail", args.fail)):
+               str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed),
+               "--strategy", strategy.strategy]
+    for flag, value in (("--ratio", strategy.ratio), ("--batch-size", args.batch_size), ("--lr", args.lr),
+                        ("--fail", args.fail)):
         if value is not None:
             command += [flag, str(value)]
     if args.resume or args.elastic:

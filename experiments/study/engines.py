@@ -13,6 +13,9 @@ latency, grown to ``ceil(ranks / devices_per_node)`` nodes when the point asks f
   median iteration and its breakdown.
 * ``emulated``: :class:`emulation.engine.EmulatedRun` (real gradients, simulated clock); mean step,
   accuracy and the simulated time at which test accuracy first reaches the study's target.
+* ``recovery``: :func:`sim.recovery.simulate_recovery` of the point's policy for a ``gpt-<row>`` job on the
+  study's cluster grown (or cut) to the point's nodes, planned by the transformer planner; goodput and
+  the time lost per cause. ``young-daly`` resolves to sqrt(2 x checkpoint write x job MTBF) per point.
 """
 
 from __future__ import annotations
@@ -108,13 +111,56 @@ def _emulated(payload: dict[str, Any]) -> dict[str, Any]:
             "sim_time_s": s["sim_time_s"]}
 
 
-ENGINE_FUNCTIONS = {"model": _model, "sim": _sim, "emulated": _emulated}
+@functools.lru_cache(maxsize=16)
+def _recovery_job(cluster_json: str, workload: str, nodes: int):  # -> (Megatron row, Cluster, planner)
+    """One planner per job: its plans (and their measured search times) serve every policy of a worker."""
+    from flexcomm.costmodel.cluster import Cluster
+    from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner, recovery_workloads, training_precision
+
+    row = recovery_workloads()[workload]
+    cluster = Cluster.from_dict(json.loads(cluster_json)).with_nodes(nodes)
+    planner = TransformerRecoveryPlanner(row.model, cluster, row.batch, precision=training_precision(cluster))
+    full, _ = planner.best(nodes * cluster.devices_per_node)
+    if full is None:
+        raise InputError("nodes", nodes, f"a job size {workload} has a plan on (no plan fits {nodes} nodes of "
+                         f"{cluster.name})")
+    return row, cluster, planner
+
+
+def _recovery(payload: dict[str, Any]) -> dict[str, Any]:
+    from flexcomm.costmodel.units import parse_time
+    from flexcomm.planner.llm.recovery import nic_Bps_per_node
+    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_write_s, simulate_recovery, young_daly_s
+
+    p = payload["params"]
+    nodes = int(p["nodes"])
+    row, cluster, planner = _recovery_job(json.dumps(payload["cluster"], sort_keys=True), p["workload"], nodes)
+    parameters = row.model.parameters
+    if p["checkpoint_interval"] == "young-daly":
+        interval = young_daly_s(checkpoint_write_s(parameters, p["storage_Bps"]), p["mtbf_s"] / nodes)
+    else:
+        interval = parse_time(p["checkpoint_interval"], "checkpoint_interval")
+    config = RecoveryConfig(
+        policy=p["strategy"], horizon_s=p["horizon_s"], mtbf_s=p["mtbf_s"], repair_s=p["repair_s"],
+        checkpoint_every_s=interval, storage_Bps=p["storage_Bps"], seed=int(p["seed"]),
+        planning_s=None if p["planning_time"] == "measured" else parse_time(p["planning_time"], "planning_time"))
+    result = simulate_recovery(planner, nodes, cluster.devices_per_node, parameters, config, nic_Bps_per_node(cluster))
+    summary = result.summary()
+    for key in ("policy", "simulated_s", "wall_s"):
+        summary.pop(key)
+    return {**summary, "checkpoint_interval_s": interval}
+
+
+ENGINE_FUNCTIONS = {"model": _model, "sim": _sim, "emulated": _emulated, "recovery": _recovery}
 
 
 def check_point(payload: dict[str, Any]) -> None:
     """Cheap checks before anything runs, so a bad point fails the study at once, not hours in."""
-    point_cluster(payload)
     p = payload["params"]
+    if payload["engine"] == "recovery":  # the job's failure-free plan: searched once per (workload, nodes)
+        _recovery_job(json.dumps(payload["cluster"], sort_keys=True), p["workload"], int(p["nodes"]))
+        return
+    point_cluster(payload)
     if payload["engine"] != "emulated":
         from flexcomm.sim.workload import get_training_workload
 

@@ -16,14 +16,19 @@ import pandas as pd
 
 from flexcomm.costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
 from flexcomm.experiments.study.journal import JOURNAL
-from flexcomm.experiments.study.spec import METRICS, RATIO_FREE, StudySpec
+from flexcomm.experiments.study.spec import AXES, METRICS, RATIO_FREE, StudySpec
 
-#: Columns that, with strategy and ratio, identify a setting (the seed is a function of them).
-SETTING = ["workload", "ranks", "bandwidth_Bps", "latency_s", "batch", "steps", "repeat"]
-COLOURS = {"dense": "#4c72b0", "topk-ag": "#dd8452", "topk-ar": "#55a868", "flexible": "#c44e52", "moo": "#8172b3"}
+COLOURS = {"dense": "#4c72b0", "topk-ag": "#dd8452", "topk-ar": "#55a868", "flexible": "#c44e52", "moo": "#8172b3",
+           "restart": "#8c8c8c", "shrink": "#dd8452", "replan": "#4c72b0", "replan+grow": "#55a868"}
 AXIS_LABELS = {"bandwidth_Bps": "bandwidth (Gbit/s)", "latency_s": "latency (s)", "ranks": "ranks",
                "ratio": "ratio (fraction kept)", "batch": "batch per rank", "steps": "steps", "workload": "workload",
-               "repeat": "repeat"}
+               "repeat": "repeat", "nodes": "job nodes", "mtbf_s": "node MTBF (h)",
+               "checkpoint_interval": "checkpoint interval", "horizon_s": "horizon (d)",
+               "storage_Bps": "storage bandwidth (GB/s)", "repair_s": "repair time (h)",
+               "planning_time": "planning charge"}
+#: Plotted in these units (the tables keep SI): column -> divisor.
+AXIS_SCALE = {"bandwidth_Bps": 1e9 / 8, "mtbf_s": 3600.0, "horizon_s": 86400.0, "storage_Bps": 1e9,
+              "repair_s": 3600.0}
 
 
 def _name(column: str) -> str:
@@ -31,8 +36,18 @@ def _name(column: str) -> str:
     return AXIS_LABELS[column].split(" (")[0]
 
 
-def _setting(table: pd.DataFrame) -> list[str]:
-    return [c for c in SETTING if c in table.columns]
+def _setting(spec: StudySpec, table: pd.DataFrame) -> list[str]:
+    return [c for c in spec.setting_columns if c in table.columns]
+
+
+def _levels(spec: StudySpec, column: str, values: pd.Series) -> list:
+    """An axis's values in plotting order: numbers ascending, labels (30min, young-daly) in the file's order."""
+    present = list(dict.fromkeys(values))
+    if pd.api.types.is_numeric_dtype(values):
+        return sorted(present)
+    axis = next((a for a, ax in AXES.items() if ax.column == column), None)
+    order = [str(v) for v in spec.axes.get(axis, [])] if axis else []
+    return sorted(present, key=lambda v: (order.index(str(v)) if str(v) in order else len(order), str(v)))
 
 
 def load_table(spec: StudySpec, out: Path) -> pd.DataFrame:
@@ -42,7 +57,7 @@ def load_table(spec: StudySpec, out: Path) -> pd.DataFrame:
     table = table[table["point_id"].isin(order)].drop_duplicates("point_id")
     table = table.assign(_order=table["point_id"].map(order)).sort_values("_order").drop(columns="_order")
     if "dense" in spec.strategies:
-        keys = _setting(table)
+        keys = _setting(spec, table)
         dense = table.loc[table["strategy"] == "dense", [*keys, "step_time_s"]].rename(
             columns={"step_time_s": "_dense"})
         merged = table[keys].merge(dense, on=keys, how="left")
@@ -52,6 +67,8 @@ def load_table(spec: StudySpec, out: Path) -> pd.DataFrame:
 
 def expand_ratio_free(table: pd.DataFrame) -> pd.DataFrame:
     """Ratio-free rows (dense, moo) repeated at every ratio of the study, for per-ratio comparisons."""
+    if "ratio" not in table.columns:  # a recovery study: no compression ratio
+        return table.copy()
     ratios = sorted(table["ratio"].dropna().unique())
     free = table["strategy"].isin(RATIO_FREE)
     if not ratios or not free.any():
@@ -65,7 +82,7 @@ def winners(spec: StudySpec, table: pd.DataFrame) -> pd.DataFrame:
     metric = spec.winner_metric
     sign = 1.0 if METRICS[metric].goal == "min" else -1.0
     wide = expand_ratio_free(table)
-    keys = [*_setting(wide), "ratio"]
+    keys = [*_setting(spec, wide), *(["ratio"] if "ratio" in wide.columns else [])]
     wide = wide.assign(_score=(sign * wide[metric]).fillna(np.inf))
     best = wide.sort_values([*keys, "_score"], na_position="last").groupby(keys, dropna=False, sort=False).head(1)
     best = best.assign(winner=np.where(np.isfinite(best["_score"]), best["strategy"], "none"))
@@ -80,12 +97,13 @@ def _axes_to_plot(spec: StudySpec, table: pd.DataFrame) -> list[str]:
 
 
 def _x(column: str, values: pd.Series) -> pd.Series:
-    return values * 8 / 1e9 if column == "bandwidth_Bps" else values
+    return values / AXIS_SCALE[column] if column in AXIS_SCALE else values
 
 
 def _fmt(column: str, value: object) -> str:
-    if column == "bandwidth_Bps":
-        return f"{float(value) * 8 / 1e9:g} Gbit/s"
+    if column in AXIS_SCALE:
+        unit = AXIS_LABELS[column].split("(")[-1].rstrip(")")
+        return f"{float(value) / AXIS_SCALE[column]:g} {unit}"
     if column == "latency_s":
         from flexcomm.costmodel.units import format_time
 
@@ -129,12 +147,16 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                         ax.bar(label, sub[metric].median(), color=colour)
                         continue
                     line = sub.groupby(x)[metric].median()
+                    line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
                     ax.plot(_x(x, line.index.to_series()), line.to_numpy(), style, marker="o", ms=3, color=colour,
                             label=label)
-            if x is not None and x != "workload":
+            if x is not None and pd.api.types.is_numeric_dtype(wide[x]):
                 span = wide[x].astype(float)
                 if span.min() > 0 and span.max() / span.min() >= 10:
                     ax.set_xscale("log")
+                    ticks = _x(x, pd.Series(_levels(spec, x, wide[x]), dtype=float))
+                    ax.set_xticks(ticks.to_numpy(), [f"{t:g}" for t in ticks])  # the swept values, not 2x10^1
+                    ax.minorticks_off()
                 if metric != "speedup_vs_dense":
                     ax.set_yscale("log") if (part[metric] > 0).all() and _spread(part[metric]) >= 10 else None
             if metric == "speedup_vs_dense":
@@ -177,8 +199,8 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     axes = _axes_to_plot(spec, best)
     a = axes[0] if axes else None
     b = axes[1] if len(axes) > 1 else None
-    rows_v = list(dict.fromkeys(sorted(best[b].unique()))) if b else [None]
-    cols_v = list(dict.fromkeys(sorted(best[a].unique()))) if a else [None]
+    rows_v = _levels(spec, b, best[b]) if b else [None]
+    cols_v = _levels(spec, a, best[a]) if a else [None]
     names = [*spec.strategies, "none"]
     grid = np.full((len(rows_v), len(cols_v)), np.nan)
     text = [["" for _ in cols_v] for _ in rows_v]

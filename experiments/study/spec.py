@@ -4,6 +4,7 @@ A study file is YAML (or JSON)::
 
     name: small-whatif
     engine: model                 # model (cost model) | sim (discrete-event simulator) | emulated (real gradients)
+                                  # | recovery (goodput of a transformer job over days of failures)
     cluster: 8x1-10gbe            # embedded name or file; or {base: NAME|FILE, override: {inter_link: {...}}}
     workload: resnet50            # MODEL_ZOO model (model, sim) or workloads-package name (emulated, sim, model)
     strategies: [dense, topk-ag, topk-ar]
@@ -14,6 +15,18 @@ A study file is YAML (or JSON)::
       ratio: [0.1, 0.01, 0.001]
     seed: 0
     metrics: [step_time_s, comm_time_s, speedup_vs_dense]
+
+A ``recovery`` study compares recovery policies (its ``strategies``: restart, shrink, replan,
+replan+grow) for a ``gpt-<row>`` job of Megatron-LM's Table 1, over the axes ``mtbf`` (required),
+``nodes``, ``checkpoint_interval`` (durations or ``young-daly``), ``horizon``, ``storage_bandwidth``,
+``repair_time`` and ``planning_time`` (``measured``, the default, or a fixed charge per re-plan)::
+
+    name: recovery-week
+    engine: recovery
+    cluster: dgx-a100-80g
+    workload: gpt-18.4b
+    strategies: [restart, shrink, replan, replan+grow]
+    sweep: {mtbf: [12h, 2d], nodes: [16, 64], checkpoint_interval: [30min, young-daly]}
 
 Every problem is an :class:`~costmodel.errors.InputError` whose field is the dotted path into the file
 (``sweep.bandwidth[1]``, ``strategies[2]``, ``cluster.override.inter_link.bandwidth``).
@@ -40,19 +53,23 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import parse_bandwidth, parse_time
+from flexcomm.costmodel.units import format_duration, parse_bandwidth, parse_time
+from flexcomm.sim.recovery import CAUSES, POLICIES, RecoveryConfig
 
-ENGINES = ("model", "sim", "emulated")
+TRAINING_ENGINES = ("model", "sim", "emulated")
+ENGINES = (*TRAINING_ENGINES, "recovery")
 SPARSE_SCHEMES = ("dense", "topk-ag", "topk-ar")
 ENGINE_STRATEGIES: dict[str, tuple[str, ...]] = {
     "model": SPARSE_SCHEMES,
     "sim": SPARSE_SCHEMES,
     "emulated": ("dense", "topk-ag", "topk-ar", "flexible", "moo"),
+    "recovery": POLICIES,
 }
 #: Strategies that pick (or need) no compression ratio: one point per setting, ratio left empty.
 RATIO_FREE = frozenset({"dense", "moo"})
 DEFAULT_CLUSTER = "8x1-v100-40g"
-DEFAULT_WORKLOAD = {"model": "resnet50", "sim": "resnet50", "emulated": "mlp-digits"}
+DEFAULT_CLUSTERS = {"recovery": "dgx-a100-80g"}
+DEFAULT_WORKLOAD = {"model": "resnet50", "sim": "resnet50", "emulated": "mlp-digits", "recovery": "gpt-18.4b"}
 DEFAULT_RATIO = 0.01
 DEFAULT_STEPS = {"sim": 5, "emulated": 100}
 DEFAULT_EMULATED_RANKS = 4
@@ -69,24 +86,34 @@ class Metric:
     derived: bool = False
 
 
+_RECOVERY = ("recovery",)
 METRICS: dict[str, Metric] = {
-    "step_time_s": Metric(ENGINES, "min", "step time (s)"),
-    "comm_time_s": Metric(ENGINES, "min", "communication per step (s)"),
-    "compute_time_s": Metric(ENGINES, "min", "compute per step (s)"),
-    "compress_time_s": Metric(ENGINES, "min", "compression per step (s)"),
+    "step_time_s": Metric(TRAINING_ENGINES, "min", "step time (s)"),
+    "comm_time_s": Metric(TRAINING_ENGINES, "min", "communication per step (s)"),
+    "compute_time_s": Metric(TRAINING_ENGINES, "min", "compute per step (s)"),
+    "compress_time_s": Metric(TRAINING_ENGINES, "min", "compression per step (s)"),
     "exposed_comm_s": Metric(("sim",), "min", "exposed communication per step (s)"),
-    "samples_per_s": Metric(ENGINES, "max", "samples/s"),
+    "samples_per_s": Metric(TRAINING_ENGINES, "max", "samples/s"),
     "final_accuracy": Metric(("emulated",), "max", "final test accuracy"),
     "best_accuracy": Metric(("emulated",), "max", "best test accuracy"),
     "time_to_accuracy_s": Metric(("emulated",), "min", "simulated time to target accuracy (s)"),
     "sim_time_s": Metric(("emulated",), "min", "simulated training time (s)"),
-    "speedup_vs_dense": Metric(ENGINES, "max", "speedup over dense", derived=True),
+    "speedup_vs_dense": Metric(TRAINING_ENGINES, "max", "speedup over dense", derived=True),
+    "goodput_samples_per_s": Metric(_RECOVERY, "max", "goodput (samples/s)"),
+    "ideal_samples_per_s": Metric(_RECOVERY, "max", "failure-free throughput (samples/s)"),
+    "efficiency": Metric(_RECOVERY, "max", "goodput / failure-free throughput"),
+    "failures": Metric(_RECOVERY, "min", "failures within the horizon"),
+    **{f"lost_{cause}_s": Metric(_RECOVERY, "min", f"time lost to {cause.replace('_', ' ')} (s)") for cause in CAUSES},
+    "planner_search_s": Metric(_RECOVERY, "min", "measured planner search (s)"),
+    "checkpoint_interval_s": Metric(_RECOVERY, "min", "checkpoint interval (s)"),
 }
 DEFAULT_METRICS = {
     "model": ["step_time_s", "comm_time_s", "speedup_vs_dense"],
     "sim": ["step_time_s", "exposed_comm_s", "speedup_vs_dense"],
     "emulated": ["step_time_s", "final_accuracy", "time_to_accuracy_s"],
+    "recovery": ["goodput_samples_per_s", "efficiency", "lost_lost_work_s"],
 }
+DEFAULT_WINNER = {"recovery": "goodput_samples_per_s"}
 
 
 def engine_metrics(engine: str) -> list[str]:
@@ -115,6 +142,46 @@ def _ratio(value: Any, field: str) -> float:
     return float(value)
 
 
+def _positive_time(value: Any, field: str) -> float:
+    seconds = parse_time(value, field)
+    if seconds <= 0:
+        raise InputError(field, value, "a positive duration such as 2d or 4h")
+    return seconds
+
+
+def _duration_label(seconds: float) -> str:
+    """``1800`` -> ``30min``: a readable table cell that parses back to exactly the same seconds."""
+    label = format_duration(seconds, sep="")
+    return label if parse_time(label) == seconds else f"{seconds:g}s"
+
+
+def _word_or_duration(word: str, parse: Callable[[Any, str], float], form: str) -> Callable[[Any, str], str]:
+    """A parser of table labels: ``word`` itself, or a duration ``parse`` accepts, written as its label."""
+    def parse_label(value: Any, field: str) -> str:
+        if isinstance(value, str) and value.strip().lower() == word:
+            return word
+        try:
+            return _duration_label(parse(value, field))
+        except InputError:
+            raise InputError(field, value, form) from None
+
+    return parse_label
+
+
+#: A checkpoint interval: a positive duration, or ``young-daly`` (resolved per point).
+_interval = _word_or_duration("young-daly", _positive_time, "a positive interval such as 30min, or young-daly "
+                              "(every policy restarts from a checkpoint)")
+#: What a re-plan is charged: ``measured`` (the planner's own search time) or a fixed duration.
+_planning = _word_or_duration("measured", parse_time, "measured or a duration >= 0 such as 30s")
+
+
+def _storage(value: Any, field: str) -> float:
+    rate = parse_bandwidth(value, field)
+    if rate <= 0:
+        raise InputError(field, value, "a positive storage bandwidth such as 10GB/s")
+    return rate
+
+
 def _name(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InputError(field, value, "a workload name such as resnet50 or mlp-digits")
@@ -128,7 +195,7 @@ class Axis:
     column: str
     parse: Callable[[Any, str], Any]
     form: str
-    engines: tuple[str, ...] = ENGINES
+    engines: tuple[str, ...] = TRAINING_ENGINES
 
 
 AXES: dict[str, Axis] = {
@@ -138,7 +205,24 @@ AXES: dict[str, Axis] = {
     "ratio": Axis("ratio", _ratio, "fractions of elements kept such as [0.1, 0.01]"),
     "batch": Axis("batch", _whole, "per-rank batch sizes such as [32, 128]"),
     "steps": Axis("steps", _whole, "step counts such as [50, 200] (sim: iterations)", ("sim", "emulated")),
-    "workload": Axis("workload", _name, "workload names such as [resnet50, vgg16]"),
+    "workload": Axis("workload", _name, "workload names such as [resnet50, vgg16]", ENGINES),
+    "mtbf": Axis("mtbf_s", _positive_time, "node MTBFs such as [12h, 2d]", _RECOVERY),
+    "nodes": Axis("nodes", _whole, "job sizes in nodes such as [16, 128]", _RECOVERY),
+    "checkpoint_interval": Axis("checkpoint_interval", _interval,
+                                "checkpoint intervals such as [30min, 2h, young-daly]", _RECOVERY),
+    "horizon": Axis("horizon_s", _positive_time, "simulated spans such as [1d, 7d]", _RECOVERY),
+    "storage_bandwidth": Axis("storage_Bps", _storage, "checkpoint storage bandwidths such as [2GB/s, 10GB/s]",
+                              _RECOVERY),
+    "repair_time": Axis("repair_s", parse_time, "repair times such as [1h, 4h]", _RECOVERY),
+    "planning_time": Axis("planning_time", _planning, "re-plan charges such as [measured, 30s]", _RECOVERY),
+}
+#: The recovery engine's axes besides the workload, in table order.
+RECOVERY_AXES = ("nodes", "mtbf", "checkpoint_interval", "horizon", "storage_bandwidth", "repair_time",
+                 "planning_time")
+#: What a recovery point uses for an axis the file does not sweep (the simulator's stated defaults).
+RECOVERY_DEFAULTS: dict[str, Any] = {
+    "checkpoint_interval": _duration_label(RecoveryConfig.checkpoint_every_s), "horizon": 7 * 86400.0,
+    "repair_time": RecoveryConfig.repair_s, "planning_time": "measured",
 }
 
 
@@ -155,8 +239,8 @@ class _SpecFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
-    engine: Literal["model", "sim", "emulated"] = "model"
-    cluster: str | _ClusterRef = DEFAULT_CLUSTER
+    engine: Literal["model", "sim", "emulated", "recovery"] = "model"
+    cluster: str | _ClusterRef | None = None
     workload: str | None = None
     strategies: list[str]
     sweep: dict[str, list[Any]] = {}
@@ -287,10 +371,18 @@ class StudySpec:
 
     @property
     def param_columns(self) -> list[str]:
-        cols = ["strategy", "workload", "ranks", "ratio", "bandwidth_Bps", "latency_s", "batch"]
-        if self.engine != "model":
+        if self.engine == "recovery":
+            cols = ["strategy", "workload", *(AXES[a].column for a in RECOVERY_AXES)]
+        else:
+            cols = ["strategy", "workload", "ranks", "ratio", "bandwidth_Bps", "latency_s", "batch"]
+        if self.engine in ("sim", "emulated"):
             cols.append("steps")
         return [*cols, "repeat", "seed"]
+
+    @property
+    def setting_columns(self) -> list[str]:
+        """Columns that, with the strategy (and ratio), identify a configuration; the seed is a function of them."""
+        return [c for c in self.param_columns if c not in ("strategy", "ratio", "seed")]
 
     @property
     def journal_columns(self) -> list[str]:
@@ -354,6 +446,10 @@ def _check_workload(name: str, engine: str, field: str) -> str:
         from flexcomm.workloads.registry import WORKLOADS
 
         known = list(WORKLOADS)
+    elif engine == "recovery":
+        from flexcomm.planner.llm.recovery import recovery_workloads
+
+        known = list(recovery_workloads())
     elif name in MODEL_ZOO:
         return name
     else:
@@ -435,10 +531,13 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
             raise InputError(f"metrics[{i}]", metric, "distinct metrics")
         if metric == "speedup_vs_dense" and "dense" not in raw.strategies:
             raise InputError(f"metrics[{i}]", metric, "a metric the strategies allow (speedup_vs_dense needs dense)")
-    winner = raw.winner_metric or ("time_to_accuracy_s" if "time_to_accuracy_s" in metrics else "step_time_s")
+    if engine == "recovery" and "mtbf" not in axes:
+        raise InputError("sweep.mtbf", _NOTHING, "a list of node MTBFs such as [12h, 2d] (engine recovery needs one)")
+    winner = raw.winner_metric or DEFAULT_WINNER.get(engine) or (
+        "time_to_accuracy_s" if "time_to_accuracy_s" in metrics else "step_time_s")
     if winner not in available:
         raise InputError("winner_metric", winner, f"one of {', '.join(available)} (engine {engine})")
-    cluster = _resolve_cluster(raw.cluster, folder or Path("."))
+    cluster = _resolve_cluster(raw.cluster or DEFAULT_CLUSTERS.get(engine, DEFAULT_CLUSTER), folder or Path("."))
     spec = StudySpec(
         name=name, engine=engine, cluster=cluster, workloads=workloads, strategies=list(raw.strategies), axes=axes,
         seed=raw.seed, repeats=raw.repeats, metrics=metrics, target_accuracy=float(raw.target_accuracy),
@@ -473,6 +572,9 @@ def load_spec(path: str | Path) -> StudySpec:
 
 
 def _defaults(spec: StudySpec) -> dict[str, Any]:
+    if spec.engine == "recovery":
+        return {**RECOVERY_DEFAULTS, "nodes": spec.cluster["nodes"],
+                "storage_bandwidth": spec.cluster.get("storage_bandwidth_Bps") or RecoveryConfig.storage_Bps}
     inter = spec.cluster["inter_link"]
     world = spec.cluster["nodes"] * spec.cluster["devices_per_node"]
     return {
@@ -483,6 +585,28 @@ def _defaults(spec: StudySpec) -> dict[str, Any]:
         "batch": None,  # the workload's own
         "steps": DEFAULT_STEPS.get(spec.engine),
     }
+
+
+def _setting(spec: StudySpec, workload: str, values: Mapping[str, Any], repeat: int) -> dict[str, Any]:
+    """What a point's seed derives from: the same failures (recovery) or initial model and data (training) for
+    every strategy, ratio and network compared at one setting."""
+    if spec.engine == "recovery":
+        return {"workload": workload, "nodes": values["nodes"], "repeat": repeat}
+    return {"workload": workload, "ranks": values["ranks"], "batch": values["batch"], "steps": values["steps"],
+            "repeat": repeat}
+
+
+def _params(spec: StudySpec, strategy: str, workload: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    if spec.engine == "recovery":
+        return {"strategy": strategy, "workload": workload, **{AXES[a].column: values[a] for a in RECOVERY_AXES}}
+    params: dict[str, Any] = {
+        "strategy": strategy, "workload": workload, "ranks": values["ranks"],
+        "ratio": None if strategy in RATIO_FREE else values["ratio"],
+        "bandwidth_Bps": values["bandwidth"], "latency_s": values["latency"], "batch": values["batch"],
+    }
+    if spec.engine != "model":
+        params["steps"] = values["steps"]
+    return params
 
 
 def expand(spec: StudySpec) -> list[Point]:
@@ -497,20 +621,9 @@ def expand(spec: StudySpec) -> list[Point]:
         for repeat in range(spec.repeats):
             for combo in itertools.product(*grids):
                 values = {**defaults, **dict(zip(names, combo, strict=True))}
-                setting = {"workload": workload, "ranks": values["ranks"], "batch": values["batch"],
-                           "steps": values["steps"], "repeat": repeat}
-                seed = derive_seed(spec.seed, setting)
+                seed = derive_seed(spec.seed, _setting(spec, workload, values, repeat))
                 for strategy in spec.strategies:
-                    params: dict[str, Any] = {
-                        "strategy": strategy, "workload": workload, "ranks": values["ranks"],
-                        "ratio": None if strategy in RATIO_FREE else values["ratio"],
-                        "bandwidth_Bps": values["bandwidth"], "latency_s": values["latency"],
-                        "batch": values["batch"],
-                    }
-                    if spec.engine != "model":
-                        params["steps"] = values["steps"]
-                    params["repeat"] = repeat
-                    params["seed"] = seed
+                    params = {**_params(spec, strategy, workload, values), "repeat": repeat, "seed": seed}
                     key = {"engine": spec.engine, "cluster": cluster_id, **params}
                     if spec.engine == "emulated":
                         key["target_accuracy"] = spec.target_accuracy

@@ -25,19 +25,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.training_state import PRECISIONS, STATE_BYTES
 from flexcomm.planner.llm.model import Transformer
 
 Precision = Literal["bf16", "fp16", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp32")
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
-
-#: (weight, gradient, optimizer-state) bytes per parameter: ZeRO (SC'20) section 3.1.
-STATE_BYTES: dict[str, tuple[float, float, float]] = {
-    "bf16": (2.0, 2.0, 12.0),
-    "fp16": (2.0, 2.0, 12.0),
-    "fp32": (4.0, 4.0, 8.0),
-}
 
 
 def model_state_bytes(parameters: float, precision: str, zero: int, dp: int) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Any
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.errors import InputError
@@ -23,6 +24,25 @@ from flexcomm.sim.recovery import Plan, Planner
 #: Node counts tried at or below what is up: the largest few whose only prime factors are 2, 3 and 5 (a plan
 #: needs t x p x d GPUs exactly, with d dividing the batch and t, p dividing heads and layers).
 CANDIDATE_NODE_COUNTS = 4
+
+
+def recovery_workloads() -> dict[str, Any]:
+    """The jobs the recovery engine knows: ``gpt-<row>`` for every row of Megatron-LM's Table 1."""
+    from flexcomm.planner.llm.megatron import TABLE_1
+
+    return {f"gpt-{row.label.lower()}": row for row in TABLE_1}
+
+
+def training_precision(cluster: Cluster) -> str:
+    """bf16 where every device has it (Ampere and later), else fp16 (a V100 in the pool)."""
+    from flexcomm.planner.llm.timing import device_precisions
+
+    return "bf16" if all("bf16" in device_precisions(d.name) for d in cluster.rank_devices) else "fp16"
+
+
+def nic_Bps_per_node(cluster: Cluster) -> float:
+    """What one node can send off-node: its inter-node link times its NICs (resharding crosses these)."""
+    return cluster.inter_link.bandwidth_Bps * (cluster.nics_per_node or 1)
 
 
 def smooth_counts(limit: int, count: int = CANDIDATE_NODE_COUNTS) -> list[int]:
