@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--op-timeout", default="120s", help="limit of one collective; a dead peer is "
                         "reported after at most this (default 120s)")
     parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
+    parser.add_argument("--nccl-tests-dir", metavar="DIR", help="also write this run's medians as nccl-tests logs "
+                        "(DIR/all_reduce_perf-4ranks.txt, ...), to compare with a pasted GPU run")
     parser.set_defaults(handler=run)
 
 
@@ -55,10 +57,33 @@ def run(args: argparse.Namespace) -> int:
         from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
+    before = _rows_in(args.out)
     with sigterm_as_exit():
         result = run_benchmark(args.nproc, sizes, args.out, collectives, args.warmup, args.iters,
                                backend=args.backend, testbed=testbed, link_class=args.link_class,
                                timeout_s=timeout, op_timeout_s=op_timeout, log_dir=args.log_dir)
     if result.returncode == 0:
         print(f"appended to {args.out}; fit it with: flexcomm calibrate {args.out} -o profile.json")
+        if args.nccl_tests_dir:
+            import pandas as pd
+
+            from flexcomm.costmodel.nccl_tests import measurements_to_logs
+
+            mine = pd.read_csv(args.out).iloc[before:]  # this run's rows: the CSV is appended to
+            for path in measurements_to_logs(mine, args.nccl_tests_dir, note=f"{result_backend(mine)} backend"):
+                print(f"wrote {path}")
     return result.returncode
+
+
+def _rows_in(path: str) -> int:
+    """Data rows already in the measurement CSV (the ones this run appends come after)."""
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        return max(0, sum(1 for line in handle if line.strip()) - 1)
+
+
+def result_backend(rows) -> str:  # noqa: ANN001 (a DataFrame)
+    return ",".join(sorted(set(rows["backend"].astype(str)))) if "backend" in rows and len(rows) else "unknown"

@@ -13,9 +13,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "calibrate",
         help="fit the cost model to a measurement CSV and save a calibration profile",
         description="Robust least-squares fit of alpha and beta from a CSV with columns collective, "
-        "algorithm, ranks, bytes, seconds (optional link_class).",
+        "algorithm, ranks, bytes, seconds (optional link_class), or from nccl-tests output pasted as it is "
+        "(all_reduce_perf and its siblings; the out-of-place times; ranks from the log or --ranks).",
     )
-    parser.add_argument("measurements", help="measurement CSV (e.g. from `flexcomm bench-collectives`)")
+    parser.add_argument("measurements", nargs="+", help="measurement CSV (e.g. from `flexcomm bench-collectives`) "
+                        "or nccl-tests logs (one collective each)")
+    parser.add_argument("--ranks", type=int, help="ranks of an nccl-tests log that does not show them")
+    parser.add_argument("--algorithm", help="algorithm an nccl-tests log's rows are attributed to (default: ring; "
+                        "broadcast pipelined-ring, alltoall pairwise)")
+    parser.add_argument("--link-class", default="inter", help="link class of an nccl-tests log's rows "
+                        "(default inter)")
     parser.add_argument("-o", "--output", default="profile.json", help="profile JSON to write (default profile.json)")
     parser.add_argument("--loss", default="cauchy", choices=["linear", "huber", "soft_l1", "cauchy"],
                         help="robust loss of the fit (default cauchy)")
@@ -24,9 +31,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm.costmodel.calibration import fit, load_measurements
+    import pandas as pd
 
-    profile = fit(load_measurements(args.measurements), loss=args.loss)
+    from flexcomm.costmodel.calibration import fit, load_measurements
+    from flexcomm.costmodel.nccl_tests import looks_like_nccl_tests, read_nccl_tests, to_measurements
+
+    tables = []
+    for path in args.measurements:
+        if looks_like_nccl_tests(path):
+            tables.append(to_measurements(read_nccl_tests(path), ranks=args.ranks, algorithm=args.algorithm,
+                                          link_class=args.link_class))
+        else:
+            tables.append(load_measurements(path))
+    profile = fit(load_measurements(pd.concat(tables, ignore_index=True)), loss=args.loss)
     profile.save(args.output)
     for line in profile.warnings():
         print(line, file=sys.stderr)

@@ -6,8 +6,8 @@ import argparse
 import time
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import parse_time
-from flexcomm.experiments.commands.common import print_written
+from flexcomm.costmodel.units import format_time, parse_time
+from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,10 +42,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-ddp", action="store_true", help="benchmark collectives only")
     parser.add_argument("--timeout", default="30min", help="limit of each benchmark or training run (default 30min)")
     parser.add_argument("--out", default="results/validate", help="output folder (default results/validate)")
+    logs = parser.add_argument_group("an nccl-tests log instead of running anything")
+    logs.add_argument("--nccl-tests", metavar="LOG", help="predict every row of this pasted nccl-tests output with "
+                      "--cluster's cost model (--profile: calibrated) and print the errors")
+    add_cluster_arguments(logs)
+    logs.add_argument("--collective", help="the log's collective when the log does not name its test")
+    logs.add_argument("--algorithm", help="algorithm to price (default ring; broadcast pipelined-ring)")
+    logs.add_argument("--json", action="store_true", help="print one JSON object: rows and summary")
     parser.set_defaults(handler=run)
 
 
+def run_log(args: argparse.Namespace) -> int:
+    """``validate --nccl-tests LOG --cluster FILE``: the cost model against a pasted run, row by row."""
+    from flexcomm.costmodel.cluster import load_cluster
+    from flexcomm.costmodel.log_validation import SUMMARY_MIN_BYTES, validate_log
+    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.nccl_tests import read_nccl_tests
+
+    if not args.cluster:
+        raise InputError("cluster", None, "--cluster NAME|FILE: the hardware the log ran on")
+    log = read_nccl_tests(args.nccl_tests, args.collective)
+    cluster = load_cluster(args.cluster)
+    if args.profile:  # the profile's own fit per collective and algorithm where it has one, else the cluster's
+        from flexcomm.costmodel.calibration import CalibrationProfile
+
+        model = CostModel.from_profile(CalibrationProfile.load(args.profile), cluster)
+    else:
+        model = CostModel.from_cluster(cluster)
+    report = validate_log(log, model, cluster.nodes * cluster.devices_per_node, args.algorithm)
+    if args.json:
+        print_json(report.to_dict())
+        return 0
+    print(f"{log.source}: {log.collective}, {report.ranks} ranks on {cluster.name}")
+    print(f"{'bytes':>12s} {'measured':>12s} {'predicted':>12s} {'error':>8s}  algorithm")
+    for row in report.rows:
+        print(f"{row['bytes']:12d} {format_time(row['measured_s']):>12s} {format_time(row['predicted_s']):>12s} "
+              f"{row['rel_err']:+8.1%}  {row['algorithm']}")
+    s = report.summary
+    if s["median_abs_error"] is None:
+        print(f"no rows of {SUMMARY_MIN_BYTES >> 20} MiB or more: no summary")
+    else:
+        print(f"rows >= 1 MiB: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
+              f"({s['rows_at_least_1MiB']} rows{'; partial log: no rows below 1 MiB' if s['partial'] else ''})")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.nccl_tests:
+        return run_log(args)
     started = time.time()  # files written from here on are this command's
     from flexcomm.real_backend.launch import sigterm_as_exit
     from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines

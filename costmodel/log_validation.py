@@ -1,0 +1,63 @@
+"""Predict every row of an nccl-tests log with the cost model of a cluster, and tabulate the errors.
+
+Why a table rather than one number: a user pasting a GPU run wants to see *where* the model misses (small
+messages priced by latency, large ones by bandwidth), so every row keeps its size, measured and predicted
+seconds and relative error; the summary is over rows >= 1 MiB (``SUMMARY_MIN_BYTES``), where the
+bandwidth term dominates and a published run is most often complete. A log whose smallest row is above
+1 MiB is reported as partial. ``algorithm`` is what the cost model priced; ``protocol`` is empty until the
+model prices NCCL's protocols (LL, LL128, Simple).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.nccl_tests import CALIBRATION_ALGORITHMS, NcclTestsLog
+
+SUMMARY_MIN_BYTES = 1 << 20
+
+
+@dataclass
+class LogValidation:
+    """Per-row predictions of one log and their summary."""
+
+    log: NcclTestsLog
+    ranks: int
+    rows: list[dict[str, Any]]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        large = [abs(r["rel_err"]) for r in self.rows if r["bytes"] >= SUMMARY_MIN_BYTES]
+        return {
+            "rows": len(self.rows), "rows_at_least_1MiB": len(large),
+            "median_abs_error": statistics.median(large) if large else None,
+            "worst_abs_error": max(large) if large else None,
+            "partial": min(r["bytes"] for r in self.rows) > SUMMARY_MIN_BYTES,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"log": self.log.source, "collective": self.log.collective, "ranks": self.ranks,
+                "ranks_from": self.log.ranks_from or "the cluster", "rows": self.rows, "summary": self.summary}
+
+
+def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: str | None = None) -> LogValidation:
+    """Price each row with ``model`` (a :class:`costmodel.model.CostModel`) on ``cluster_ranks`` ranks.
+
+    A log whose own rank count disagrees with the cluster is refused: the comparison would be of two runs."""
+    if log.ranks is not None and log.ranks != cluster_ranks:
+        raise InputError("cluster", f"{cluster_ranks} ranks", f"a cluster of the log's {log.ranks} ranks (from its "
+                         f"{log.ranks_from}); pass the cluster file of that run")
+    if log.collective not in CALIBRATION_ALGORITHMS:
+        raise InputError("collective", log.collective, "a collective the cost model prices: "
+                         + ", ".join(CALIBRATION_ALGORITHMS))
+    chosen = algorithm or log.algorithm or CALIBRATION_ALGORITHMS[log.collective]
+    rows = []
+    for row in log.rows:
+        per_rank = row.bytes // cluster_ranks if log.collective == "allgather" else row.bytes
+        predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
+        rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
+                     "rel_err": predicted / row.time_s - 1.0, "algorithm": chosen, "protocol": None})
+    return LogValidation(log, cluster_ranks, rows)

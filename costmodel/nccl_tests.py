@@ -1,0 +1,411 @@
+"""nccl-tests output as data: parse a pasted log (and write one), with nccl-tests' own bandwidth conventions.
+
+GPU users share collective measurements as the text ``all_reduce_perf`` and its siblings print, so that
+text is an input format here, read as it is pasted: ``NCCL INFO`` lines, shell prompts, ``mpirun``'s
+``[1,0]<stdout>:`` prefixes and the run's ``# nThread ... nGpus`` / ``#  Rank ... device`` preamble
+interleaved; both table layouts (nccl-tests >= 2.10: ``size count type redop root time algbw busbw
+#wrong`` twice, out-of-place then in-place; older: no ``root`` and a float ``error`` column).
+
+Conventions, from nccl-tests' sources (``src/*.cu``, ``Get*Bw``), reproduced exactly by
+:func:`bus_factor`: ``algbw = size / time`` with ``size`` the column as printed (for allgather,
+reduce-scatter and alltoall the whole buffer of n x count elements), and ``busbw = algbw x factor``
+with factor 2(n-1)/n for allreduce, (n-1)/n for allgather, reduce-scatter and alltoall, 1 for
+broadcast, reduce and sendrecv.
+
+Every problem is an :class:`~costmodel.errors.InputError` naming the line: a table row before any
+header, a truncated row, a non-numeric cell, sizes that do not increase, a second table or a log that
+names two collectives, a collective the log does not name (pass ``collective=``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from flexcomm.costmodel.errors import InputError
+
+#: nccl-tests binaries -> the collective names used everywhere else in flexcomm.
+BINARIES: dict[str, str] = {
+    "all_reduce_perf": "allreduce", "all_gather_perf": "allgather", "reduce_scatter_perf": "reduce-scatter",
+    "broadcast_perf": "broadcast", "alltoall_perf": "alltoall", "sendrecv_perf": "sendrecv",
+    "reduce_perf": "reduce",
+}
+COLLECTIVES = tuple(dict.fromkeys(BINARIES.values()))
+#: What the corpus headers and people write for a collective (``all_reduce``, ``AllReduce``).
+_ALIASES = {re.sub(r"[-_ ]", "", name): name for name in COLLECTIVES}
+_ALIASES.update({re.sub(r"[-_ ]", "", b.removesuffix("_perf")): c for b, c in BINARIES.items()})
+#: Collectives whose ``size`` column is n x count x element size (the whole gathered or scattered buffer).
+_WHOLE_BUFFER = frozenset({"allgather", "reduce-scatter", "alltoall"})
+#: Element sizes of nccl-tests' type names (``src/common.cu`` ``test_typenames``).
+TYPE_BYTES: dict[str, int] = {
+    "int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
+    "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+}
+LAYOUTS = {
+    "root": ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+             "time", "algbw", "busbw", "#wrong"),
+    "legacy": ("size", "count", "type", "redop", "time", "algbw", "busbw", "error", "time", "algbw", "busbw",
+               "error"),
+}
+_HEADER = re.compile(r"^#?\s*size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+\S+\s+"
+                     r"time\s+algbw\s+busbw\s+\S+\s*$")
+_PREFIX = re.compile(r"^.*?<std(?:out|err)>:\s?|^\[\d+,\d+\]\s?")  # mpirun --tag-output, timestamped logs
+_RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
+_THREADS = re.compile(r"nThread\s+(?P<threads>\d+)\s+nGpus\s+(?P<gpus>\d+)")
+_BINARY = re.compile(r"\b(" + "|".join(BINARIES) + r")\b")
+_DECLARED = re.compile(r"^(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)|#\s*Collective test concluded:\s*(?P<binary>\w+))",
+                       re.IGNORECASE)
+_VERSION = re.compile(r"NCCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
+_ALGORITHM = re.compile(r"^#\s*flexcomm algorithm:\s*(?P<name>[\w-]+)")
+_ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO)=(?P<value>[\w,^:;]+)")
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """nccl-tests' busbw / algbw for ``collective`` on ``ranks`` ranks (its ``Get*Bw`` functions)."""
+    if collective not in COLLECTIVES:
+        raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise InputError("ranks", ranks, "an integer >= 1")
+    n = float(ranks)
+    if collective == "allreduce":
+        return 2.0 * (n - 1.0) / n
+    if collective in _WHOLE_BUFFER:
+        return (n - 1.0) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class NcclTestsRow:
+    """One size of a sweep, SI units; ``in_place_*`` are None where the log says N/A."""
+
+    line: int
+    bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int | None
+    time_s: float
+    algbw_Bps: float
+    busbw_Bps: float
+    in_place_time_s: float | None
+    in_place_algbw_Bps: float | None
+    in_place_busbw_Bps: float | None
+
+
+@dataclass
+class NcclTestsLog:
+    """A parsed log: one collective's sweep and what the log says about the run."""
+
+    collective: str
+    rows: list[NcclTestsRow]
+    layout: str
+    ranks: int | None = None
+    ranks_from: str = ""  # "Rank lines", "size / count", "busbw / algbw", "nThread x nGpus"
+    nccl_version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # NCCL_ALGO / NCCL_PROTO where the log shows them
+    algorithm: str | None = None  # "# flexcomm algorithm: binomial" in a log flexcomm wrote
+    source: str = "nccl-tests log"
+
+    @property
+    def sizes(self) -> list[int]:
+        return [r.bytes for r in self.rows]
+
+
+def _collective_named(text: str) -> str | None:
+    key = re.sub(r"[-_ ]", "", text.strip().lower())
+    return _ALIASES.get(key)
+
+
+def _number(cell: str, name: str, where: str, allow_na: bool = False) -> float | None:
+    if allow_na and cell.upper() == "N/A":
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        raise InputError(where, cell, f"a number in the {name} column") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(where, cell, f"a finite number >= 0 in the {name} column")
+    return value
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _row(cells: list[str], layout: str, where: str, line: int) -> NcclTestsRow:
+    names = LAYOUTS[layout]
+    if len(cells) == len(names) - 1 and _is_number(cells[3]):
+        cells = [*cells[:3], "none", *cells[3:]]  # older alltoall prints an empty redop cell
+    if len(cells) != len(names):
+        raise InputError(where, " ".join(cells), f"{len(names)} cells ({' '.join(names)}), got {len(cells)}: "
+                         "a truncated or mangled row")
+    size = _number(cells[0], "size", where)
+    count = _number(cells[1], "count", where)
+    if size != int(size) or count != int(count):
+        raise InputError(where, cells[0] if size != int(size) else cells[1], "a whole number of bytes / elements")
+    at = 5 if layout == "root" else 4
+    root = None
+    if layout == "root":
+        root_value = cells[4]
+        try:
+            root = int(root_value)
+        except ValueError:
+            raise InputError(where, root_value, "an integer in the root column") from None
+    t, algbw, busbw = (_number(cells[at + i], n, where) for i, n in enumerate(("time", "algbw", "busbw")))
+    ip = [_number(cells[at + 4 + i], n, where, allow_na=True) for i, n in enumerate(("time", "algbw", "busbw"))]
+    if not t:
+        raise InputError(where, cells[at], "a positive time in us")
+    return NcclTestsRow(line, int(size), int(count), cells[2], cells[3], root, t / 1e6, algbw * 1e9, busbw * 1e9,
+                        None if ip[0] is None else ip[0] / 1e6, None if ip[1] is None else ip[1] * 1e9,
+                        None if ip[2] is None else ip[2] * 1e9)
+
+
+def _clean(raw: str) -> str:
+    return _PREFIX.sub("", raw.rstrip("\r\n")).strip()
+
+
+def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl-tests log") -> NcclTestsLog:
+    """Parse one collective's nccl-tests sweep from pasted text; see the module for what is accepted."""
+    if collective is not None and _collective_named(collective) is None:
+        raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
+    forced = _collective_named(collective) if collective else None
+    named: dict[str, int] = {}  # collective -> first line naming its binary (a command may run several)
+    declared: dict[str, int] = {}  # collective -> first line declaring it ("collective:", "test concluded")
+    ranks_seen: set[int] = set()
+    threads: tuple[int, int] | None = None
+    layout: str | None = None
+    header_line = 0
+    rows: list[NcclTestsRow] = []
+    version: str | None = None
+    env: dict[str, str] = {}
+    algorithm: str | None = None
+    ended = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _clean(raw)
+        where = f"{name} line {number}"
+        if not line:
+            continue
+        for match in _BINARY.finditer(line):
+            named.setdefault(BINARIES[match[1]], number)
+        if (d := _DECLARED.match(line)) is not None:
+            said = _collective_named(d["name"] or BINARIES.get(d["binary"], d["binary"]))
+            if said is not None:
+                declared.setdefault(said, number)
+        if (v := _VERSION.search(line)) and version is None:
+            version = v["version"] or v["declared"]
+        if (a := _ALGORITHM.match(line)) is not None:
+            algorithm = a["name"]
+        for e in _ENV.finditer(line):
+            env.setdefault(e["key"], e["value"])
+        if "NCCL INFO" in line or "NCCL WARN" in line:
+            continue
+        if (r := _RANK.match(line)) is not None:
+            ranks_seen.add(int(r["rank"]))
+            continue
+        if (t := _THREADS.search(line)) is not None and threads is None:
+            threads = (int(t["threads"]), int(t["gpus"]))
+        if _HEADER.match(line):
+            if rows:
+                raise InputError(where, line[:60], "one table per log (a second header after the rows of the "
+                                 f"first, line {header_line}: split the log into one file per collective)")
+            layout, header_line = ("root" if _HEADER.match(line)["root"] else "legacy"), number
+            continue
+        if not line[0].isdigit():
+            if rows and line.startswith("#"):
+                ended = True  # "# Out of bounds values", "# Avg bus bandwidth": the table is over
+            continue
+        cells = line.split()
+        if layout is None:
+            raise InputError(where, line[:60], "a table header (# size count type redop root time algbw busbw "
+                             "#wrong ...) before the first row: no header in this log")
+        if ended:
+            raise InputError(where, line[:60], "no rows after the table's summary lines (a second table?)")
+        row = _row(cells, layout, where, number)
+        if rows:
+            last = rows[-1]
+            if row.bytes <= last.bytes:
+                raise InputError(where, row.bytes, f"a size above the previous row's {last.bytes} B (line "
+                                 f"{last.line}): sizes must increase")
+            if (row.dtype, row.redop) != (rows[0].dtype, rows[0].redop):
+                raise InputError(where, f"{row.dtype} {row.redop}", f"{rows[0].dtype} {rows[0].redop} as on "
+                                 f"line {rows[0].line} (one table, one type and operation)")
+        rows.append(row)
+    if layout is None:
+        raise InputError(f"{name} line 1", name, "an nccl-tests table (a '# size count type redop ...' header); "
+                         "none found")
+    if not rows:
+        raise InputError(f"{name} line {header_line}", "a header without rows", "at least one table row")
+    evidence = declared or named  # a declaration decides; binaries on a command line only when none is made
+    if len(evidence) > 1 and forced is None:
+        (a, la), (b, lb) = sorted(evidence.items(), key=lambda kv: kv[1])[:2]
+        raise InputError(f"{name} line {lb}", b, f"the collective named on line {la} ({a}): a log holds one "
+                         "collective's sweep (or pass collective= / --collective)")
+    chosen = forced or next(iter(evidence), None)
+    if chosen is None:
+        raise InputError(f"{name} line {header_line}", "no *_perf binary or 'collective:' line",
+                         "a log that names its test (e.g. all_reduce_perf), or collective= / --collective")
+    log = NcclTestsLog(chosen, rows, layout, nccl_version=version, env=env, algorithm=algorithm, source=name)
+    _count_ranks(log, ranks_seen, threads)
+    return log
+
+
+def _count_ranks(log: NcclTestsLog, ranks_seen: set[int], threads: tuple[int, int] | None) -> None:
+    """Ranks from the best evidence the log holds (the ``Rank`` lines list every rank)."""
+    if ranks_seen:
+        log.ranks, log.ranks_from = max(ranks_seen) + 1, "Rank lines"
+        return
+    big = max(log.rows, key=lambda r: r.bytes)
+    element = TYPE_BYTES.get(big.dtype)
+    if log.collective in _WHOLE_BUFFER and element and big.count:
+        n = big.bytes / (big.count * element)
+        if n == int(n) and n >= 1:
+            log.ranks, log.ranks_from = int(n), "size / count"
+            return
+    if log.collective == "allreduce":
+        # busbw / algbw = 2(n-1)/n, so n = 2 / (2 - f); both are printed to 0.01 GB/s, which bounds f. Only
+        # a single whole n inside those bounds counts (at 1,440 ranks f is 1.9986 and rounding allows dozens).
+        best = max(log.rows, key=lambda r: r.algbw_Bps)
+        a, b = best.algbw_Bps / 1e9, best.busbw_Bps / 1e9
+        if a > 0.005:
+            low, high = (b - 0.005) / (a + 0.005), (b + 0.005) / (a - 0.005)
+            n_low = 2 / (2 - low) if low < 2 else math.inf
+            n_high = 2 / (2 - high) if high < 2 else math.inf
+            whole = [n for n in range(max(2, math.ceil(n_low)), math.floor(n_high) + 1)] if n_high < 1e6 else []
+            if len(whole) == 1:
+                log.ranks, log.ranks_from = whole[0], "busbw / algbw"
+                return
+    if threads is not None:
+        log.ranks, log.ranks_from = threads[0] * threads[1], "nThread x nGpus (one process)"
+
+
+def read_nccl_tests(path: str, collective: str | None = None) -> NcclTestsLog:
+    """Read a log file; a missing or unreadable file is an InputError naming it."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise InputError("nccl-tests", path, f"a readable nccl-tests log ({exc.strerror})") from None
+    return parse_nccl_tests(text, collective, name=str(path))
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+
+def _binary(collective: str) -> str:
+    return next(b for b, c in BINARIES.items() if c == collective)
+
+
+def format_row(collective: str, ranks: int, nbytes: int, count: int, dtype: str, redop: str, root: int,
+               time_s: float, in_place_time_s: float | None = None) -> str:
+    """One table line as nccl-tests prints it (``%12li %12li %8s %6s %6i %7s %6.2f %6.2f %5s`` twice)."""
+    factor = bus_factor(collective, ranks)
+
+    def part(seconds: float | None) -> str:
+        if seconds is None:
+            return f"  {'N/A':>7s} {'N/A':>6s} {'N/A':>6s} {'N/A':>5s}"
+        us = seconds * 1e6
+        algbw = nbytes / seconds / 1e9
+        shown = f"{us:7.2f}" if us < 1e4 else (f"{us:7.1f}" if us < 1e5 else f"{us:7.0f}")
+        return f"  {shown} {algbw:6.2f} {algbw * factor:6.2f} {'N/A':>5s}"
+
+    return f"{nbytes:12d} {count:12d} {dtype:>8s} {redop:>6s} {root:6d}{part(time_s)}{part(in_place_time_s)}"
+
+
+
+def format_log(collective: str, ranks: int, rows: Iterable[Sequence], devices: Sequence[str] = (),
+               note: str = "", algorithm: str | None = None) -> str:
+    """A whole log in nccl-tests' layout: ``rows`` of (bytes, count, dtype, redop, root, time_s[, in_place_s]).
+
+    ``#wrong`` is ``N/A``: flexcomm does not check results. The output parses back with
+    :func:`parse_nccl_tests` to the same sizes, times and bandwidths (to the printed precision)."""
+    lines = [f"# {_binary(collective)}: written by flexcomm bench-collectives" + (f" ({note})" if note else ""),
+             f"# nThread 1 nGpus 1 ranks {ranks}", *([f"# flexcomm algorithm: {algorithm}"] if algorithm else []),
+             "#", "# Using devices"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on {'localhost':>10s} device {r:2d} [0x00] {name}"
+              for r, name in enumerate(devices or ["cpu"] * ranks)]
+    lines += ["#", f"#{'out-of-place':>62s}{'in-place':>35s}",
+              f"#{'size':>12s} {'count':>12s} {'type':>8s} {'redop':>6s} {'root':>6s} {'time':>7s} {'algbw':>6s} "
+              f"{'busbw':>6s} {'#wrong':>6s} {'time':>7s} {'algbw':>6s} {'busbw':>6s} {'#wrong':>6s}",
+              f"#{'(B)':>12s} {'(elements)':>12s} {'':>8s} {'':>6s} {'':>6s} {'(us)':>7s} {'(GB/s)':>6s} "
+              f"{'(GB/s)':>6s} {'':>6s} {'(us)':>7s} {'(GB/s)':>6s} {'(GB/s)':>6s}"]
+    lines += [format_row(collective, ranks, *row) for row in rows]
+    lines.append(f"# Collective test concluded: {_binary(collective)}")
+    return "\n".join(lines) + "\n"
+
+
+# --- as calibration measurements -------------------------------------------------------------------
+
+#: The algorithm each collective's rows are attributed to when calibrating (NCCL's ring-family defaults;
+#: ``algorithm=`` overrides, e.g. tree for a log run with NCCL_ALGO=Tree).
+CALIBRATION_ALGORITHMS = {"allreduce": "ring", "allgather": "ring", "reduce-scatter": "ring",
+                          "broadcast": "pipelined-ring", "alltoall": "pairwise"}
+
+
+def looks_like_nccl_tests(path: str) -> bool:
+    """Whether a file holds an nccl-tests table (else it is read as a measurement CSV)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return any(_HEADER.match(_clean(line)) for _, line in zip(range(5000), handle, strict=False))
+    except OSError:
+        return False
+
+
+def to_measurements(log: NcclTestsLog, ranks: int | None = None, algorithm: str | None = None,
+                    link_class: str = "inter", in_place: bool = False):  # -> pandas.DataFrame
+    """The log's rows as ``costmodel.calibration`` measurements (``bytes`` as flexcomm counts them: the
+    per-rank contribution for allgather, the vector otherwise); ranks from the log unless given."""
+    import pandas as pd
+
+    n = ranks if ranks is not None else log.ranks
+    if n is None:
+        raise InputError("ranks", None, f"the rank count of {log.source} (the log does not show it: no Rank "
+                         "lines and nothing to infer it from; pass --ranks)")
+    if log.ranks is not None and ranks is not None and ranks != log.ranks:
+        raise InputError("ranks", ranks, f"the log's own {log.ranks} ranks (from its {log.ranks_from})")
+    if log.collective not in CALIBRATION_ALGORITHMS:
+        raise InputError("collective", log.collective, "a collective the cost model prices: "
+                         + ", ".join(CALIBRATION_ALGORITHMS))
+    out = []
+    for row in log.rows:
+        seconds = row.in_place_time_s if in_place else row.time_s
+        if seconds is None:
+            continue
+        per_rank = row.bytes // n if log.collective == "allgather" else row.bytes
+        out.append({"collective": log.collective, "algorithm": algorithm or log.algorithm
+                    or CALIBRATION_ALGORITHMS[log.collective],
+                    "link_class": link_class, "ranks": n, "bytes": per_rank, "seconds": seconds,
+                    "busbw_Bps": row.busbw_Bps if not in_place else row.in_place_busbw_Bps, "line": row.line})
+    return pd.DataFrame(out)
+
+
+def measurements_to_logs(table, folder: str, note: str = "") -> list[str]:  # table: pandas.DataFrame
+    """Median seconds per (collective, ranks, bytes) of a flexcomm measurement table, written as one
+    nccl-tests log per collective and rank count (``FOLDER/all_reduce_perf-4ranks.txt``), float32 elements."""
+    from pathlib import Path
+
+    from flexcomm.costmodel.atomic import write_text_atomic
+
+    written = []
+    for (collective, ranks), part in table.groupby(["collective", "ranks"], sort=True):
+        if collective not in COLLECTIVES:
+            continue
+        n = int(ranks)
+        rows = []
+        for nbytes, seconds in part.groupby("bytes")["seconds"].median().items():
+            per_rank = int(nbytes)
+            size = per_rank * n if collective == "allgather" else per_rank
+            count = per_rank // 4 if collective != "reduce-scatter" else per_rank // 4 // n
+            redop = "sum" if collective in ("allreduce", "reduce-scatter", "reduce") else "none"
+            rows.append((size, count, "float", redop, 0 if collective == "broadcast" else -1, float(seconds)))
+        path = Path(folder) / f"{_binary(collective)}-{n}ranks.txt"
+        algorithms = sorted(set(part["algorithm"].astype(str))) if "algorithm" in part else []
+        write_text_atomic(path, format_log(collective, n, rows, note=note,
+                                           algorithm=algorithms[0] if len(algorithms) == 1 else None))
+        written.append(str(path))
+    return written
