@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_tests import CALIBRATION_ALGORITHMS, NcclTestsLog
+from flexcomm.costmodel.nccl_tests import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
 
 SUMMARY_MIN_BYTES = 1 << 20
 
@@ -56,7 +56,7 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
     chosen = algorithm or log.algorithm or CALIBRATION_ALGORITHMS[log.collective]
     rows = []
     for row in log.rows:
-        per_rank = row.bytes // cluster_ranks if log.collective == "allgather" else row.bytes
+        per_rank = flexcomm_bytes(log.collective, row.bytes, cluster_ranks)
         predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
         rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
                      "rel_err": predicted / row.time_s - 1.0, "algorithm": chosen, "protocol": None})

@@ -24,6 +24,9 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
 
 #: nccl-tests binaries -> the collective names used everywhere else in flexcomm.
@@ -63,17 +66,25 @@ _ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO)=(?P<value>[\w,^:;]+)")
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw for ``collective`` on ``ranks`` ranks (its ``Get*Bw`` functions)."""
+    """nccl-tests' busbw / algbw for ``collective`` on ``ranks`` ranks (its ``Get*Bw`` functions): the
+    cost model's :data:`~costmodel.collectives.BUS_BANDWIDTH_FACTOR`, and 1 for reduce and sendrecv."""
     if collective not in COLLECTIVES:
         raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise InputError("ranks", ranks, "an integer >= 1")
-    n = float(ranks)
-    if collective == "allreduce":
-        return 2.0 * (n - 1.0) / n
-    if collective in _WHOLE_BUFFER:
-        return (n - 1.0) / n
-    return 1.0
+    factor = BUS_BANDWIDTH_FACTOR.get(collective)
+    return float(factor(np.float64(ranks))) if factor is not None else 1.0
+
+
+def size_column(collective: str, nbytes: float, ranks: int) -> float:
+    """nccl-tests' ``size`` (its S of algbw = S / t) of a call flexcomm counts as ``nbytes``: the gathered
+    output for allgather (flexcomm counts each rank's contribution), the vector otherwise."""
+    return nbytes * ranks if collective == "allgather" else nbytes
+
+
+def flexcomm_bytes(collective: str, size: int, ranks: int) -> int:
+    """The inverse of :func:`size_column`: the bytes flexcomm's cost model and measurements count."""
+    return size // ranks if collective == "allgather" else size
 
 
 @dataclass(frozen=True)
@@ -376,7 +387,7 @@ def to_measurements(log: NcclTestsLog, ranks: int | None = None, algorithm: str 
         seconds = row.in_place_time_s if in_place else row.time_s
         if seconds is None:
             continue
-        per_rank = row.bytes // n if log.collective == "allgather" else row.bytes
+        per_rank = flexcomm_bytes(log.collective, row.bytes, n)
         out.append({"collective": log.collective, "algorithm": algorithm or log.algorithm
                     or CALIBRATION_ALGORITHMS[log.collective],
                     "link_class": link_class, "ranks": n, "bytes": per_rank, "seconds": seconds,
@@ -399,8 +410,8 @@ def measurements_to_logs(table, folder: str, note: str = "") -> list[str]:  # ta
         rows = []
         for nbytes, seconds in part.groupby("bytes")["seconds"].median().items():
             per_rank = int(nbytes)
-            size = per_rank * n if collective == "allgather" else per_rank
-            count = per_rank // 4 if collective != "reduce-scatter" else per_rank // 4 // n
+            count = per_rank // TYPE_BYTES["float"] // (n if collective == "reduce-scatter" else 1)
+            size = size_column(collective, per_rank, n)
             redop = "sum" if collective in ("allreduce", "reduce-scatter", "reduce") else "none"
             rows.append((size, count, "float", redop, 0 if collective == "broadcast" else -1, float(seconds)))
         path = Path(folder) / f"{_binary(collective)}-{n}ranks.txt"

@@ -39,6 +39,7 @@ from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_BENCH_BYTES
+from flexcomm.costmodel.nccl_tests import size_column
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
 
 FSYNC_EVERY_S = 1.0
@@ -154,7 +155,7 @@ def element_count(collective: str, nbytes: int, ranks: int) -> int:
 
 def algorithm_bytes(collective: str, nbytes: float, ranks: int) -> float:
     """nccl-tests' ``S`` of algbw = S / t: the gathered output for allgather, else the vector."""
-    return nbytes * ranks if collective == "allgather" else nbytes
+    return size_column(collective, nbytes, ranks)
 
 
 def bandwidths(collective: str, nbytes: float, ranks: int, seconds: float) -> tuple[float, float]:

@@ -39,6 +39,7 @@ import numpy as np
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.training_state import checkpoint_bytes_per_param
+from flexcomm.costmodel.units import parse_time
 
 POLICIES = ("restart", "shrink", "replan", "replan+grow")
 #: Training state per parameter in a checkpoint: 16-bit weights + fp32 master weights and Adam's two moments.
@@ -177,6 +178,25 @@ def checkpoint_write_s(parameters: float, storage_Bps: float) -> float:
 def young_daly_s(save_s: float, job_mtbf_s: float) -> float:
     """Young's first-order optimal checkpoint interval sqrt(2 delta M) (Young 1974; Daly 2006 refines it)."""
     return math.sqrt(2.0 * save_s * job_mtbf_s)
+
+
+def checkpoint_interval_s(text: str, parameters: float, storage_Bps: float, node_mtbf_s: float, nodes: int,
+                          field: str = "checkpoint-interval") -> float:
+    """A checkpoint interval as written (``30min``) or ``young-daly``: Young's interval for this job's state
+    size and storage, with the job's MTBF = the node MTBF / its nodes (any node's failure stops the job)."""
+    if text.strip().lower() == "young-daly":
+        return young_daly_s(checkpoint_write_s(parameters, storage_Bps), node_mtbf_s / nodes)
+    return parse_time(text, field)
+
+
+def planning_charge_s(text: str, field: str = "planning-time") -> float | None:
+    """``measured`` (None: charge the planner's own search time) or a fixed duration per re-plan."""
+    if text.strip().lower() == "measured":
+        return None
+    try:
+        return parse_time(text, field)
+    except InputError:
+        raise InputError(field, text, "measured or a duration >= 0 such as 2s") from None
 
 
 def failure_times(nodes: int, config: RecoveryConfig) -> list[tuple[float, tuple[int, ...]]]:

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             from flexcomm.costmodel.nccl_tests import measurements_to_logs
 
             mine = pd.read_csv(args.out).iloc[before:]  # this run's rows: the CSV is appended to
-            for path in measurements_to_logs(mine, args.nccl_tests_dir, note=f"{result_backend(mine)} backend"):
+            for path in measurements_to_logs(mine, args.nccl_tests_dir, note=f"{_backends(mine)} backend"):
                 print(f"wrote {path}")
     return result.returncode
 
@@ -85,5 +85,6 @@ def _rows_in(path: str) -> int:
         return max(0, sum(1 for line in handle if line.strip()) - 1)
 
 
-def result_backend(rows) -> str:  # noqa: ANN001 (a DataFrame)
+def _backends(rows) -> str:  # noqa: ANN001 (a DataFrame)
+    """The backends this run's rows were measured with, for the log's header."""
     return ",".join(sorted(set(rows["backend"].astype(str)))) if "backend" in rows and len(rows) else "unknown"

@@ -12,7 +12,6 @@ from flexcomm.costmodel.units import format_duration as duration
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 from flexcomm.planner.llm.recovery import nic_Bps_per_node, recovery_workloads, training_precision
 
-DEFAULT_STORAGE_BPS = 10e9
 #: The study's axes: node MTBF (hours), job nodes, checkpoint intervals (Young/Daly's is always added).
 STUDY_MTBF_H = (12.0, 48.0, 192.0)
 STUDY_NODES = (16, 64, 128)
@@ -49,18 +48,15 @@ def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
 
 def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: float, nodes: int,
             interval: float | None = None, mtbf_s: float | None = None) -> Any:
-    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_write_s, young_daly_s
+    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s
 
     if args.mtbf is None and mtbf_s is None:
         raise InputError("mtbf", "(missing)", "a node MTBF such as 2d with --recovery")
     mtbf = mtbf_s if mtbf_s is not None else parse_time(args.mtbf, "mtbf")
     storage = (parse_bandwidth(args.storage_bandwidth, "storage-bandwidth") if args.storage_bandwidth
-               else cluster.storage_bandwidth_Bps or DEFAULT_STORAGE_BPS)
+               else cluster.storage_bandwidth_Bps or RecoveryConfig.storage_Bps)
     if interval is None:
-        if args.checkpoint_interval.strip().lower() == "young-daly":
-            interval = young_daly_s(checkpoint_write_s(parameters, storage), mtbf / nodes)
-        else:
-            interval = parse_time(args.checkpoint_interval, "checkpoint-interval")
+        interval = checkpoint_interval_s(args.checkpoint_interval, parameters, storage, mtbf, nodes)
     if args.rack_nodes < 1:
         raise InputError("rack-nodes", args.rack_nodes, "an integer >= 1")
     return RecoveryConfig(
@@ -69,16 +65,7 @@ def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: flo
         detection_s=parse_time(args.timeout or "10min", "timeout"),
         restart_s=parse_time(args.restart_cost or "2min", "restart-cost"), storage_Bps=storage,
         rack_mtbf_s=parse_time(args.rack_mtbf, "rack-mtbf") if args.rack_mtbf else None,
-        rack_nodes=args.rack_nodes, seed=args.seed, planning_s=_planning_s(args.planning_time))
-
-
-def _planning_s(text: str) -> float | None:
-    if text.strip().lower() == "measured":
-        return None
-    try:
-        return parse_time(text, "planning-time")
-    except InputError:
-        raise InputError("planning-time", text, "measured or a duration >= 0 such as 2s") from None
+        rack_nodes=args.rack_nodes, seed=args.seed, planning_s=planning_charge_s(args.planning_time))
 
 
 def run_recovery(args: argparse.Namespace) -> int:
@@ -132,7 +119,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
 
     from flexcomm.costmodel.atomic import write_csv_atomic
     from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
-    from flexcomm.sim.recovery import POLICIES, checkpoint_write_s, simulate_recovery, young_daly_s
+    from flexcomm.sim.recovery import POLICIES, checkpoint_interval_s, simulate_recovery
     from flexcomm.sim.recovery_plots import plot_study
 
     if not args.out:
@@ -144,8 +131,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
         for mtbf_h in STUDY_MTBF_H:
             probe = _config(args, "restart", job, row.model.parameters, nodes, interval=3600.0,
                             mtbf_s=mtbf_h * 3600.0)
-            save_s = checkpoint_write_s(row.model.parameters, probe.storage_Bps)
-            daly = young_daly_s(save_s, probe.mtbf_s / nodes)
+            daly = checkpoint_interval_s("young-daly", row.model.parameters, probe.storage_Bps, probe.mtbf_s, nodes)
             for interval, label in [*((s, f"{s / 60:g} min") for s in STUDY_INTERVALS_S), (daly, "Young/Daly")]:
                 for policy in POLICIES:
                     config = _config(args, policy, job, row.model.parameters, nodes, interval=interval,

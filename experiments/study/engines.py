@@ -120,7 +120,7 @@ def _recovery_job(cluster_json: str, workload: str, nodes: int):  # -> (Megatron
     row = recovery_workloads()[workload]
     cluster = Cluster.from_dict(json.loads(cluster_json)).with_nodes(nodes)
     planner = TransformerRecoveryPlanner(row.model, cluster, row.batch, precision=training_precision(cluster))
-    full, _ = planner.best(nodes * cluster.devices_per_node)
+    full, _ = planner.best_on(list(range(nodes)), cluster.devices_per_node)  # as the run will ask (mixed pools)
     if full is None:
         raise InputError("nodes", nodes, f"a job size {workload} has a plan on (no plan fits {nodes} nodes of "
                          f"{cluster.name})")
@@ -128,22 +128,19 @@ def _recovery_job(cluster_json: str, workload: str, nodes: int):  # -> (Megatron
 
 
 def _recovery(payload: dict[str, Any]) -> dict[str, Any]:
-    from flexcomm.costmodel.units import parse_time
     from flexcomm.planner.llm.recovery import nic_Bps_per_node
-    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_write_s, simulate_recovery, young_daly_s
+    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s, simulate_recovery
 
     p = payload["params"]
     nodes = int(p["nodes"])
     row, cluster, planner = _recovery_job(json.dumps(payload["cluster"], sort_keys=True), p["workload"], nodes)
     parameters = row.model.parameters
-    if p["checkpoint_interval"] == "young-daly":
-        interval = young_daly_s(checkpoint_write_s(parameters, p["storage_Bps"]), p["mtbf_s"] / nodes)
-    else:
-        interval = parse_time(p["checkpoint_interval"], "checkpoint_interval")
+    interval = checkpoint_interval_s(p["checkpoint_interval"], parameters, p["storage_Bps"], p["mtbf_s"], nodes,
+                                     "checkpoint_interval")
     config = RecoveryConfig(
         policy=p["strategy"], horizon_s=p["horizon_s"], mtbf_s=p["mtbf_s"], repair_s=p["repair_s"],
         checkpoint_every_s=interval, storage_Bps=p["storage_Bps"], seed=int(p["seed"]),
-        planning_s=None if p["planning_time"] == "measured" else parse_time(p["planning_time"], "planning_time"))
+        planning_s=planning_charge_s(p["planning_time"], "planning_time"))
     result = simulate_recovery(planner, nodes, cluster.devices_per_node, parameters, config, nic_Bps_per_node(cluster))
     summary = result.summary()
     for key in ("policy", "simulated_s", "wall_s"):
