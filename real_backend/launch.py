@@ -11,7 +11,9 @@ exec NS``) and give each rank its own environment, which the shaped-network test
 Failure policy, and why:
 
 * The **first non-zero exit** is the run's exit code (a rank killed by signal ``S`` counts as
-  ``128 + S``, as in a shell), because the first failure is the cause and the rest are fallout.
+  ``128 + S``, as in a shell), because the first failure is the cause and the rest are fallout. When
+  several ranks end within one poll, one killed by a signal is taken for the cause: on one host a killed
+  rank's peers see its sockets close and exit by themselves within milliseconds.
 * The other ranks are then given ``grace_s`` to notice by themselves (their collective fails or
   times out), then SIGTERM, then SIGKILL after ``kill_after_s``: a peer blocked in a collective
   may never return on its own.
@@ -235,10 +237,8 @@ def launch(
             codes = [p.poll() for p in procs]
             result.returncodes = list(codes)
             if result.failed_rank is None:
-                failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-                if failed:
-                    # Several may have ended in the same poll: the lowest rank stands for them.
-                    rank = failed[0]
+                rank = first_failure(codes)
+                if rank is not None:
                     result.failed_rank = rank
                     result.returncode = exit_status(codes[rank])
                     failed_at = time.monotonic()
@@ -266,6 +266,15 @@ def launch(
         result.returncodes = [p.poll() for p in procs] + [None] * (nproc - len(procs))
         result.elapsed_s = time.monotonic() - start
     return result
+
+
+def first_failure(codes: Sequence[int | None]) -> int | None:
+    """The rank whose failure ended the run, among the return codes one poll saw (None: still running).
+
+    Several may have ended in the same poll: a rank killed by a signal is the cause (its peers' collectives
+    fail because of it and they exit by themselves), else the lowest failed rank."""
+    failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+    return min(failed, key=lambda r: (codes[r] >= 0, r)) if failed else None
 
 
 def _signal_name(code: int | None) -> str:

@@ -15,7 +15,7 @@ import pytest
 from flexcomm.costmodel.calibration import load_measurements
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
-from flexcomm.real_backend.launch import EXIT_TIMEOUT, exit_status, launch, resolve_command
+from flexcomm.real_backend.launch import EXIT_TIMEOUT, exit_status, first_failure, launch, resolve_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -182,3 +182,14 @@ def test_a_rank_killed_mid_run_fails_the_run_and_keeps_the_measured_rows(tmp_pat
     assert "rank 1 exited with status 137" in err
     table = load_measurements(out)
     assert len(table) >= rows_at_kill and set(table["collective"]) == {"allreduce"}
+
+
+@pytest.mark.parametrize("codes, rank", [
+    ([None, None, None], None),
+    ([0, 0, None], None),
+    ([1, None, 3], 0),  # no signal: the lowest failed rank
+    ([1, -9, None], 1),  # seen in one poll: the killed rank is the cause, its peer's exit 1 the fallout
+    ([None, -15, -9], 1),
+])
+def test_the_cause_of_a_failed_run_is_a_killed_rank_before_its_peers(codes: list, rank: int | None) -> None:
+    assert first_failure(codes) == rank
