@@ -31,16 +31,18 @@ notebooks: install
 	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.py
 	OMP_NUM_THREADS=1 $(VENV)/bin/jupyter execute --inplace --timeout=600 notebooks/[0-9]*.ipynb
 
-# the README's three figures, redrawn from the tour's commands at a small size (docs/figures/)
+# the README's four figures, redrawn from the tour's commands at a small size (docs/figures/)
 figures: install
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --out $(RESULTS)/figures/whatif
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm train-emulated --strategies dense,topk-ag,topk-ar,flexible,moo \
 		--steps 300 --out $(RESULTS)/figures/emulated --no-progress
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm plan --model resnet18 --cluster 4x8-a100-ib \
 		--out $(RESULTS)/figures/plan --no-progress
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm validate --published --out $(RESULTS)/figures/published --no-progress
 	mkdir -p docs/figures
 	cp $(RESULTS)/figures/whatif/whatif_resnet50.png $(RESULTS)/figures/emulated/emulated.png \
 		$(RESULTS)/figures/plan/plans.png docs/figures/
+	cp $(RESULTS)/figures/published/figures/oci-a100-2n16g-allreduce-8G-k8s.png docs/figures/published_a100_2x8.png
 
 lint: install
 	$(PY) -m ruff check .

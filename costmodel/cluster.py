@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 import types
 import typing
 from collections import Counter
@@ -90,6 +91,7 @@ def _expected_of(parser: Callable[[str], float]) -> str:
     raise AssertionError("parser accepted '?'")  # pragma: no cover
 
 
+_PCIE_FORM = "a PCIe link such as gen4x16 (generation 1-6, width 1-32 lanes)"
 _MEMORY_FORM = "a positive size such as 80GiB or 32GB"
 _INT_FORM = "an integer >= 1"
 _LINK_FORM = "a mapping with latency and bandwidth, e.g. {latency: 10us, bandwidth: 10Gbit/s}"
@@ -120,6 +122,19 @@ _FORMS: dict[str, str] = {
     "sms": "the device's streaming multiprocessors, an integer >= 1 (A100: 108)",
     "nics_per_node": "NICs per node, an integer >= 1 (each at inter_link's bandwidth)",
     "storage_bandwidth": "the checkpoint storage's aggregate bandwidth, e.g. 10GB/s",
+    "gpu_fabric": "a mapping such as {compute_capability: 90, intra: nvswitch, nvlinks_per_gpu: 18, "
+    "pcie: gen5x16, nvls: true}",
+    "compute_capability": "the GPU's compute capability as an integer, e.g. 80 (A100), 90 (H100), 100 (B200)",
+    "intra": "one of 'nvswitch', 'nvlink-mesh', 'pcie'",
+    "nvlinks_per_gpu": "NVLinks per GPU, an integer 0-18 (A100: 12, H100: 18)",
+    "pcie": _PCIE_FORM,
+    "nic_pcie": _PCIE_FORM,
+    "cpu": "one of 'intel', 'amd', 'arm'",
+    "sockets": "CPU sockets per node, an integer 1-8",
+    "nvls": "true or false (NVLink SHARP on NVSwitch, compute capability >= 90)",
+    "collnet": "true or false (SHARP in the InfiniBand switches with NCCL's CollNet plugin)",
+    "nvlink_domain": "GPUs sharing one NVLink domain across nodes, e.g. 72 for GB200 NVL72",
+    "library": "one of 'nccl', 'rccl'",
     "node_devices": "a list of {nodes: [2, 3], device: {name: V100, peak_flops: 125TFLOP/s, memory: 32GiB}} entries",
 }
 
@@ -505,6 +520,70 @@ class _Network:
 # --- the cluster ------------------------------------------------------------------------------
 
 
+#: PCIe generation -> NCCL's per-lane factor (``kvDictPciGen`` in src/graph/topo.cc: 16 GT/s -> 120);
+#: a link's bandwidth in GB/s is width * factor / 80 (Gen4 x16: 24 GB/s, Gen5 x16: 48 GB/s).
+PCI_GEN_FACTOR = {1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480}
+
+
+def pcie_GBps(spec: str) -> float:
+    """NCCL's bandwidth of a PCIe link written ``gen4x16`` (topo.cc: ``width*speed/80.0``)."""
+    match = re.fullmatch(r"\s*gen\s*([1-6])\s*x\s*(\d{1,2})\s*", str(spec).lower())
+    if not match or not 1 <= int(match.group(2)) <= 32:
+        raise PydanticCustomError("pcie_form", _PCIE_FORM)
+    return int(match.group(2)) * PCI_GEN_FACTOR[int(match.group(1))] / 80.0
+
+
+class GpuFabric(_Model):
+    """What NCCL's topology detection would find inside a node: GPU generation, NVLink, PCIe, CPU.
+
+    Only the NCCL-grade model (:mod:`costmodel.nccl_topology`) reads it; the alpha-beta formulas keep
+    using ``intra_link``. NIC count and speed come from ``nics_per_node`` and ``inter_link``.
+    """
+
+    compute_capability: int = Field(ge=70, le=120)
+    #: nvswitch (every GPU's links into NVSwitches: DGX/HGX), nvlink-mesh (point-to-point links: DGX-1's
+    #: hybrid cube mesh, NVLink bridges), pcie (no NVLink: GPUs talk through PCIe / host memory).
+    intra: Literal["nvswitch", "nvlink-mesh", "pcie"]
+    nvlinks_per_gpu: int = Field(default=0, ge=0, le=18)
+    #: the GPU's own PCIe link and the NIC's (``gen4x16``), as NCCL reads them from sysfs
+    pcie: str = "gen4x16"
+    nic_pcie: str | None = None
+    cpu: Literal["intel", "amd", "arm"] = "intel"
+    sockets: int = Field(default=2, ge=1, le=8)
+    nvls: bool = False  # NVLink SHARP (NVSwitch multicast, Hopper and later)
+    collnet: bool = False  # SHARP in the InfiniBand switches, with NCCL's CollNet plugin
+    #: GPUs in one NVLink domain (multi-node NVLink, GB200 NVL72: 72); None: the node's GPUs
+    nvlink_domain: int | None = Field(default=None, ge=1)
+    library: Literal["nccl", "rccl"] = "nccl"
+
+    _check_ints = field_validator("compute_capability", "nvlinks_per_gpu", "sockets", "nvlink_domain",
+                                  mode="before")(_no_bool)
+
+    @field_validator("pcie", "nic_pcie", mode="after")
+    @classmethod
+    def _pcie_form(cls, value: str | None) -> str | None:
+        if value is not None:
+            pcie_GBps(value)
+        return value
+
+    @model_validator(mode="after")
+    def _nvlink_needs_links(self) -> GpuFabric:
+        if self.intra != "pcie" and self.nvlinks_per_gpu == 0:
+            raise _SubfieldError("nvlinks_per_gpu", 0, f"the NVLinks per GPU (>= 1) for intra: {self.intra}")
+        if self.nvls and (self.intra != "nvswitch" or self.compute_capability < 90):
+            raise _SubfieldError("nvls", True, "false unless intra is nvswitch on compute capability 90 or later")
+        return self
+
+    @property
+    def gpu_pcie_GBps(self) -> float:
+        return pcie_GBps(self.pcie)
+
+    @property
+    def nic_pcie_GBps(self) -> float:
+        return pcie_GBps(self.nic_pcie or self.pcie)
+
+
+
 class NodeDevices(_Model):
     """Nodes whose device differs from the cluster's ``device`` (a mixed pool: A100 nodes beside V100 nodes)."""
 
@@ -539,6 +618,8 @@ class Cluster(_Model):
     #: Aggregate checkpoint storage bandwidth (bytes/s) for the recovery engine (:mod:`sim.recovery`); None: unknown.
     storage_bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices(
         "storage_bandwidth", "storage_bandwidth_Bps"))
+    #: The node as NCCL's topology detection sees it; None: the NCCL-grade model cannot price this cluster.
+    gpu_fabric: GpuFabric | None = None
 
     @field_validator("storage_bandwidth_Bps", mode="before")
     @classmethod
@@ -599,11 +680,7 @@ class Cluster(_Model):
         path = Path(path)
         if path.suffix.lower() not in (".yaml", ".yml", ".json"):
             raise InputError("cluster", str(path), "a cluster file ending in .yaml, .yml or .json")
-        return cls.from_dict(read_document(path, "cluster", "cluster file"))
-
-    @classmethod
-    def _from_text(cls, text: str, fmt: Literal["yaml", "json"], source: str) -> Cluster:
-        return cls.from_dict(parse_document(text, fmt, source, "cluster"))
+        return cls.from_dict(_resolve_extends(read_document(path, "cluster", "cluster file"), path.parent, 0))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-safe dict in SI units (keys ``bandwidth_Bps``, ``latency_s``, ``memory_bytes``)."""
@@ -828,7 +905,48 @@ def cluster_names() -> list[str]:
 @cache
 def _load_embedded(name: str) -> Cluster:
     text = resources.files("flexcomm.costmodel").joinpath("clusters", f"{name}.yaml").read_text(encoding="utf-8")
-    return Cluster._from_text(text, "yaml", f"embedded cluster {name}")
+    data = parse_document(text, "yaml", f"embedded cluster {name}", "cluster")
+    return Cluster.from_dict(_resolve_extends(data, Path("."), 0))
+
+
+_MAX_EXTENDS = 8
+
+
+def _deep_merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in child.items():
+        merged[key] = (_deep_merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict)
+                       else value)
+    return merged
+
+
+def _resolve_extends(data: Any, folder: Path, depth: int) -> Any:
+    """``extends: NAME-or-PATH``: the named cluster's document with this one's keys merged over it.
+
+    Why: a validation run or a site's cluster differs from a shipped one in two or three values (node
+    count, NICs); writing only those keeps the cited hardware numbers in one file. Mappings merge key by
+    key, everything else replaces; a relative path is read from the extending file's folder.
+    """
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    if depth >= _MAX_EXTENDS:
+        raise InputError("cluster.extends", data["extends"], f"a chain of at most {_MAX_EXTENDS} extends (a cycle?)")
+    spec = data["extends"]
+    child = {k: v for k, v in data.items() if k != "extends"}
+    if not isinstance(spec, str) or not spec:
+        raise InputError("cluster.extends", spec, "an embedded cluster's name or a path to a cluster file")
+    path = folder / spec
+    if path.is_file():
+        base = _resolve_extends(read_document(path, "cluster", "cluster file"), path.parent, depth + 1)
+    elif spec in cluster_names():
+        text = resources.files("flexcomm.costmodel").joinpath("clusters", f"{spec}.yaml").read_text(encoding="utf-8")
+        base = _resolve_extends(parse_document(text, "yaml", f"embedded cluster {spec}", "cluster"), folder, depth + 1)
+    else:
+        raise InputError("cluster.extends", spec, f"one of {', '.join(cluster_names())} or a cluster file's path "
+                         f"relative to {folder}")
+    if not isinstance(base, dict):
+        raise InputError("cluster.extends", spec, "a cluster file holding a mapping")
+    return _deep_merge(base, child)
 
 
 def load_cluster(spec: str | Path | Cluster) -> Cluster:

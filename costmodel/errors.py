@@ -19,7 +19,13 @@ class InputError(ValueError):
         self.field = field
         self.got = got
         self.expected = expected
-        super().__init__(f"{field}: got {got!r}; expected {expected}")
+        super().__init__(field, got, expected)
+
+    def __str__(self) -> str:
+        return f"{self.field}: got {self.got!r}; expected {self.expected}"
+
+    # ``args`` are the three fields, so ``type(e)(*e.args)`` rebuilds the error: simpy copies an exception
+    # that way when it leaves a simulated process, which otherwise turned a one-line error into a traceback.
 
     def __reduce__(self) -> tuple:
         """Pickle by the three fields, so an error raised in a worker process or on a Dask worker

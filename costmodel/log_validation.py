@@ -4,8 +4,9 @@ Why a table rather than one number: a user pasting a GPU run wants to see *where
 messages priced by latency, large ones by bandwidth), so every row keeps its size, measured and predicted
 seconds and relative error; the summary is over rows >= 1 MiB (``SUMMARY_MIN_BYTES``), where the
 bandwidth term dominates and a published run is most often complete. A log whose smallest row is above
-1 MiB is reported as partial. ``algorithm`` is what the cost model priced; ``protocol`` is empty until the
-model prices NCCL's protocols (LL, LL128, Simple).
+1 MiB is reported as partial. ``algorithm`` and ``protocol`` are what the cost model priced: on a cluster
+with a ``gpu_fabric`` the NCCL-grade model's choice per row (:mod:`costmodel.nccl_model`), else the
+alpha-beta formula's algorithm and no protocol.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.nccl_model import P2P, TUNED, is_nccl_algorithm
 from flexcomm.costmodel.nccl_tests import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
 
 SUMMARY_MIN_BYTES = 1 << 20
@@ -50,14 +52,22 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
     if log.ranks is not None and log.ranks != cluster_ranks:
         raise InputError("cluster", f"{cluster_ranks} ranks", f"a cluster of the log's {log.ranks} ranks (from its "
                          f"{log.ranks_from}); pass the cluster file of that run")
-    if log.collective not in CALIBRATION_ALGORITHMS:
+    if log.collective not in CALIBRATION_ALGORITHMS and not (is_nccl_algorithm(algorithm or "nccl")
+                                                              and log.collective in TUNED + P2P):
         raise InputError("collective", log.collective, "a collective the cost model prices: "
                          + ", ".join(CALIBRATION_ALGORITHMS))
-    chosen = algorithm or log.algorithm or CALIBRATION_ALGORITHMS[log.collective]
+    cluster = getattr(model, "cluster", None)
+    default = "nccl" if cluster is not None and cluster.gpu_fabric is not None else None
+    chosen = algorithm or log.algorithm or default or CALIBRATION_ALGORITHMS[log.collective]
     rows = []
     for row in log.rows:
         per_rank = flexcomm_bytes(log.collective, row.bytes, cluster_ranks)
-        predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
+        if is_nccl_algorithm(chosen):
+            choice = model.nccl_choice(log.collective, chosen, float(per_rank), cluster_ranks, log.env)
+            predicted, algo, protocol = choice.seconds, choice.algorithm, choice.protocol
+        else:
+            predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
+            algo, protocol = chosen, None
         rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
-                     "rel_err": predicted / row.time_s - 1.0, "algorithm": chosen, "protocol": None})
+                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol})
     return LogValidation(log, cluster_ranks, rows)

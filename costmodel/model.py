@@ -24,6 +24,9 @@ from flexcomm.costmodel.compressed import (
     scheme_parts,
 )
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.nccl_model import NcclChoice, is_nccl_algorithm
+from flexcomm.costmodel.nccl_model import predict as nccl_predict
+from flexcomm.costmodel.nccl_tests import size_column
 from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_count, parse_size, parse_time
 
 #: Algorithms whose every step only talks to ring neighbours (priced on the ring's own hops).
@@ -169,12 +172,33 @@ class CostModel:
         """Predicted time of one collective (sizes as in :mod:`costmodel.collectives`; ``"64MiB"`` or bytes)."""
         nbytes = coerce(nbytes, parse_size, "nbytes")
         collective = canonical_collective(collective)
+        if is_nccl_algorithm(algorithm):
+            return self._nccl(collective, algorithm, nbytes, ranks)
         if (collective, algorithm) == HIERARCHICAL:
             return self.hierarchical_allreduce(nbytes, ranks)
         coef = formula(collective, algorithm)(nbytes, ranks)
         p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))
         alpha, beta, gamma = self._params(collective, algorithm, p)
         return coef.time(alpha, beta, gamma)
+
+    def nccl_choice(self, collective: str, algorithm: str, nbytes: float, ranks: int,
+                    env: dict[str, str] | None = None) -> NcclChoice:
+        """What NCCL runs for one call of ``nbytes`` (flexcomm's sizes) and its predicted time, from the
+        cluster's ``gpu_fabric`` (:mod:`costmodel.nccl_model`); ``env`` holds NCCL_ALGO / NCCL_PROTO."""
+        if self.cluster is None:
+            raise InputError("algorithm", algorithm, "a cluster with a gpu_fabric section to price NCCL on")
+        collective = canonical_collective(collective)
+        self._check_ranks(ranks)
+        size = size_column(collective, float(nbytes), int(ranks))
+        return nccl_predict(self.cluster, collective, size, int(ranks), algorithm, env)
+
+    def _nccl(self, collective: str, algorithm: str, nbytes: ArrayLike, ranks: ArrayLike) -> CostBreakdown:
+        n, p = np.broadcast_arrays(np.asarray(nbytes, dtype=float), np.asarray(ranks, dtype=float))
+        latency, bandwidth = np.empty(n.shape), np.empty(n.shape)
+        for index in np.ndindex(n.shape):
+            choice = self.nccl_choice(collective, algorithm, float(n[index]), int(p[index]))
+            latency[index], bandwidth[index] = choice.latency_s, choice.bandwidth_s
+        return CostBreakdown(latency, bandwidth, np.zeros(n.shape))
 
     def hierarchical_allreduce(
         self, nbytes: ArrayLike, ranks: ArrayLike, inter_algorithm: str = "ring"

@@ -311,6 +311,12 @@ def _enable(table: TuningTable, algo_env: str | None, proto_env: str | None) -> 
 
 def algo_time_us(table: TuningTable, algorithm: str, protocol: str, nbytes: float) -> float | None:
     """``ncclTopoGetAlgoTime`` for one call of ``nbytes`` (one pipelined op); None where the cell is off."""
+    parts = algo_time_parts_us(table, algorithm, protocol, nbytes)
+    return None if parts is None else parts[0] + parts[1]
+
+
+def algo_time_parts_us(table: TuningTable, algorithm: str, protocol: str, nbytes: float) -> tuple[float, float] | None:
+    """The two terms of :func:`algo_time_us`: latency (plateau factor applied) and bytes / bandwidth."""
     cell = table.cells.get((algorithm, protocol))
     if cell is None or cell.bandwidth_GBps == 0:
         return None
@@ -323,7 +329,7 @@ def algo_time_us(table: TuningTable, algorithm: str, protocol: str, nbytes: floa
     if (algorithm == "ring" and protocol == "simple" and not system.mnnvl and system.nodes > 1
             and table.collective == "allreduce" and nbytes / (ring.channels * system.ranks) >= 64):
         lat *= 1.9 if system.compute_capability < 80 else 1.4  # "plateau effect of ring"
-    return lat + nbytes / (1000 * bw)
+    return lat, nbytes / (1000 * bw)
 
 
 @dataclass(frozen=True)

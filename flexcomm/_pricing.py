@@ -18,6 +18,7 @@ from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, CostBreakdown, 
 from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.nccl_model import is_nccl_algorithm
 from flexcomm.costmodel.units import (
     coerce,
     format_bandwidth,
@@ -52,6 +53,8 @@ class Cost:
     ranks: int
     nbytes: float
     breakdown: CostBreakdown
+    #: with ``algorithm="nccl..."``: what NCCL runs, e.g. ``NVLSTree/Simple``
+    nccl_runs: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -90,7 +93,7 @@ class Cost:
         if self.scheme:
             what = f"{self.scheme} (ratio {self.ratio:g}, {self.index_dtype} indices)"
         else:
-            what = f"{self.collective}/{self.algorithm}"
+            what = f"{self.collective}/{self.algorithm}" + (f" ({self.nccl_runs})" if self.nccl_runs else "")
         bus = self.bus_bandwidth_Bps
         return (f"{what} over {self.ranks} ranks, {format_size(self.nbytes)}: {format_time(self.seconds)} "
                 f"(latency {format_time(self.latency_s)}, bandwidth {format_time(self.bandwidth_s)}, "
@@ -100,7 +103,8 @@ class Cost:
     def as_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "algorithm": self.algorithm, "scheme": self.scheme,
                 "ranks": self.ranks, "bytes": self.nbytes, **self.breakdown.as_dict(),
-                "algorithm_bandwidth_Bps": self.algorithm_bandwidth_Bps, "bus_bandwidth_Bps": self.bus_bandwidth_Bps}
+                "algorithm_bandwidth_Bps": self.algorithm_bandwidth_Bps, "bus_bandwidth_Bps": self.bus_bandwidth_Bps,
+                **({"nccl_runs": self.nccl_runs} if self.nccl_runs else {})}
 
 
 def cost_model(
@@ -201,7 +205,9 @@ def cost(
         return Cost("allreduce", chosen.allreduce, scheme, float(ratio), index_dtype, ranks, nbytes, breakdown)
     chosen_algorithm = algorithm or table[name][0]
     breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
-    return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown)
+    runs = model.nccl_choice(name, chosen_algorithm, float(nbytes), int(ranks)).label \
+        if is_nccl_algorithm(chosen_algorithm) else None
+    return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown, runs)
 
 
 def calibrate(measurements: str | Path | pd.DataFrame, out: str | Path | None = None,

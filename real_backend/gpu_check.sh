@@ -5,7 +5,10 @@
 #
 # On a CUDA machine (checked first: nvidia-smi, then torch.cuda.is_available()):
 #   1. the NCCL collective benchmark on every GPU present (bench-collectives --backend nccl,
-#      nproc = GPU count, sizes 1MiB:256MiB) -> nccl_collectives.csv (+ nccl_profile.json with >= 2 GPUs);
+#      nproc = GPU count, sizes 1MiB:256MiB) -> nccl_collectives.csv (+ nccl_profile.json with >= 2 GPUs),
+#      the same runs as nccl-tests logs (nccl-tests/*.txt) and, with >= 2 GPUs, each log predicted by the
+#      NCCL-grade model (validate --nccl-tests, cluster: $GPU_CLUSTER or one DGX H100 node of NGPU GPUs)
+#      -> nccl-tests/*.validation.json;
 #   2. the DDP communication hooks on a small model under NCCL (train-ddp: builtin, dense, fp16, topk-ag,
 #      topk-ar, powersgd, flexible) -> ddp/<strategy>/{steps,exchanges}.csv, summary.json;
 #   3. Top-k selection and compressor timings on the GPU (real_backend/gpu_topk.py; benchmarks/bench_topk.py
@@ -80,10 +83,28 @@ step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log, record the
 rm -f "$OUT_DIR/nccl_collectives.csv"
 step nccl-bench 150 "$PY" -m flexcomm.experiments.cli bench-collectives --backend nccl --nproc "$NGPU" \
     --sizes 1MiB:256MiB --collectives allreduce,allgather,broadcast,reduce-scatter --warmup 3 --iters 10 \
-    --out "$OUT_DIR/nccl_collectives.csv" --timeout 140s --op-timeout 60s --log-dir "$OUT_DIR/logs/nccl-bench"
+    --out "$OUT_DIR/nccl_collectives.csv" --timeout 140s --op-timeout 60s --log-dir "$OUT_DIR/logs/nccl-bench" \
+    --nccl-tests-dir "$OUT_DIR/nccl-tests"
 if [ "$NGPU" -ge 2 ] && [ -s "$OUT_DIR/nccl_collectives.csv" ]; then
     step nccl-calibrate 30 "$PY" -m flexcomm.experiments.cli calibrate "$OUT_DIR/nccl_collectives.csv" \
         -o "$OUT_DIR/nccl_profile.json"
+fi
+# The same runs as nccl-tests logs, predicted by the NCCL-grade model from a description of this machine:
+# $GPU_CLUSTER if given (a cluster file), else one node of the shipped DGX H100 with this many GPUs (H100 and
+# H200 share NVLink 4 / NVSwitch; edit the written cluster.yaml for other hardware). Logs and cluster file
+# go into the corpus as validation/nccl-tests/<run>.txt and clusters/<run>.yaml.
+if [ "$NGPU" -ge 2 ] && [ -d "$OUT_DIR/nccl-tests" ]; then
+    CLUSTER_FILE=${GPU_CLUSTER:-$OUT_DIR/nccl-tests/cluster.yaml}
+    if [ -z "${GPU_CLUSTER:-}" ]; then
+        printf '%s\n' "# written by gpu_check.sh: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
+            "extends: dgx-h100" "name: gpu-check" "nodes: 1" "devices_per_node: $NGPU" > "$CLUSTER_FILE"
+    fi
+    for log in "$OUT_DIR"/nccl-tests/*.txt; do
+        [ -e "$log" ] || continue
+        name=$(basename "$log" .txt)
+        step "nccl-validate-$name" 30 sh -c '"$1" -m flexcomm.experiments.cli validate --nccl-tests "$2" \
+            --cluster "$3" --json > "$4"' _ "$PY" "$log" "$CLUSTER_FILE" "$OUT_DIR/nccl-tests/$name.validation.json"
+    done
 fi
 
 step ddp-hooks 90 "$PY" -m flexcomm.experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \

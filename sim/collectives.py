@@ -62,6 +62,7 @@ from flexcomm.costmodel.compressed import (
     topk_count,
 )
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.nccl_model import is_nccl_algorithm
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.network import Network
 from flexcomm.sim.records import explain
@@ -431,8 +432,36 @@ def run_collective(
     group = _check_ranks(network, ranks)
     size = parse_size(nbytes, "nbytes")
     gamma = _check_gamma(gamma)
+    if is_nccl_algorithm(algorithm):
+        return env.process(_execute_nccl(env, network, collective, algorithm, group, size, tag))
     segments = collective_segments(network, collective, algorithm, group, size, granularity, inter_algorithm, tag)
     return env.process(_execute(env, network, segments, gamma))
+
+
+def _execute_nccl(env: simpy.Environment, network: Network, collective: str, algorithm: str, ranks: np.ndarray,
+                  nbytes: float, tag: str) -> Generator[Any, Any, float]:
+    """One NCCL call: the NCCL-grade model's latency, then its bandwidth term as one ring coflow.
+
+    NCCL's channels are not flows the network graph knows (NVLink, per-rail NICs), so the call carries the
+    bytes that take exactly the model's bandwidth time on the *uncontended* ring of these ranks; when links
+    slow down (traces, jitter) or other jobs share them, the coflow slows with them. Uncontended, the
+    simulator therefore equals :meth:`CostModel.nccl_choice` to rounding."""
+    from flexcomm.costmodel.model import CostModel
+
+    start = env.now
+    choice = CostModel.from_cluster(network.cluster).nccl_choice(collective, algorithm, nbytes, len(ranks))
+    if choice.latency_s > 0:
+        yield env.timeout(choice.latency_s)
+    if len(ranks) > 1 and choice.bandwidth_s > 0:
+        pairs = np.stack([ranks, np.roll(ranks, -1)], axis=1)
+        pattern = network.pattern(pairs, key=("nccl-ring", ranks.tobytes()))
+        rate = float((network.cluster_bandwidth[pattern.res] / pattern.cnt).min()) if len(pattern.res) else math.inf
+        if math.isfinite(rate):
+            yield network.transfer(pattern, choice.bandwidth_s * rate, f"{tag}:{collective}/nccl" if tag
+                                   else f"{collective}/nccl", latency_s=0.0)
+        else:  # ranks of one node: no modelled link to share
+            yield env.timeout(choice.bandwidth_s)
+    return env.now - start
 
 
 def _check_gamma(gamma: float) -> float:

@@ -258,6 +258,7 @@ class Network:
         self._link_index = {name: i for i, name in enumerate(res_names)}
         self._edge_index = {name: i for i, name in enumerate(names)}
         self._base = np.array(res_bw, dtype=float)
+        self.cluster_bandwidth = self._base.copy()  # as the cluster file describes it, before any trace
         self._factors: list[np.ndarray] = []
         self._cap = self._base.copy()
         self.world_size = world

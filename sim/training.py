@@ -46,6 +46,7 @@ from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PE
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
 from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.nccl_model import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
 from flexcomm.sim.faults import (
@@ -307,7 +308,16 @@ class TrainingSimulator:
                 raise InputError("straggler", rank, f"a rank 0..{self.ranks - 1} of the job")
         dense_algorithms = ("ring", "tree", "rabenseifner", "recursive-doubling", "hierarchical")
         hierarchical_sparse = config.scheme != "dense" and config.algorithm == "hierarchical"
-        if config.algorithm not in dense_algorithms or hierarchical_sparse:
+        nccl = is_nccl_algorithm(config.algorithm)
+        if nccl and config.scheme != "dense":
+            raise InputError("algorithm", config.algorithm, "a formula's algorithm for compressed schemes "
+                             f"(nccl prices dense allreduces only); one of {', '.join(dense_algorithms[:-1])}")
+        if nccl:
+            parse_nccl_algorithm(config.algorithm)
+            if self.cluster.gpu_fabric is None:
+                raise InputError("cluster.gpu_fabric", None, f"a gpu_fabric section in cluster {self.cluster.name} "
+                                 "for --algorithm nccl (see docs/cost-model.md); or a formula's algorithm")
+        elif config.algorithm not in dense_algorithms or hierarchical_sparse:
             allowed = dense_algorithms if config.scheme == "dense" else dense_algorithms[:-1]
             raise InputError("algorithm", config.algorithm, "one of " + ", ".join(allowed))
         if dynamics is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_time, parse_time
@@ -47,8 +48,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "--cluster's cost model (--profile: calibrated) and print the errors")
     add_cluster_arguments(logs)
     logs.add_argument("--collective", help="the log's collective when the log does not name its test")
-    logs.add_argument("--algorithm", help="algorithm to price (default ring; broadcast pipelined-ring)")
+    logs.add_argument("--algorithm", help="algorithm to price: nccl (NCCL's own choice; the default on a cluster "
+                      "with gpu_fabric), nccl:ring/ll128 to force one, or a formula's (default ring)")
     logs.add_argument("--json", action="store_true", help="print one JSON object: rows and summary")
+    corpus = parser.add_argument_group("the published corpus instead of running anything")
+    corpus.add_argument("--published", nargs="?", const="", metavar="DIR",
+                        help="predict every run of DIR (default: the project's validation/nccl-tests) from its "
+                        "clusters/<run>.yaml alone; write errors.md, errors.csv and figures/ to --out "
+                        "(default results/published)")
+    corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
     parser.set_defaults(handler=run)
 
 
@@ -76,8 +84,9 @@ def run_log(args: argparse.Namespace) -> int:
     print(f"{log.source}: {log.collective}, {report.ranks} ranks on {cluster.name}")
     print(f"{'bytes':>12s} {'measured':>12s} {'predicted':>12s} {'error':>8s}  algorithm")
     for row in report.rows:
+        label = row["algorithm"] + (f"/{row['protocol']}" if row["protocol"] else "")
         print(f"{row['bytes']:12d} {format_time(row['measured_s']):>12s} {format_time(row['predicted_s']):>12s} "
-              f"{row['rel_err']:+8.1%}  {row['algorithm']}")
+              f"{row['rel_err']:+8.1%}  {label}")
     s = report.summary
     if s["median_abs_error"] is None:
         print(f"no rows of {SUMMARY_MIN_BYTES >> 20} MiB or more: no summary")
@@ -87,7 +96,33 @@ def run_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def published_folder(text: str) -> Path:
+    """``--published`` without a folder: the corpus shipped beside the package."""
+    if text:
+        return Path(text)
+    import flexcomm
+
+    return Path(flexcomm.__file__).resolve().parent.parent / "validation" / "nccl-tests"
+
+
+def run_published(args: argparse.Namespace) -> int:
+    """``validate --published [DIR]``: every published run predicted from its hardware description."""
+    from flexcomm.experiments.published import TARGET_MEDIAN, TARGET_WORST, validate_published
+
+    out = Path("results/published" if args.out == "results/validate" else args.out)
+    results = validate_published(published_folder(args.published), out, progress=not args.no_progress)
+    summarised = [r for r in results if r.status == "predicted" and r.large]
+    met = sum(1 for r in summarised if r.meets_targets)
+    print(f"{len(results)} runs, {len(summarised)} predicted with rows >= 1 MiB; targets (median <= "
+          f"{TARGET_MEDIAN:.0%}, worst <= {TARGET_WORST:.0%}) met by {met}")
+    figures = len([r for r in results if r.rows])
+    print(f"wrote {out}/: errors.md, errors.csv, figures/ ({figures} runs)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.published is not None:
+        return run_published(args)
     if args.nccl_tests:
         return run_log(args)
     started = time.time()  # files written from here on are this command's

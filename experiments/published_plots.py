@@ -1,0 +1,59 @@
+"""One figure per published run: bus bandwidth against size, measured and predicted, NCCL's choice marked.
+
+Why busbw and not time: it is what nccl-tests prints and what people quote, and a flat asymptote shows the
+bandwidth term while the small-size slope shows the latency term. Each predicted point is marked by the
+(algorithm, protocol) NCCL's tuner picks at that size, so a miss at a switch-over is visible as such.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def plot_run(result: Any, path: Path) -> Path:
+    """``result``: a :class:`experiments.published.RunResult` with rows (typed loosely: that module imports
+    this one)."""
+    from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
+    from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
+    from flexcomm.costmodel.units import format_size
+
+    use_file_backend()
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    ranks = float(result.ranks or 1)
+    factor = float(BUS_BANDWIDTH_FACTOR.get(result.collective, lambda p: np.ones_like(p))(np.asarray(ranks)))
+    sizes = np.array([r["bytes"] for r in result.rows], dtype=float)
+    measured = sizes / np.array([r["measured_s"] for r in result.rows]) * factor / 1e9
+    predicted = sizes / np.array([r["predicted_s"] for r in result.rows]) * factor / 1e9
+    labels = [r["algorithm"] if r["protocol"] in (None, "p2p") else f"{r['algorithm']}/{r['protocol']}"
+              for r in result.rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(sizes, measured, "k-", lw=1.6, label="measured (published)")
+    for i, label in enumerate(dict.fromkeys(labels)):
+        mask = np.array([lab == label for lab in labels])
+        ax.plot(sizes[mask], predicted[mask], _MARKERS[i % len(_MARKERS)], ms=5, ls="none",
+                label=f"predicted: {label}")
+    if "loro_predicted_s" in result.rows[0]:
+        loro = sizes / np.array([r["loro_predicted_s"] for r in result.rows]) * factor / 1e9
+        ax.plot(sizes, loro, color="tab:orange", ls="--", lw=1.0, label="leave-one-run-out calibrated")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    low, high = sizes.min(), sizes.max()
+    ticks = [2.0 ** e for e in range(0, 41, 2) if low / 2 <= 2.0 ** e <= high * 2]
+    ax.set_xticks(ticks, [format_size(t) for t in ticks], fontsize=7, rotation=45)
+    readable_log_axis(ax, "y")
+    ax.set_xlabel("size (nccl-tests bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title(f"{result.run_id}\n{result.collective}, {result.ranks} ranks, class {result.hardware_class}",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    save_figure_atomic(fig, path)
+    plt.close(fig)
+    return path

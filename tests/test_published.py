@@ -1,0 +1,97 @@
+"""``flexcomm validate --published``: every run priced from its cluster file alone, the leave-one-run-out
+calibration uses only the other runs, runs that cannot be priced say why, and the files are written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.model import CostModel
+from flexcomm.experiments.cli import main
+from flexcomm.experiments.published import validate_published
+
+CORPUS = Path(__file__).parent.parent / "validation" / "nccl-tests"
+PAIR = ("oci-a100-2n16g-allreduce-8G-k8s", "oci-a100-b48-2n16g-allreduce-slurm-1G8G")
+
+
+def _mini_corpus(tmp_path: Path) -> Path:
+    folder = tmp_path / "corpus"
+    (folder / "clusters").mkdir(parents=True)
+    for run in (*PAIR, "rccl-1562-mi300x-azure-8g-allreduce"):
+        shutil.copy(CORPUS / f"{run}.txt", folder)
+        shutil.copy(CORPUS / "clusters" / f"{run}.yaml", folder / "clusters")
+    shutil.copy(CORPUS / "clusters" / "_amd-mi300x.yaml", folder / "clusters")
+    text = (CORPUS / f"{PAIR[0]}.txt").read_text(encoding="utf-8").splitlines()
+    row = next(i for i, line in enumerate(text) if line.split()[:1] == ["1048576"])
+    text[row] = text[row][:60]  # a row cut mid-way, as pasted logs often are
+    (folder / "cut.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+    shutil.copy(CORPUS / "clusters" / f"{PAIR[0]}.yaml", folder / "clusters" / "cut.yaml")
+    return folder
+
+
+def test_runs_are_priced_from_their_cluster_and_calibrated_on_the_others_only(tmp_path: Path) -> None:
+    folder = _mini_corpus(tmp_path)
+    results = {r.run_id: r for r in validate_published(folder, tmp_path / "out", progress=False)}
+    a, b = results[PAIR[0]], results[PAIR[1]]
+    cluster = Cluster.from_file(folder / "clusters" / f"{PAIR[0]}.yaml")
+    model = CostModel.from_cluster(cluster)
+    for row in a.rows:
+        expected = model.nccl_choice("allreduce", "nccl", row["bytes"], 16).seconds
+        assert row["predicted_s"] == pytest.approx(expected, rel=1e-12)
+    # each run's factor is the other's median measured/predicted ratio over rows >= 1 MiB
+    assert a.loro_factor == pytest.approx(statistics.median(
+        r["measured_s"] / r["predicted_s"] for r in b.rows if r["bytes"] >= 1 << 20))
+    assert b.loro_factor == pytest.approx(a.median_ratio())
+    assert b.partial and not a.partial
+    assert results["rccl-1562-mi300x-azure-8g-allreduce"].status == "not predicted"
+    assert "line" in results["cut"].reason and results["cut"].status == "not predicted"
+    csv = pd.read_csv(tmp_path / "out" / "errors.csv")
+    assert len(csv) == len(a.rows) + len(b.rows)
+    assert set(csv["algorithm"]) <= {"ring", "tree", "nvls", "nvls_tree"}
+    md = (tmp_path / "out" / "errors.md").read_text(encoding="utf-8")
+    assert "RCCL" in md and "| cut |" in md and PAIR[0] in md
+    assert sorted(p.name for p in (tmp_path / "out" / "figures").iterdir()) == sorted(f"{r}.png" for r in PAIR)
+
+
+def test_every_shipped_run_is_priced_or_says_why() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        results = validate_published(CORPUS, Path(out), progress=False, figures=False)
+    assert len(results) == len(list(CORPUS.glob("*.txt")))
+    reasons = {r.reason.split(":")[0].split(" ")[0] for r in results if r.status != "predicted"}
+    assert reasons <= {"RCCL", "inconsistent", "log"}
+    summarised = [r for r in results if r.status == "predicted" and r.large]
+    assert len(summarised) >= 25
+    assert all(r.errors() and all(e >= 0 for e in r.errors()) for r in summarised)
+
+
+def test_cli_published_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _mini_corpus(tmp_path)
+    assert main(["validate", "--published", str(folder), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs, 2 predicted" in out and (tmp_path / "o" / "errors.md").is_file()
+    assert main(["validate", "--published", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "published" in err
+
+
+def test_validate_a_log_on_a_gpu_cluster_reports_nccls_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    run = PAIR[0]
+    assert main(["validate", "--nccl-tests", str(CORPUS / f"{run}.txt"), "--cluster",
+                 str(CORPUS / "clusters" / f"{run}.yaml"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = report["rows"]
+    assert {r["protocol"] for r in rows} <= {"ll", "ll128", "simple"} and all(r["algorithm"] for r in rows)
+    large = [abs(r["rel_err"]) for r in rows if r["bytes"] >= 1 << 20]
+    assert report["summary"]["median_abs_error"] == pytest.approx(statistics.median(large))
+    assert main(["validate", "--nccl-tests", str(CORPUS / f"{run}.txt"), "--cluster",
+                 str(CORPUS / "clusters" / f"{run}.yaml"), "--algorithm", "nccl:ring/simple", "--json"]) == 0
+    forced = json.loads(capsys.readouterr().out)["rows"]
+    assert {(r["algorithm"], r["protocol"]) for r in forced} == {("ring", "simple")}
