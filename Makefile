@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.flexcomm-installed
 RESULTS ?= results
 
-.PHONY: install demo test lint bench figures notebooks clean
+.PHONY: install data demo test lint bench figures notebooks clean
 
 # torch first, pinned to the CPU wheel on disk; a looser spec would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -16,12 +16,23 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Fashion-MNIST from Debian's dataset-fashion-mnist (apt, as root); without it the digits workloads still work and
+# the Fashion-MNIST ones say how to install it
+FASHION_DIR := /usr/share/datasets/fashion-mnist
+data:
+	@if [ -f $(FASHION_DIR)/train-images-idx3-ubyte.gz ]; then echo "data: Fashion-MNIST present in $(FASHION_DIR)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 \
+		|| (apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1) \
+		|| echo "data: could not install dataset-fashion-mnist with apt; the Fashion-MNIST workloads and tests are skipped"; \
+	else echo "data: Fashion-MNIST missing; as root run: apt-get install dataset-fashion-mnist (the Fashion-MNIST workloads and tests are skipped)"; fi
+
 demo: install
 	$(VENV)/bin/flexcomm whatif --out $(RESULTS)/whatif
 
 # one torch thread per test process: the models are tiny, and on few shared cores a thread pool spins longer
 # than the kernels run (measured 6x on the notebook tests)
-test: install
+test: install data
 	$(PY) -m ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest
 

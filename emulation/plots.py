@@ -16,12 +16,15 @@ from flexcomm.costmodel.plotting import readable_log_axis, strategy_style  # noq
 SCHEME_MARKERS = {"dense": "s", "topk-ag": "o", "topk-ar": "^"}
 
 
-def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str = "") -> Path:
+def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str = "",
+                   bands: dict[str, pd.DataFrame] | None = None) -> Path:
     """Four panels: test accuracy vs simulated time and vs step, simulated time vs step, ratio/scheme vs step.
 
     Why both x axes: compression changes time per step *and* progress per step; only accuracy against
     time says which strategy is faster to a given accuracy. Strategies that coincide (flexible choosing
     Allgather every step is topk-ag) are drawn thin and dashed over thick and solid, so both show.
+    ``bands`` (per strategy, from :func:`emulation.seeds.accuracy_bands`): the accuracy panels draw the mean
+    over seeds with its 95 % band instead of one run; the clock and ratio panels show ``frames`` (one seed).
     """
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
     (ax_time, ax_step), (ax_clock, ax_ratio) = axes
@@ -29,8 +32,16 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     for name, frame in frames.items():
         style = strategy_style(name)
         evals = frame.dropna(subset=["test_acc"])
-        ax_time.plot(evals["sim_time_s"], evals["test_acc"], ms=4, label=name, **style)
-        ax_step.plot(evals["step"], evals["test_acc"], ms=4, label=name, **style)
+        if bands is not None and name in bands:
+            band = bands[name]
+            seeds = int(band["seeds"].max())
+            for ax, x in ((ax_time, band["sim_time_s"]), (ax_step, band["step"])):
+                ax.fill_between(x, band["test_acc_lo"], band["test_acc_hi"], color=style["color"], alpha=0.18,
+                                lw=0, label=f"{name}: 95 % band ({seeds} seeds)")
+                ax.plot(x, band["test_acc"], ms=4, label=f"{name} (mean)", **style)
+        else:
+            ax_time.plot(evals["sim_time_s"], evals["test_acc"], ms=4, label=name, **style)
+            ax_step.plot(evals["step"], evals["test_acc"], ms=4, label=name, **style)
         ax_clock.plot(frame["step"], frame["sim_time_s"], label=name, **strategy_style(name, markers=False))
         if name in ("flexible", "moo"):
             for scheme, part in frame.groupby("scheme"):

@@ -146,8 +146,9 @@ def test_sequence_model_shapes() -> None:
 
 def test_registry_names_and_unknown_name() -> None:
     names = workload_names()
-    assert {"mlp-digits", "resnet-digits", "eca-resnet-digits", "resnet-synthetic", "eca-resnet-synthetic",
-            "lstm-seq", "transformer-seq"} == set(names)
+    assert {"mlp-digits", "resnet-digits", "eca-resnet-digits", "fashion-cnn", "fashion-resnet8",
+            "fashion-eca-resnet8", "resnet-synthetic", "eca-resnet-synthetic", "lstm-seq",
+            "transformer-seq"} == set(names)
     assert get_workload(" MLP-Digits ").name == "mlp-digits"
     with pytest.raises(InputError) as info:
         get_workload("resnet-152")

@@ -7,11 +7,18 @@ WORKLOADS: tuple[str, ...] = (
     "mlp-digits",
     "resnet-digits",
     "eca-resnet-digits",
+    "fashion-cnn",
+    "fashion-resnet8",
+    "fashion-eca-resnet8",
     "resnet-synthetic",
     "eca-resnet-synthetic",
     "lstm-seq",
     "transformer-seq",
 )
+
+
+#: Workloads that read Fashion-MNIST (Debian's dataset-fashion-mnist, ``make data``).
+FASHION_WORKLOADS: tuple[str, ...] = ("fashion-cnn", "fashion-resnet8", "fashion-eca-resnet8")
 
 
 def canonical_workload(name: object) -> str:

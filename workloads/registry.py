@@ -18,8 +18,8 @@ from flexcomm.costmodel.compute import ModelSpec, layers_from_torch
 from flexcomm.costmodel.errors import InputError
 from flexcomm.workloads import data
 from flexcomm.workloads.data import TensorData
-from flexcomm.workloads.models import MLP, LSTMClassifier, ResNet, TransformerClassifier
-from flexcomm.workloads.names import WORKLOADS, canonical_workload
+from flexcomm.workloads.models import MLP, LSTMClassifier, ResNet, SmallCNN, TransformerClassifier
+from flexcomm.workloads.names import FASHION_WORKLOADS, WORKLOADS, canonical_workload
 
 __all__ = ["Workload", "get_workload", "workload_names", "WORKLOADS"]
 
@@ -142,6 +142,23 @@ def _make(name: str, seed: int, options: dict[str, Any]) -> Workload:
             (1, 16, 16),
             10,
             batch_size=32,
+            lr=0.05,
+        )
+    if name in FASHION_WORKLOADS:
+        eca = "eca" in name
+        if name == "fashion-cnn":
+            desc, factory = "small CNN (conv 16-32, fc 128)", lambda: SmallCNN(1, 10, 28)
+        else:
+            desc = f"{'ECA-' if eca else ''}ResNet-8 (width 16)"
+            factory = lambda: ResNet(8, 16, in_channels=1, num_classes=10, eca=eca)  # noqa: E731
+        return Workload(
+            name,
+            f"{desc} on Fashion-MNIST 28x28 (60,000 train / 10,000 test unless n_train / n_test)",
+            factory,
+            lambda: data.fashion_mnist(seed=seed, **options),
+            (1, 28, 28),
+            10,
+            batch_size=64,
             lr=0.05,
         )
     if name in ("resnet-synthetic", "eca-resnet-synthetic"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from flexcomm.costmodel.errors import InputError, renamed_fields
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
@@ -66,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--probe-steps", type=int, default=10, help="moo: steps probed per candidate (default 10)")
     parser.add_argument("--candidates", default="0.1,0.033,0.011,0.004,0.001",
                         help="moo: candidate ratios probed (default the paper's)")
+    parser.add_argument("--seeds", type=int, default=1, help="run seeds SEED..SEED+N-1 and report mean and 95 %% "
+                        "confidence interval per strategy, with bands in emulated.png (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plot", action="store_true", help="CSV and JSON only")
     parser.set_defaults(handler=run)
@@ -89,6 +92,10 @@ def run(args: argparse.Namespace) -> int:
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
     )
     single_threaded_torch()  # tiny models: a thread pool on shared cores spins longer than the kernels run (6x)
+    if isinstance(args.seeds, bool) or args.seeds < 1:
+        raise InputError("seeds", args.seeds, "a number of seeds >= 1")
+    if args.seeds > 1:
+        return _run_seeds(args, settings, strategies, started)
     from flexcomm.emulation.engine import run_emulation
 
     results = run_emulation(settings, strategies, args.out, progress=not args.no_progress, plot=not args.no_plot)
@@ -103,5 +110,23 @@ def run(args: argparse.Namespace) -> int:
             extra += f"; {len(s['moo_decisions'])} ratio decisions, probes {s['probe_s']:.3g}s"
         print(f"{name:9s} {s['final_test_acc']:9.4f} {s['sim_time_s']:9.4g}s {s['mean_step_s']:9.3g}s  "
               f"{schemes}; {ratio_text}{extra}")
+    print_written(args.out, started)
+    return 0
+
+
+def _run_seeds(args: argparse.Namespace, settings: Any, strategies: list[str], started: float) -> int:
+    """``--seeds N``: every strategy on N seeds; the table shows mean +- 95 % interval."""
+    from flexcomm.emulation.seeds import format_ci, run_seeds, seed_summary
+
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    runs = run_seeds(settings, strategies, seeds, args.out, progress=not args.no_progress, plot=not args.no_plot)
+    summary = seed_summary(settings, runs)
+    print(f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}); mean +- 95 % confidence interval")
+    for name, s in summary["strategies"].items():
+        reach = (f"{format_ci(s['time_to_target_s'], '{:.4g}')} s" if s["reached_target"] else "never") + \
+            f", {s['reached_target']}/{len(seeds)} seeds reach it"
+        clock = format_ci(s["sim_time_s"], "{:.4g}")
+        print(f"{name:9s} final acc {format_ci(s['final_test_acc'])}; sim time {clock} s; "
+              f"to {summary['target_test_acc']:.3f} (95 % of the best): {reach}")
     print_written(args.out, started)
     return 0
