@@ -10,8 +10,10 @@ iterations as the controller's environment) on each held-out trace:
   NSGA-II ratio controller, probes charged to the clock) with its clock replaced by the trace's;
 * ``topk-ag@c`` / ``topk-ar@c`` at fixed ratios and ``dense``: the same, static.
 
-Per trace the target accuracy is ``target`` or, by default, 95% of the best final accuracy any strategy
-reached on it (as ``flexcomm train-emulated`` does); time to target is the simulated time of the first
+Every run is repeated for several model seeds (data split, shards, batch order, initial weights; default
+3), and each number is a mean with its 95 % interval. Per trace the target accuracy is ``target`` or, by
+default, 95% of the best mean final accuracy any strategy reached on it (as ``flexcomm train-emulated``
+does); time to target is the simulated time of the first
 evaluation at or above it (NaN: never reached). Files: ``runs.csv`` (every iteration of every run),
 ``comparison.csv`` / ``comparison.md`` (one row per trace and strategy) and ``comparison.png``.
 """
@@ -92,23 +94,38 @@ def run_baseline(name: str, env_config: EnvConfig, trace: NetworkTrace, workload
 
 
 def summarise(frames: pd.DataFrame, target: float | None = None) -> tuple[pd.DataFrame, dict[str, float]]:
-    """One row per (trace, strategy): final / best accuracy, time to target, simulated time, what was chosen."""
+    """One row per (trace, strategy): final / best accuracy, time to target, simulated time, what was chosen.
+
+    With a ``seed`` column (several seeds) every number is the mean over the seeds, ``*_ci95`` is the half-width
+    of its Student-t 95 % interval (NaN for one seed), ``seeds`` counts them and ``reached`` how many seeds
+    reach the target; the default target is 95 % of the best *mean* final accuracy.
+    """
+    from flexcomm.emulation.seeds import mean_ci
+
+    frames = frames if "seed" in frames else frames.assign(seed=0)
     rows, targets = [], {}
     for trace, part in frames.groupby("trace", sort=False):
-        finals = {s: run.dropna(subset=["test_acc"])["test_acc"].iloc[-1] for s, run in part.groupby("strategy")}
-        goal = float(target) if target is not None else 0.95 * max(finals.values())
+        finals = {(s, seed): float(run.dropna(subset=["test_acc"])["test_acc"].iloc[-1])
+                  for (s, seed), run in part.groupby(["strategy", "seed"], sort=False)}
+        mean_finals = pd.Series(finals).groupby(level=0).mean()
+        goal = float(target) if target is not None else 0.95 * float(mean_finals.max())
         targets[str(trace)] = goal
-        for strategy, run in part.groupby("strategy", sort=False):
-            schemes = run["scheme"].value_counts()
+        for strategy, runs in part.groupby("strategy", sort=False):
+            per_seed = [run for _, run in runs.groupby("seed", sort=False)]
+            final = mean_ci([finals[(strategy, seed)] for seed, _ in runs.groupby("seed", sort=False)])
+            reach = mean_ci([time_to_accuracy(run, goal) for run in per_seed])
+            schemes = runs["scheme"].value_counts()
             rows.append({
-                "trace": trace, "strategy": strategy, "target_acc": goal,
-                "time_to_target_s": time_to_accuracy(run, goal),
-                "final_test_acc": float(finals[strategy]),
-                "best_test_acc": float(run["test_acc"].max()),
-                "sim_time_s": float(run["sim_time_s"].iloc[-1]),
-                "mean_step_s": float(run["step_time_s"].mean()),
-                "median_ratio": float(run["ratio"].median()),
-                "topk_ar_share": float(schemes.get("topk-ar", 0) / len(run)),
+                "trace": trace, "strategy": strategy, "target_acc": goal, "seeds": len(per_seed),
+                "reached": reach["n"], "time_to_target_s": reach["mean"],
+                "time_to_target_ci95": math.nan if reach["ci95"] is None else reach["ci95"],
+                "final_test_acc": final["mean"],
+                "final_test_acc_ci95": math.nan if final["ci95"] is None else final["ci95"],
+                "best_test_acc": float(runs["test_acc"].max()),
+                "sim_time_s": float(np.mean([run["sim_time_s"].iloc[-1] for run in per_seed])),
+                "mean_step_s": float(runs["step_time_s"].mean()),
+                "median_ratio": float(runs["ratio"].median()),
+                "topk_ar_share": float(schemes.get("topk-ar", 0) / len(runs)),
             })
     table = pd.DataFrame(rows)
     never = table["time_to_target_s"].fillna(math.inf)  # never reaching the target ranks last
@@ -117,20 +134,31 @@ def summarise(frames: pd.DataFrame, target: float | None = None) -> tuple[pd.Dat
     return table, targets
 
 
+def plus_minus(mean: float, half: float, fmt: str) -> str:
+    """``mean +- half`` in ``fmt``; a NaN half-width (one seed) shows the mean alone."""
+    return fmt.format(mean) + ("" if math.isnan(half) else " +- " + fmt.format(half))
+
+
 def markdown(table: pd.DataFrame) -> str:
-    """The comparison as a markdown table per trace, then the mean rank over traces."""
+    """The comparison as a markdown table per trace (mean +- 95 % interval over the seeds), then the mean rank."""
     lines = []
     for trace, part in table.groupby("trace", sort=False):
-        lines += [f"### trace {trace} (target accuracy {part['target_acc'].iloc[0]:.3f})", "",
-                  "| strategy | time to target (s) | final acc | sim time (s) | mean step (ms) | median c | AR share |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        seeds = int(part["seeds"].max())
+        lines += [f"### trace {trace} (target accuracy {part['target_acc'].iloc[0]:.3f}; mean +- 95 % interval over "
+                  f"{seeds} seed{'s' if seeds != 1 else ''})", "",
+                  "| strategy | time to target (s) | seeds reaching it | final acc | sim time (s) | mean step (ms) | "
+                  "median c | AR share |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for _, r in part.sort_values("time_to_target_s", na_position="last").iterrows():
-            ttt = "never" if math.isnan(r["time_to_target_s"]) else f"{r['time_to_target_s']:.2f}"
-            lines.append(f"| {r['strategy']} | {ttt} | {r['final_test_acc']:.3f} | {r['sim_time_s']:.2f} | "
+            ttt = "never" if math.isnan(r["time_to_target_s"]) else plus_minus(r["time_to_target_s"],
+                                                                         r["time_to_target_ci95"], "{:.2f}")
+            lines.append(f"| {r['strategy']} | {ttt} | {int(r['reached'])}/{int(r['seeds'])} | "
+                         f"{plus_minus(r['final_test_acc'], r['final_test_acc_ci95'], '{:.3f}')} | "
+                         f"{r['sim_time_s']:.2f} | "
                          f"{r['mean_step_s'] * 1e3:.1f} | {r['median_ratio']:.3g} | {r['topk_ar_share']:.2f} |")
         lines.append("")
-    overall = table.assign(reached=table["time_to_target_s"].notna()).groupby("strategy", sort=False).agg(
-        mean_rank=("rank_time_to_target", "mean"), reached=("reached", "sum"), traces=("trace", "count"),
+    overall = table.assign(reached_any=table["time_to_target_s"].notna()).groupby("strategy", sort=False).agg(
+        mean_rank=("rank_time_to_target", "mean"), reached=("reached_any", "sum"), traces=("trace", "count"),
         mean_final_acc=("final_test_acc", "mean"))
     lines += ["### over all traces (rank 1 = fastest to target; never reaching it ranks last)", "",
               "| strategy | mean rank | reached target | mean final acc |", "|---|---:|---:|---:|"]
@@ -142,9 +170,10 @@ def markdown(table: pd.DataFrame) -> str:
 
 def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | Path, *,
              baselines: Sequence[str] = (*DEFAULT_STATIC, "moo"), target: float | None = None,
-             seed: int | None = None, eval_every: int = 10, progress: bool = False, plot: bool = True
-             ) -> pd.DataFrame:
-    """Run every strategy on every trace and write the files listed in the module docstring."""
+             seed: int | None = None, seeds: int = 3, eval_every: int = 10, progress: bool = False,
+             plot: bool = True) -> pd.DataFrame:
+    """Run every strategy on every trace for ``seeds`` model seeds (``seed``, ``seed``+1, ...) and write the
+    files listed in the module docstring."""
     models = load_models(model_dir)
     _, env_config = load_settings(model_dir)
     if target is not None and not (0 < target <= 1):
@@ -157,28 +186,32 @@ def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | P
         if strategy not in ("dense", "moo", "topk-ag", "topk-ar") or (ratio and not _is_ratio(ratio)) or (
                 strategy in ("topk-ag", "topk-ar") and not ratio):
             raise InputError("baselines", name, "dense, moo, topk-ag@RATIO or topk-ar@RATIO with RATIO in (0, 1]")
-    workload = get_workload(env_config.workload, seed=env_config.seed)
-    env = CompressionEnv(env_config, list(traces), workload=workload)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise InputError("seeds", seeds, "a number of seeds >= 1")
     names = [*models, *baselines]
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(names) * len(traces), desc="evaluate", unit="run", leave=True)
+        bar = tqdm(total=len(names) * len(traces) * seeds, desc="evaluate", unit="run", leave=True)
     frames = []
     outdir = Path(out)
     try:
-        for trace in traces:
-            for name in names:
-                if name in models:
-                    frame = run_policy(models[name], env, trace)
-                    frame["strategy"] = name
-                else:
-                    frame = run_baseline(name, env_config, trace, workload)
-                frames.append(frame.assign(trace=trace.name))
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(trace=trace.name, run=name)
+        for run_seed in range(env_config.seed, env_config.seed + seeds):
+            seeded = replace(env_config, seed=run_seed)
+            workload = get_workload(seeded.workload, seed=run_seed)
+            env = CompressionEnv(seeded, list(traces), workload=workload)
+            for trace in traces:
+                for name in names:
+                    if name in models:
+                        frame = run_policy(models[name], env, trace)
+                        frame["strategy"] = name
+                    else:
+                        frame = run_baseline(name, seeded, trace, workload)
+                    frames.append(frame.assign(trace=trace.name, seed=run_seed))
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix(seed=run_seed, trace=trace.name, run=name)
     finally:
         if bar is not None:
             bar.close()

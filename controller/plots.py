@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
+from flexcomm.emulation.seeds import accuracy_bands  # noqa: E402
 
 COLOURS = {"gsde": "#9467bd", "gaussian": "#8c564b", "moo": "#d62728", "dense": "#7f7f7f"}
 STATIC_STYLES = {"topk-ag": "-", "topk-ar": "--"}
@@ -98,16 +99,21 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         ax_acc, ax_c, ax_net = axes[0, col], axes[1, col], axes[2, col]
         part = frames[frames["trace"] == trace]
         drawn, low = 0, 0.5
-        for name, run in part.groupby("strategy", sort=False):
+        for name, runs in part.groupby("strategy", sort=False):
             name = str(name)
-            evals = run.dropna(subset=["test_acc"])
+            per_seed = [r for _, r in runs.groupby("seed", sort=False)] if "seed" in runs else [runs]
+            run = per_seed[0]  # the chosen c of one seed: several seeds' decisions would only blur each other
+            band = accuracy_bands(per_seed)
             learned = name in ("gsde", "gaussian", "moo")
             # drawn widest first: runs that coincide (short or static traces) show as a line inside a line
             width = WIDTHS[min(len(WIDTHS) - 1, drawn)]
             drawn += 1
-            ax_acc.plot(evals["sim_time_s"], evals["test_acc"], color=_colour(name), ls=_style(name),
-                        lw=width, marker="o", ms=2 + width, markevery=max(1, len(evals) // 8), label=name)
-            low = min(low, float(evals["test_acc"].min())) if len(evals) else low
+            if len(per_seed) > 1:
+                ax_acc.fill_between(band["sim_time_s"], band["test_acc_lo"], band["test_acc_hi"],
+                                    color=_colour(name), alpha=0.12, lw=0, zorder=1)
+            ax_acc.plot(band["sim_time_s"], band["test_acc"], color=_colour(name), ls=_style(name),
+                        lw=width, marker="o", ms=2 + width, markevery=max(1, len(band) // 8), label=name, zorder=3)
+            low = min(low, float(band["test_acc_lo"].min())) if len(band) else low
             if learned:
                 ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=width, label=name)
                 ar = run[run["scheme"] == "topk-ar"]
@@ -116,19 +122,22 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         if targets and trace in targets and np.isfinite(targets[trace]):
             ax_acc.axhline(targets[trace], color="k", lw=0.6, ls=":")
         first = part[part["strategy"] == part["strategy"].iloc[0]]
+        if "seed" in first:  # the trace is the same for every seed
+            first = first[first["seed"] == first["seed"].iloc[0]]
         ax_net.step(first["step"], first["net_bandwidth_Bps"] * 8 / 1e9, where="post", color="k")
         ax_lat = ax_net.twinx()
         ax_lat.step(first["step"], first["net_latency_s"] * 1e3, where="post", color="tab:red", lw=0.8)
         ax_lat.set_ylabel("latency (ms)", color="tab:red")
         ax_acc.set_xscale("log")
         ax_acc.set_ylim(max(0.0, low - 0.05), 1.0)  # no run below the frame, however short
-        ax_acc.set_title(f"trace {trace}")
+        seeds = part["seed"].nunique() if "seed" in part else 1
+        ax_acc.set_title(f"trace {trace}" + (f": mean and 95 % band over {seeds} seeds" if seeds > 1 else ""))
         ax_acc.set_xlabel("simulated time (s)")
         ax_acc.set_ylabel("test accuracy")
         ax_c.set_yscale("log")
         ax_c.set_ylim(8e-4, 0.12)
         ax_c.set_xlabel("iteration")
-        ax_c.set_ylabel("compression ratio c (triangles: topk-ar)")
+        ax_c.set_ylabel("compression ratio c (triangles: topk-ar)" + (", first seed" if seeds > 1 else ""))
         ax_net.set_xlabel("iteration")
         ax_net.set_ylabel("bandwidth (Gbit/s)")
         for ax in (ax_acc, ax_c):

@@ -41,12 +41,13 @@ def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> dict[str
     return {"mean": mean, "ci95": half, "n": n, "values": finite}
 
 
-def format_ci(summary: dict[str, Any], fmt: str = "{:.4f}", scale: float = 1.0) -> str:
-    """``0.8731 +- 0.0042 (3 seeds)``; one seed: ``0.8731 (1 seed, no interval)``."""
+def format_ci(summary: dict[str, Any], fmt: str = "{:.4f}", scale: float = 1.0, unit: str = "seed") -> str:
+    """``0.8731 +- 0.0042 (3 seeds)``; one seed: ``0.8731 (1 seed, no interval)``; ``unit`` names what n counts."""
     mean = fmt.format(summary["mean"] * scale)
+    count = f"{summary['n']} {unit}{'s' if summary['n'] != 1 else ''}"
     if summary["ci95"] is None:
-        return f"{mean} ({summary['n']} seed{'s' if summary['n'] != 1 else ''}, no interval)"
-    return f"{mean} +- {fmt.format(summary['ci95'] * scale)} ({summary['n']} seeds)"
+        return f"{mean} ({count}, no interval)"
+    return f"{mean} +- {fmt.format(summary['ci95'] * scale)} ({count})"
 
 
 def accuracy_bands(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

@@ -143,13 +143,16 @@ def test_cli_trains_and_evaluates_end_to_end(tmp_path: Path, capsys: pytest.Capt
     assert main(["controller", "curves", str(model_dir), str(model_dir), "--out", str(tmp_path / "curves")]) == 0
     assert (tmp_path / "curves" / "training_curves.png").is_file()
     assert main(["controller", "evaluate", "--model", str(model_dir), "--out", str(eval_dir), "--no-progress",
-                 "--traces", "static:1ms:1Gbit/s", "--baselines", "dense,topk-ag@0.01", "--eval-every", "5"]) == 0
+                 "--traces", "static:1ms:1Gbit/s", "--baselines", "dense,topk-ag@0.01", "--eval-every", "5",
+                 "--seeds", "2"]) == 0
     table = pd.read_csv(eval_dir / "comparison.csv")
     assert sorted(table["strategy"]) == ["dense", "gaussian", "gsde", "topk-ag@0.01"]
     assert (table["final_test_acc"] > 0).all() and (table["sim_time_s"] > 0).all()
     assert (eval_dir / "comparison.png").is_file() and "| strategy |" in (eval_dir / "comparison.md").read_text()
+    assert (table["seeds"] == 2).all() and table["final_test_acc_ci95"].notna().all()
+    assert "over 2 seeds" in (eval_dir / "comparison.md").read_text()
     runs = pd.read_csv(eval_dir / "runs.csv")
-    assert len(runs) == 4 * 10 and runs["test_acc"].notna().sum() == 4 * 2
+    assert len(runs) == 2 * 4 * 10 and runs["test_acc"].notna().sum() == 2 * 4 * 2 and runs["seed"].nunique() == 2
     capsys.readouterr()
     # bad input: one line, exit 2
     assert main(["controller", "evaluate", "--model", str(tmp_path / "missing")]) == 2
@@ -175,4 +178,23 @@ def test_comparison_ranks_never_reaching_the_target_last() -> None:
     assert got.loc["fast", "time_to_target_s"] == 2.0 and got.loc["slow", "time_to_target_s"] == 3.0
     assert math.isnan(got.loc["never", "time_to_target_s"])
     assert list(got.loc[["fast", "slow", "never"], "rank_time_to_target"]) == [1, 2, 3]
-    assert "| never | never |" in markdown(table)
+    assert "| never | never | 0/1 |" in markdown(table)
+
+
+def test_comparison_over_seeds_is_the_mean_with_a_student_t_interval() -> None:
+    from flexcomm.controller.evaluate import summarise
+
+    def run(strategy: str, seed: int, accs: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"trace": "t", "strategy": strategy, "seed": seed, "step": [1, 2],
+                             "sim_time_s": [1.0, 2.0], "step_time_s": 1.0, "test_acc": accs, "ratio": 0.01,
+                             "scheme": "topk-ag"})
+
+    frames = pd.concat([run("a", 0, [0.5, 0.9]), run("a", 1, [0.5, 0.8]), run("b", 0, [0.5, 0.7]),
+                        run("b", 1, [0.5, 0.7])])
+    table, targets = summarise(frames)
+    got = table.set_index("strategy")
+    assert targets == {"t": pytest.approx(0.95 * 0.85)}  # 95 % of the best *mean* final accuracy
+    assert got.loc["a", "final_test_acc"] == pytest.approx(0.85)
+    assert got.loc["a", "final_test_acc_ci95"] == pytest.approx(12.7062 * 0.1 / math.sqrt(2) / math.sqrt(2), rel=1e-4)
+    assert got.loc["b", "final_test_acc_ci95"] == 0.0
+    assert got.loc["a", "reached"] == 1 and got.loc["b", "reached"] == 0  # only seed 0 of a reaches 0.8075

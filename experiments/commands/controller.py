@@ -78,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "accuracy on each trace)")
     evaluate.add_argument("--seed", type=int, help="model seed of the runs and of heldout:K traces "
                           "(default: the training seed)")
+    evaluate.add_argument("--seeds", type=int, default=3, help="model seeds per run (SEED, SEED+1, ...); numbers "
+                          "are mean +- 95 %% interval, the figure draws the band (default 3)")
     evaluate.add_argument("--eval-every", type=int, default=10, help="test accuracy every E iterations "
                           "(default 10)")
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -136,7 +138,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.controller.evaluate import evaluate
+    from flexcomm.controller.evaluate import evaluate, plus_minus
     from flexcomm.controller.traces import parse_traces
     from flexcomm.controller.train import load_settings
 
@@ -147,12 +149,17 @@ def run_evaluate(args: argparse.Namespace) -> int:
     train_config, _ = load_settings(args.model)
     traces = parse_traces(args.traces, train_config.seed if args.seed is None else args.seed)
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    if args.seeds < 1:
+        raise InputError("seeds", args.seeds, "a number of seeds >= 1")
     table = evaluate(args.model, traces, args.out, baselines=baselines, target=args.target, seed=args.seed,
-                     eval_every=args.eval_every, progress=not args.no_progress, plot=not args.no_plot)
-    print(f"{'trace':11s} {'strategy':14s} {'time to target':>14s} {'final acc':>9s} {'sim time':>9s}")
+                     seeds=args.seeds, eval_every=args.eval_every, progress=not args.no_progress, plot=not args.no_plot)
+    print(f"mean +- 95 % interval over {args.seeds} seed{'s' if args.seeds != 1 else ''}")
+    print(f"{'trace':11s} {'strategy':14s} {'time to target':>18s} {'reached':>7s} {'final acc':>15s} {'sim time':>9s}")
     for _, r in table.iterrows():
-        ttt = "never" if math.isnan(r["time_to_target_s"]) else f"{r['time_to_target_s']:.3g}s"
-        print(f"{r['trace']:11s} {r['strategy']:14s} {ttt:>14s} {r['final_test_acc']:9.3f} {r['sim_time_s']:8.3g}s")
+        ttt = "never" if math.isnan(r["time_to_target_s"]) else plus_minus(
+            r["time_to_target_s"], r["time_to_target_ci95"], "{:.3g}") + "s"
+        print(f"{r['trace']:11s} {r['strategy']:14s} {ttt:>18s} {int(r['reached']):3d}/{int(r['seeds']):<3d} "
+              f"{plus_minus(r['final_test_acc'], r['final_test_acc_ci95'], '{:.3f}'):>15s} {r['sim_time_s']:8.3g}s")
     print_written(args.out, started)
     return 0
 

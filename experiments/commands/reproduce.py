@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", default="results/reproduce", help="output directory (default results/reproduce)")
     parser.add_argument("--full", action="store_true", help="the larger published-scale settings (slower)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every study (default 0)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="processes for the independent emulated runs of a study (default 1)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="recompute every emulated run; by default runs kept in OUT/runs/ by an earlier or "
+                        "interrupted call with the same settings are reused")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
 
@@ -38,10 +43,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
+    if args.jobs < 1:
+        raise InputError("jobs", args.jobs, "a number of processes >= 1")
     resolve(args.ids)  # bad IDs fail before anything runs
     single_threaded_torch()
-    results = run_reproductions(args.ids, args.out, Settings(seed=args.seed, full=args.full,
-                                                              progress=not args.no_progress))
+    from pathlib import Path
+
+    from flexcomm.experiments.reproductions.base import RUNS_DIR
+
+    settings = Settings(seed=args.seed, full=args.full, progress=not args.no_progress, jobs=args.jobs,
+                        runs_dir=Path(args.out) / RUNS_DIR, reuse_runs=not args.fresh)
+    results = run_reproductions(args.ids, args.out, settings)
     for name, outcome in results.items():
         print(f"== {name}")
         for line in outcome.findings:

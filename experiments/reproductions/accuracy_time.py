@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from flexcomm.emulation.engine import EmulatedRun, EmulationConfig, time_to_accuracy  # noqa: E402
+from flexcomm.emulation.engine import EmulationConfig, time_to_accuracy  # noqa: E402
 from flexcomm.emulation.seeds import accuracy_bands, format_ci, mean_ci  # noqa: E402
 from flexcomm.experiments.reproductions.base import (  # noqa: E402
     ECA_RESNET50_PARAMS,
@@ -29,7 +29,6 @@ from flexcomm.experiments.reproductions.base import (  # noqa: E402
     finish_figure,
     paper_model,
 )
-from flexcomm.workloads import Workload, get_workload  # noqa: E402
 
 #: (workload, label, workers, parameters priced, compute per step s, steps): the small setting on the digits
 SMALL_WORKLOADS = [
@@ -55,21 +54,18 @@ TARGET_FRACTION = 0.97  #: time to this fraction of dense's mean final accuracy
 
 
 def run(settings: Settings, out: Path) -> Outcome:
-    frames = []
     workloads = FULL_WORKLOADS if settings.full else SMALL_WORKLOADS
     seeds = [settings.seed + i for i in range(SEEDS)]
-    cases = [(w, s, seed) for w in workloads for s in STRATEGIES for seed in seeds]
-    loaded: dict[tuple[str, int], Workload] = {}
-    for (name, label, workers, params, compute, steps_of), (tag, strategy, ratio), seed in settings.iterate(
-            cases, "accuracy vs time", total=len(cases)):
-        steps = settings.steps(steps_of, steps_of)
-        config = EmulationConfig(workload=name, workers=workers, cluster="8x1-v100-40g", strategy=strategy,
-                                 ratio=ratio, steps=steps, seed=seed, eval_every=max(steps // 15, 1),
-                                 network="c1", price_params=params, compute_time_s=compute)
-        if (name, seed) not in loaded:  # build each workload's data once per seed, shared by its strategies
-            loaded[(name, seed)] = get_workload(name, seed=seed)
-        frame = EmulatedRun(config, workload=loaded[(name, seed)]).run(progress=False).frame
-        frames.append(frame.assign(workload=name, model=label, label=tag, seed=seed))
+    cases = [(w, seed, s) for w in workloads for seed in seeds for s in STRATEGIES]  # grouped by data set
+    configs = []
+    for (name, _label, workers, params, compute, steps_of), seed, (_tag, strategy, ratio) in cases:
+        steps = settings.steps(steps_of, steps_of)  # each setting's workloads carry their own counts
+        configs.append(EmulationConfig(workload=name, workers=workers, cluster="8x1-v100-40g", strategy=strategy,
+                                       ratio=ratio, steps=steps, seed=seed, eval_every=max(steps // 15, 1),
+                                       network="c1", price_params=params, compute_time_s=compute))
+    frames = [frame.assign(workload=name, model=label, label=tag, seed=seed)
+              for frame, ((name, label, *_), seed, (tag, _s, _r)) in zip(
+                  settings.emulate(configs, "accuracy vs time"), cases, strict=True)]
     table = pd.concat(frames, ignore_index=True)
     summary = summarise(table)
     figure = plot(table, out / "accuracy_time.png")

@@ -8,7 +8,7 @@ as soon as each study finishes (an interrupted ``all`` keeps every study already
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,17 +16,29 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.emulation.config import EmulationConfig
 
 T = TypeVar("T")
 
 
+#: Under the output folder: one CSV per finished emulated run, so a long reproduction resumes (emulation.batch).
+RUNS_DIR = "runs"
+
+
 @dataclass(frozen=True)
 class Settings:
-    """``full`` = the larger published-scale settings; the default is small enough for a laptop."""
+    """``full`` = the larger published-scale settings; the default is small enough for a laptop.
+
+    ``jobs``: processes for the independent emulated runs of a study; ``runs_dir``: where each finished
+    run is kept (None: nothing kept); ``reuse_runs=False`` recomputes the kept ones.
+    """
 
     seed: int = 0
     full: bool = False
     progress: bool = True
+    jobs: int = 1
+    runs_dir: Path | None = None
+    reuse_runs: bool = True
 
     def steps(self, small: int, full: int) -> int:
         return full if self.full else small
@@ -39,6 +51,23 @@ class Settings:
         from tqdm import tqdm
 
         yield from tqdm(items, desc=desc, total=total, leave=False, unit="run")
+
+    def emulate(self, configs: Sequence[EmulationConfig], desc: str) -> list[pd.DataFrame]:
+        """The per-step frames of independent emulated runs, on ``jobs`` processes, each kept in
+        ``runs_dir`` as it finishes (an interrupted study resumes from them)."""
+        from flexcomm.emulation.batch import run_configs
+
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(configs), desc=desc, leave=False, unit="run")
+        try:
+            return run_configs(configs, jobs=self.jobs, cache_dir=self.runs_dir, reuse=self.reuse_runs,
+                               on_done=None if bar is None else (lambda _i: bar.update(1)))
+        finally:
+            if bar is not None:
+                bar.close()
 
 
 @dataclass
