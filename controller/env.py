@@ -206,7 +206,7 @@ class CompressionEnv(gym.Env):
         stats = result.stats
         if flex.latency_probe and flex.estimator.wants_probe():
             stats = self._latency_probe(stats)
-        run.apply(result.aggregates[0])
+        run.apply(result.aggregates[0], step)
         secs, comm_s, compress_s = run.timing(stats)
         flex.observe(stats, secs, log=False)
         step_s = run.compute_s + comm_s + compress_s

@@ -61,8 +61,14 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_NODES, MAX_RANKS
 from flexcomm.costmodel.units import parse_bandwidth, parse_flops, parse_size, parse_time
 
+if typing.TYPE_CHECKING:
+    from flexcomm.costmodel.topologies.fabric import Fabric
+
 Duplex = Literal["full", "half"]
-TopologyKind = Literal["flat", "two-level", "ring"]
+TopologyKind = Literal["flat", "two-level", "ring", "fat-tree", "rail-optimized", "nvlink-domain", "torus", "graph"]
+#: The kinds that build an explicit fabric (:mod:`costmodel.topologies`); the first three are the original ones.
+FABRIC_KINDS = ("fat-tree", "rail-optimized", "nvlink-domain", "torus", "graph")
+_KINDS_TEXT = "one of 'flat', 'two-level', 'ring', 'fat-tree', 'rail-optimized', 'nvlink-domain', 'torus', 'graph'"
 
 
 # --- error translation ------------------------------------------------------------------------
@@ -110,11 +116,31 @@ _FORMS: dict[str, str] = {
     "latency": _expected_of(parse_time),
     "bandwidth": _expected_of(parse_bandwidth),
     "duplex": "one of 'full', 'half'",
-    "topology": "a topology kind ('flat', 'two-level', 'ring') or a mapping such as "
-    "{kind: two-level, nodes_per_switch: 4, oversubscription: 2}",
-    "kind": "one of 'flat', 'two-level', 'ring'",
+    "topology": "a topology kind (flat, two-level, ring, fat-tree, rail-optimized, nvlink-domain, torus, graph) "
+    "or a mapping such as {kind: two-level, nodes_per_switch: 4, oversubscription: 2}",
+    "kind": _KINDS_TEXT,
     "nodes_per_switch": _INT_FORM,
-    "oversubscription": "a number >= 1, e.g. 2 for 2:1",
+    "oversubscription": "a number >= 1, e.g. 2 for 2:1 (fat-tree: one per switch tier, e.g. [2, 1])",
+    "k": "an even integer >= 2 (the switch radix of a k-ary fat-tree; k = 8 gives 128 hosts in 3 tiers)",
+    "tiers": "2 or 3 switch tiers",
+    "pods": _INT_FORM,
+    "leaves_per_pod": _INT_FORM,
+    "hosts_per_leaf": _INT_FORM,
+    "aggregations_per_pod": _INT_FORM,
+    "spines": _INT_FORM,
+    "domain_size": "GPUs in one NVLink domain, a multiple of devices_per_node (e.g. 72 for NVL72)",
+    "scale_out": "the fabric joining the NVLink domains: a topology mapping of kind flat, two-level, fat-tree "
+    "or rail-optimized",
+    "dims": "the torus's size per dimension, 2 or 3 integers >= 2 such as [4, 4, 4]",
+    "routing": "one of 'ecmp-hash', 'ecmp-split'",
+    "ecmp_seed": "an integer >= 0",
+    "links": "a mapping from link class (host, uplink, core, rail, spine, torus, scale-out) to "
+    "{bandwidth: ..., latency: ..., duplex: ...}",
+    "graph": "a mapping with hosts, switches and links: {hosts: [h0, h1], switches: [s0], links: "
+    "[{between: [h0, s0], bandwidth: 100Gbit/s, latency: 1us}, ...]}",
+    "hosts": "a list of host names, one per node, in node order",
+    "switches": "a list of switch names",
+    "routes": "a list of {from: HOST, to: HOST, via: [vertices in order]} entries",
     "overrides": "a list of {node: N, bandwidth: ..., latency: ...} or {between: [a, b], ...} entries",
     "node": "a node index (an integer >= 0)",
     "between": "a pair of node indices such as [2, 5]",
@@ -286,23 +312,162 @@ class Link(_Model):
         return 1.0 / self.bandwidth_Bps
 
 
-class Topology(_Model):
-    """How nodes are wired: one switch, leaf switches under a spine, or a ring of cables.
+class LinkSpec(_Model):
+    """One class of a topology's links, every value optional (the topology's documented default fills it)."""
 
-    ``nodes_per_switch`` and ``oversubscription`` only matter for ``two-level`` (the others keep
-    but ignore them, so switching ``kind`` in a file for an experiment is a one-word edit).
+    bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
+    latency_s: float | None = Field(default=None, validation_alias=AliasChoices("latency", "latency_s"))
+    duplex: Duplex | None = None
+
+    @field_validator("latency_s", mode="before")
+    @classmethod
+    def _parse_latency(cls, value: Any) -> float | None:
+        return None if value is None else parse_time(value, "latency")
+
+    @field_validator("bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_bandwidth(cls, value: Any) -> float | None:
+        return None if value is None else parse_bandwidth(value, "bandwidth")
+
+
+class GraphLink(_Model):
+    """One cable of a ``graph`` topology between two named vertices."""
+
+    between: tuple[str, str]
+    bandwidth_Bps: float = Field(validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
+    latency_s: float = Field(validation_alias=AliasChoices("latency", "latency_s"))
+    duplex: Duplex = "full"
+
+    @field_validator("latency_s", mode="before")
+    @classmethod
+    def _parse_latency(cls, value: Any) -> float:
+        seconds = parse_time(value, "latency")
+        if seconds <= 0:
+            raise InputError("latency", value, "a positive latency such as 1us")
+        return seconds
+
+    @field_validator("bandwidth_Bps", mode="before")
+    @classmethod
+    def _parse_bandwidth(cls, value: Any) -> float:
+        return parse_bandwidth(value, "bandwidth")
+
+
+class GraphRoute(_Model):
+    """An explicit route of a ``graph`` topology (overrides shortest-path routing for that pair)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    source: str = Field(validation_alias=AliasChoices("from", "source"))
+    target: str = Field(validation_alias=AliasChoices("to", "target"))
+    via: list[str] = Field(default_factory=list)
+
+
+class GraphTopology(_Model):
+    """Any wiring from a file: hosts (one per node, in node order), switches, cables, optional routes."""
+
+    hosts: list[str] = Field(min_length=1)
+    switches: list[str] = Field(default_factory=list)
+    links: list[GraphLink] = Field(min_length=1)
+    routes: list[GraphRoute] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_are_known(self) -> GraphTopology:
+        names = [*self.hosts, *self.switches]
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise _SubfieldError("hosts", name, "vertex names used once across hosts and switches")
+            seen.add(name)
+        for i, link in enumerate(self.links):
+            for end in link.between:
+                if end not in seen:
+                    raise _SubfieldError(f"links.{i}.between", end, "a vertex listed in hosts or switches")
+            if link.between[0] == link.between[1]:
+                raise _SubfieldError(f"links.{i}.between", list(link.between), "two different vertices")
+        for i, route in enumerate(self.routes):
+            hops = [route.source, *route.via, route.target]
+            for hop in hops:
+                if hop not in seen:
+                    raise _SubfieldError(f"routes.{i}.via", hop, "vertices listed in hosts or switches")
+            if len(set(hops)) != len(hops):
+                raise _SubfieldError(f"routes.{i}.via", hops, "a route without a loop (each vertex at most once)")
+        return self
+
+
+class Topology(_Model):
+    """How nodes are wired. The original kinds: one switch (``flat``), leaf switches under a spine
+    (``two-level``), a ring of cables (``ring``); the explicit fabrics of :mod:`costmodel.topologies`:
+    ``fat-tree``, ``rail-optimized``, ``nvlink-domain``, ``torus`` and ``graph``.
+
+    Fields a kind does not use are kept but ignored, so switching ``kind`` in a file is a one-word edit.
     """
 
     kind: TopologyKind = "flat"
     nodes_per_switch: int | None = Field(default=None, ge=1)
-    oversubscription: float = Field(default=1.0, ge=1.0, allow_inf_nan=False)
+    oversubscription: float | list[float] = 1.0
+    k: int | None = Field(default=None, ge=2)
+    tiers: int | None = Field(default=None, ge=2, le=3)
+    pods: int | None = Field(default=None, ge=1)
+    leaves_per_pod: int | None = Field(default=None, ge=1)
+    hosts_per_leaf: int | None = Field(default=None, ge=1)
+    aggregations_per_pod: int | None = Field(default=None, ge=1)
+    spines: int | None = Field(default=None, ge=1)
+    domain_size: int | None = Field(default=None, ge=1)
+    scale_out: Topology | None = None
+    dims: list[int] | None = None
+    graph: GraphTopology | None = None
+    routing: Literal["ecmp-hash", "ecmp-split"] = "ecmp-hash"
+    ecmp_seed: int = Field(default=0, ge=0)
+    links: dict[str, LinkSpec] = Field(default_factory=dict)
 
-    _check_numbers = field_validator("nodes_per_switch", "oversubscription", mode="before")(_no_bool)
+    _check_numbers = field_validator("nodes_per_switch", "k", "tiers", "pods", "leaves_per_pod", "hosts_per_leaf",
+                                     "aggregations_per_pod", "spines", "domain_size", "ecmp_seed",
+                                     mode="before")(_no_bool)
+
+    @field_validator("scale_out", mode="before")
+    @classmethod
+    def _scale_out_shorthand(cls, value: Any) -> Any:
+        return {"kind": value} if isinstance(value, str) else value
+
+    @field_validator("oversubscription", mode="after")
+    @classmethod
+    def _at_least_one(cls, value: float | list[float]) -> float | list[float]:
+        for ratio in value if isinstance(value, list) else [value]:
+            if not (math.isfinite(ratio) and ratio >= 1):
+                raise InputError("oversubscription", value, "a number >= 1, e.g. 2 for 2:1 (fat-tree: one per tier)")
+        return value
+
+    def oversubscription_of(self, tier: int) -> float:
+        """The ratio of switch tier ``tier`` (0: the leaves' uplinks); one number applies to every tier."""
+        value = self.oversubscription
+        if isinstance(value, list):
+            return value[tier] if tier < len(value) else 1.0
+        return value if tier == 0 else 1.0
 
     @model_validator(mode="after")
-    def _two_level_needs_leaves(self) -> Topology:
-        if self.kind == "two-level" and self.nodes_per_switch is None:
+    def _kind_needs(self) -> Topology:
+        kind = self.kind
+        if kind == "two-level" and self.nodes_per_switch is None:
             raise _SubfieldError("nodes_per_switch", _NOTHING, "an integer >= 1 (required for two-level)")
+        if kind == "fat-tree":
+            if self.k is not None and self.k % 2:
+                raise _SubfieldError("k", self.k, "an even integer >= 2 (k-ary fat-trees have k/2 ports up and down)")
+            if self.k is None and self.hosts_per_leaf is None:
+                raise _SubfieldError("k", _NOTHING, "an even radix k, or explicit counts (hosts_per_leaf, "
+                                     "leaves_per_pod, spines or aggregations_per_pod)")
+        if kind == "torus":
+            if self.dims is None or len(self.dims) not in (2, 3) or any(
+                    isinstance(d, bool) or not isinstance(d, int) or d < 2 for d in self.dims):
+                raise _SubfieldError("dims", self.dims if self.dims is not None else _NOTHING,
+                                     "2 or 3 integers >= 2 such as [4, 4, 4] (a dimension of 1 is no torus)")
+        if kind == "nvlink-domain":
+            if self.domain_size is None:
+                raise _SubfieldError("domain_size", _NOTHING, "GPUs in one NVLink domain, e.g. 72")
+            if self.scale_out is not None and self.scale_out.kind not in ("flat", "two-level", "fat-tree",
+                                                                          "rail-optimized"):
+                raise _SubfieldError("scale_out.kind", self.scale_out.kind,
+                                     "one of 'flat', 'two-level', 'fat-tree', 'rail-optimized'")
+        if kind == "graph" and self.graph is None:
+            raise _SubfieldError("graph", _NOTHING, "hosts, switches and links of the topology")
         return self
 
 
@@ -695,6 +860,7 @@ class Cluster(_Model):
         """As pydantic's, but without the cached network of the original (its fields may change)."""
         copy = super().model_copy(update=update, deep=deep)
         copy.__dict__.pop("_network", None)
+        copy.__dict__.pop("fabric", None)
         return copy
 
     # --- ranks and nodes ---------------------------------------------------------------------
@@ -753,12 +919,19 @@ class Cluster(_Model):
     def _network(self) -> _Network:
         return _Network(self)
 
+    @cached_property
+    def fabric(self) -> Fabric:
+        """Every link and route of this cluster's network (:mod:`costmodel.topologies`), built once."""
+        from flexcomm.costmodel.topologies import build_fabric
+
+        return build_fabric(self)
+
     @property
     def uplink_bandwidth_Bps(self) -> float | None:
         """Capacity of one leaf's uplink (two-level only): nodes_per_switch * NIC / oversubscription."""
         if self.topology.kind != "two-level" or self.topology.nodes_per_switch is None:
             return None
-        return self.topology.nodes_per_switch * self.inter_link.bandwidth_Bps / self.topology.oversubscription
+        return self.topology.nodes_per_switch * self.inter_link.bandwidth_Bps / self.topology.oversubscription_of(0)
 
     def leaf_of(self, node: int) -> int:
         """The leaf switch a node hangs off (two-level); 0 for the other topologies."""

@@ -33,8 +33,15 @@ __all__ = ["run_configs", "config_key"]
 
 
 def config_key(config: EmulationConfig) -> str:
-    """A stable name for one run's whole configuration (what its cached frame is stored under)."""
-    text = json.dumps(asdict(config), sort_keys=True, default=str)
+    """A stable name for one run's whole configuration (what its cached frame is stored under), including
+    the workload defaults the run inherits (optimizer, rate, schedule, batch), so changing one of those
+    never reuses a run made with the old value."""
+    from flexcomm.workloads import get_workload
+
+    workload = get_workload(config.workload)  # cheap: the data set is built on first use, not here
+    inherited = {k: getattr(workload, k) for k in ("optimizer", "lr", "lr_schedule", "momentum", "weight_decay",
+                                                   "batch_size")}
+    text = json.dumps({**asdict(config), "inherited": inherited}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

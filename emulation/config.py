@@ -15,7 +15,7 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
-from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES
+from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES, LR_SCHEDULES
 from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
 
@@ -33,6 +33,7 @@ class EmulationConfig:
     eval_every: int = 25
     batch_size: int | None = None  #: per worker (default: the workload's)
     lr: float | None = None  #: default: the workload's (not scaled with N)
+    lr_schedule: str | None = None  #: constant or cosine (default: the workload's)
     network: str = "static"
     jitter: float = 0.0  #: relative s.d. of the log-normal noise on every collective's time
     compute_time_s: float | None = None  #: per step; default: FLOP model on the cluster's device
@@ -82,6 +83,8 @@ class EmulationConfig:
             raise InputError("compute-time", self.compute_time_s, "a non-negative time")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
             raise InputError("lr", self.lr, "a positive learning rate")
+        if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
+            raise InputError("lr-schedule", self.lr_schedule, "one of " + ", ".join(LR_SCHEDULES))
 
 
 def strategy_names(config: EmulationConfig, strategies: list[str] | None) -> list[str]:

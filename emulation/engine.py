@@ -137,6 +137,8 @@ class EmulatedRun:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.numel = sum(p.numel() for p in self.params)
         self.optimizer = self.workload.make_optimizer(self.model, lr=config.lr)
+        self.base_lr = float(self.optimizer.param_groups[0]["lr"])
+        self.lr_schedule = config.lr_schedule or self.workload.lr_schedule
         batch = config.batch_size or self.workload.batch_size
         self.data = ShardedBatches(self.workload.train_set, config.workers, batch, config.seed)
         self.comm = LocalCommunicator(config.workers)
@@ -198,8 +200,20 @@ class EmulatedRun:
             b.copy_(s)  # rank 0's replica keeps only its own running statistics
         return grads, float(np.mean(losses)), float(np.mean(accs))
 
-    def apply(self, aggregate: Tensor) -> None:
-        """Write the aggregate into ``.grad`` and take one optimizer step."""
+    def learning_rate(self, step: int) -> float:
+        """The rate of step ``step`` (0-based): constant, or cosine from the base rate to 0 over the run.
+
+        A function of the step alone (no scheduler state), so MOO's probes, which replay steps from a
+        snapshot, use exactly the rate the real step uses."""
+        if self.lr_schedule == "cosine":
+            return self.base_lr * 0.5 * (1.0 + math.cos(math.pi * step / self.config.steps))
+        return self.base_lr
+
+    def apply(self, aggregate: Tensor, step: int | None = None) -> None:
+        """Write the aggregate into ``.grad`` and take one optimizer step (at step ``step``'s rate)."""
+        if step is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.learning_rate(step)
         offset = 0
         for p in self.params:
             n = p.numel()
@@ -256,7 +270,7 @@ class EmulatedRun:
             for j in range(cfg.moo.probe_steps):
                 grads, _, _ = self.gradients(step + j)
                 result = comp.exchange(grads, self.comm)
-                self.apply(result.aggregates[0])
+                self.apply(result.aggregates[0], step + j)
                 secs, comm_s, compress_s = self.timing(result.stats)
                 flex.observe(result.stats, secs, log=False)  # probes are real traffic: they inform the estimate
                 cost += self.compute_s + comm_s + compress_s
@@ -314,7 +328,7 @@ class EmulatedRun:
                 probe_s, event = self._moo_step(step) if self.controller is not None else (0.0, "")
                 grads, loss, train_acc = self.gradients(step)
                 result = self.compressor.exchange(grads, self.comm)
-                self.apply(result.aggregates[0])
+                self.apply(result.aggregates[0], step)
                 stats = result.stats
                 secs, comm_s, compress_s = self.timing(stats)
                 row_extra: dict[str, Any] = {"alpha_est_s": math.nan, "beta_est_s_per_byte": math.nan}

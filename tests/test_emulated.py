@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,6 +36,30 @@ def test_dense_emulation_equals_large_batch_sgd_on_the_union_of_shards() -> None
         optimizer.step()
     for p, q in zip(reference.parameters(), run.model.parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+
+
+def test_cosine_schedule_equals_sgd_with_the_cosine_rate_per_step() -> None:
+    """The cosine run is plain large-batch SGD whose rate follows base x (1 + cos(pi t / T)) / 2."""
+    config = replace(BASE, strategy="dense", steps=6, lr_schedule="cosine")
+    run = EmulatedRun(config)
+    assert [round(run.learning_rate(t) / run.base_lr, 6) for t in (0, 3)] == [1.0, 0.5]
+    workload = run.workload
+    reference = workload.build_model(BASE.seed)
+    optimizer = workload.make_optimizer(reference)
+    run.run()
+    for step in range(6):
+        batches = [run.data.batch(r, step) for r in range(BASE.workers)]
+        for group in optimizer.param_groups:
+            group["lr"] = run.base_lr * 0.5 * (1 + math.cos(math.pi * step / 6))
+        optimizer.zero_grad(set_to_none=True)
+        workload.loss_fn(reference(torch.cat([b[0] for b in batches])), torch.cat([b[1] for b in batches])).backward()
+        optimizer.step()
+    for p, q in zip(reference.parameters(), run.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    constant = EmulatedRun(replace(config, lr_schedule="constant"))
+    constant.run()
+    assert any(not torch.equal(p, q) for p, q in zip(constant.model.parameters(), run.model.parameters(),
+                                                     strict=True))
 
 
 def test_short_topk_ar_run_learns_well_above_chance_and_prices_the_step() -> None:
@@ -94,6 +119,7 @@ def test_cli_writes_csv_png_and_summary(tmp_path: Path, capsys: pytest.CaptureFi
     (["--workers", "9"], "workers"),
     (["--steps", "0"], "steps"),
     (["--network", "c9"], "network"),
+    (["--lr-schedule", "step"], "lr-schedule"),
     (["--price-params", "lots"], "price-params"),
 ])
 def test_cli_rejects_bad_input_in_one_line(argv: list[str], field: str, tmp_path: Path,

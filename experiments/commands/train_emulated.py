@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--eval-every", type=int, default=25, help="test accuracy every E steps (default 25)")
     parser.add_argument("--batch-size", type=int, help="per-worker batch (default: the workload's)")
     parser.add_argument("--lr", type=float, help="learning rate (default: the workload's)")
+    parser.add_argument("--lr-schedule", help="constant, or cosine decay to 0 over the "
+                        "steps (default: the workload's: cosine for the Fashion-MNIST workloads)")
     parser.add_argument("--network", default="static", help="static (the cluster's links) or the paper's dynamic "
                         "c1 / c2 schedules stretched over the run; one of " + ", ".join(NETWORKS))
     parser.add_argument("--jitter", type=float, default=0.0, help="relative s.d. of log-normal noise on every "
@@ -87,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     settings, strategies = emulation_settings(  # every option checked before torch is imported
         args.workload, strategies, compute_time=args.compute_time or None, price_params=args.price_params or None,
         workers=args.workers, cluster=cluster_from_args(args), ratio=args.cr, steps=args.steps, seed=args.seed,
-        eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, network=args.network,
+        eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, lr_schedule=args.lr_schedule,
+        network=args.network,
         jitter=args.jitter, compress_time=args.compress_time, compress_throughput=args.compress_throughput,
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
     )
