@@ -31,7 +31,7 @@ class NvlinkDomain(Fabric):
         self.domain_size = size
         self.graph = self.scale_out.graph.copy()
         self.graph.graph.update(topology="nvlink-domain", domain_size=size)
-        for vertex, data in self.graph.nodes(data=True):
+        for _vertex, data in self.graph.nodes(data=True):
             node = data.get("index", data.get("node"))
             if node is not None:
                 data["domain"] = int(node) * cluster.devices_per_node // size

@@ -37,7 +37,7 @@ class Torus(Fabric):
         for i in range(cluster.nodes):
             self.add_vertex(endpoints[i], "host", index=i, coord=tuple(int(c) for c in self.coords[i]))
         for i in range(cluster.nodes):
-            for d, size in enumerate(self.dims):
+            for d in range(len(self.dims)):
                 j = self._neighbour(i, d, +1)
                 if not self.graph.has_edge(endpoints[i], endpoints[j]):
                     self.add_link(endpoints[i], endpoints[j], cable, "torus")
