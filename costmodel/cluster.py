@@ -820,6 +820,10 @@ class Cluster(_Model):
 
     @model_validator(mode="after")
     def _overrides_name_real_nodes(self) -> Cluster:
+        if self.overrides and self.topology.kind in FABRIC_KINDS:
+            raise _SubfieldError("overrides", f"{len(self.overrides)} entries", "no overrides on a "
+                                 f"{self.topology.kind} topology (set its link classes in topology.links, or "
+                                 "describe each cable in a graph topology)")
         last = self.nodes - 1
         for i, o in enumerate(self.overrides):
             if o.node is not None and o.node > last:
@@ -860,7 +864,8 @@ class Cluster(_Model):
         """As pydantic's, but without the cached network of the original (its fields may change)."""
         copy = super().model_copy(update=update, deep=deep)
         copy.__dict__.pop("_network", None)
-        copy.__dict__.pop("fabric", None)
+        for cached in ("fabric", "_ring_cache", "_pricer"):
+            copy.__dict__.pop(cached, None)
         return copy
 
     # --- ranks and nodes ---------------------------------------------------------------------
@@ -934,11 +939,20 @@ class Cluster(_Model):
         return self.topology.nodes_per_switch * self.inter_link.bandwidth_Bps / self.topology.oversubscription_of(0)
 
     def leaf_of(self, node: int) -> int:
-        """The leaf switch a node hangs off (two-level); 0 for the other topologies."""
-        return self._network.leaf_of(self._check_node(node))
+        """The rack a node is in: its leaf switch (two-level, fat-tree, rail-optimized's rail leaves), its
+        NVLink domain, its plane of a torus (first coordinate), its first switch in a graph; 0 otherwise."""
+        index = self._check_node(node)
+        if self.topology.kind in FABRIC_KINDS:
+            return int(self.fabric.rack_of_node[index])
+        return self._network.leaf_of(index)
 
     def node_link(self, node: int) -> Link:
         """Node's NIC link after ``node`` overrides (latency: the whole NIC-switch-NIC figure)."""
+        if self.topology.kind in FABRIC_KINDS:
+            graph, first = self.fabric.graph, self.fabric.endpoints[int(self.fabric.endpoint_of_rank[
+                self._check_node(node) * self.devices_per_node])]
+            _, data = next(iter(graph.adj[first].items()))
+            return Link(latency_s=2 * data["latency_s"], bandwidth_Bps=data["bandwidth_Bps"], duplex=data["duplex"])
         bw, lat = self._network.nic[self._check_node(node)]
         return Link(latency_s=lat, bandwidth_Bps=bw, duplex=self.inter_link.duplex)
 
@@ -952,12 +966,29 @@ class Cluster(_Model):
         a, b = self._check_node(node_a, "node_a"), self._check_node(node_b, "node_b")
         if a == b:
             raise InputError("node_b", node_b, "a node other than node_a (same-node traffic uses intra_link)")
+        if self.topology.kind in FABRIC_KINDS:
+            return self._fabric_link([self.path(a, b)])
         return self._network.path_link(a, b)
 
     def path(self, node_a: int, node_b: int) -> list[tuple[str, str]]:
         """The edges of :meth:`to_graph` a flow from node_a to node_b crosses, in order ([] if equal)."""
         a, b = self._check_node(node_a, "node_a"), self._check_node(node_b, "node_b")
+        if self.topology.kind in FABRIC_KINDS:  # the first equal-cost path between the nodes' first GPUs
+            if a == b:
+                return []
+            fabric = self.fabric
+            ra, rb = a * self.devices_per_node, b * self.devices_per_node
+            return list(fabric.paths(int(fabric.endpoint_of_rank[ra]), int(fabric.endpoint_of_rank[rb]))[0])
         return self._network.route(a, b)
+
+    def _fabric_link(self, paths: Iterable[Sequence[tuple[str, str]]]) -> Link:
+        """The end-to-end link of the slowest of ``paths``: highest summed latency, lowest edge bandwidth."""
+        graph = self.fabric.graph
+        latency, bandwidth = 0.0, math.inf
+        for path in paths:
+            latency = max(latency, sum(graph.edges[e]["latency_s"] for e in path))
+            bandwidth = min([bandwidth, *(graph.edges[e]["bandwidth_Bps"] for e in path)])
+        return Link(latency_s=latency, bandwidth_Bps=bandwidth, duplex=self.inter_link.duplex)
 
     def group_link(self, ranks: Iterable[int] | None = None) -> tuple[str, Link]:
         """Link class (``intra``/``inter``) and the slowest link a collective over ``ranks`` sees.
@@ -982,6 +1013,11 @@ class Cluster(_Model):
     def _group_link(self, nodes: frozenset[int]) -> tuple[str, Link]:
         if len(nodes) == 1:
             return "intra", self.intra_link
+        if self.topology.kind in FABRIC_KINDS:
+            # every node of the group to and from its first one: the longest and narrowest routes (no sharing:
+            # collectives on these fabrics are priced on their real paths by CostModel.on_ranks)
+            first, *rest = sorted(nodes)
+            return "inter", self._fabric_link(p for n in rest for p in (self.path(first, n), self.path(n, first)))
         net = self._network
         members = np.array(sorted(nodes))
         bandwidth, latency = math.inf, 0.0
@@ -1010,6 +1046,8 @@ class Cluster(_Model):
         if not order:
             raise InputError("ranks", order, f"a non-empty list of ranks 0..{self.world_size - 1}")
         key = ("ring", tuple(order))
+        if self.topology.kind in FABRIC_KINDS:
+            return self._fabric_ring_link(key, order)
         net = self._network
         if key in net.group_cache:
             return net.group_cache[key]
@@ -1034,6 +1072,23 @@ class Cluster(_Model):
         net.group_cache[key] = result
         return result
 
+    def _fabric_ring_link(self, key: tuple, order: list[int]) -> tuple[str, Link]:
+        """A ring on an explicit fabric: its flows priced together on their routes (:mod:`costmodel.paths`)."""
+        cache = self.__dict__.setdefault("_ring_cache", {})
+        if key not in cache:
+            from flexcomm.costmodel.paths import PathPricer
+
+            pricer = self.__dict__.get("_pricer") or self.__dict__.setdefault("_pricer", PathPricer(self))
+            islands = {int(self.fabric.island_of_rank[r]) for r in order}
+            src = np.array(order, dtype=np.int64)
+            if len(src) < 2:
+                cache[key] = ("intra", self.intra_link)
+            else:
+                use = pricer.use(src, np.roll(src, -1))
+                cache[key] = ("intra" if len(islands) == 1 else "inter",
+                              Link(latency_s=use[2], bandwidth_Bps=pricer.rate(use), duplex=self.inter_link.duplex))
+        return cache[key]
+
     def to_graph(self) -> nx.DiGraph:
         """Hosts ``node{i}`` and switches (``switch``, or ``leaf{j}`` + ``spine``) joined by directed edges.
 
@@ -1041,6 +1096,12 @@ class Cluster(_Model):
         (``"node3->switch"``), ``kind`` and ``duplex``. Host-switch edges carry half the NIC
         latency each way, so the latencies along :meth:`path` add up to :meth:`path_link`'s.
         """
+        if self.topology.kind in FABRIC_KINDS:
+            graph = self.fabric.graph.copy()
+            graph.graph.update(devices_per_node=self.devices_per_node,
+                               intra_bandwidth_Bps=self.intra_link.bandwidth_Bps,
+                               intra_latency_s=self.intra_link.latency_s)
+            return graph
         graph = nx.DiGraph(
             name=self.name,
             topology=self.topology.kind,

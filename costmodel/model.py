@@ -9,6 +9,7 @@ experiments all ask it, so one change of formula or calibration moves every engi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.nccl_model import NcclChoice, is_nccl_algorithm
 from flexcomm.costmodel.nccl_model import predict as nccl_predict
 from flexcomm.costmodel.nccl_tests import size_column
+from flexcomm.costmodel.paths import PathPricer
+from flexcomm.costmodel.schedules import collective_plan
 from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_count, parse_size, parse_time
 
 #: Algorithms whose every step only talks to ring neighbours (priced on the ring's own hops).
@@ -71,6 +74,7 @@ class CostModel:
     profile: CalibrationProfile | None = None
     ranks_per_node: int | None = None
     _group_cache: dict[tuple[int, bool], tuple[str, LinkParams]] = field(default_factory=dict, repr=False)
+    _pricer: PathPricer | None = field(default=None, repr=False)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -174,12 +178,47 @@ class CostModel:
         collective = canonical_collective(collective)
         if is_nccl_algorithm(algorithm):
             return self._nccl(collective, algorithm, nbytes, ranks)
+        if self._on_fabric(collective, algorithm):
+            n, p = np.broadcast_arrays(np.asarray(nbytes, dtype=float), np.asarray(ranks, dtype=float))
+            self._check_ranks(p)
+            parts = [self.on_ranks(collective, algorithm, float(n[i]), range(int(p[i]))) for i in np.ndindex(n.shape)]
+            return CostBreakdown(*(np.array([getattr(c, f) for c in parts], dtype=float).reshape(n.shape)
+                                   for f in ("latency", "bandwidth", "compute")))
         if (collective, algorithm) == HIERARCHICAL:
             return self.hierarchical_allreduce(nbytes, ranks)
         coef = formula(collective, algorithm)(nbytes, ranks)
         p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))
         alpha, beta, gamma = self._params(collective, algorithm, p)
         return coef.time(alpha, beta, gamma)
+
+    def _on_fabric(self, collective: str, algorithm: str) -> bool:
+        """Whether this cluster's collectives are priced on real paths: an explicit fabric (fat-tree,
+        rail-optimized, nvlink-domain, torus, graph) with no calibration covering the call."""
+        if self.cluster is None:
+            return False
+        from flexcomm.costmodel.cluster import FABRIC_KINDS  # loaded already: self.cluster is a Cluster
+
+        if self.cluster.topology.kind not in FABRIC_KINDS:
+            return False
+        return self.profile is None or self.profile.get(collective, algorithm, "inter", strict=True) is None
+
+    def on_ranks(self, collective: str, algorithm: str, nbytes: float | str, order: Iterable[int],
+                 inter_algorithm: str = "ring") -> CostBreakdown:
+        """One collective over the given ranks *in that order* (a ring follows it), priced step by step on
+        the links and routes its flows really take (:mod:`costmodel.paths`): the topology-aware price,
+        which the simulator reproduces on an otherwise idle network."""
+        if self.cluster is None:
+            raise InputError("cluster", None, "a cluster to price a group of ranks on its paths")
+        collective = canonical_collective(collective)
+        size = float(coerce(nbytes, parse_size, "nbytes"))
+        group = np.array([self.cluster._check_rank(r) for r in order], dtype=np.int64)
+        if len(group) == 0 or len(np.unique(group)) != len(group):
+            raise InputError("ranks", group.tolist(), "a non-empty list of distinct ranks")
+        if self._pricer is None:
+            self._pricer = PathPricer(self.cluster)
+        plan = collective_plan(self.cluster, collective, algorithm, group, size, False, inter_algorithm)
+        latency, bandwidth, reduction = self._pricer.plan_seconds(plan, self.gamma)
+        return CostBreakdown(np.array(latency), np.array(bandwidth), np.array(reduction))
 
     def nccl_choice(self, collective: str, algorithm: str, nbytes: float, ranks: int,
                     env: dict[str, str] | None = None) -> NcclChoice:

@@ -58,6 +58,7 @@ from simpy.events import Event, Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.topologies import hash_choice
 from flexcomm.sim.records import CoflowRecord, Recorder
 
 #: A coflow is finished when less than this fraction of its bytes is left (float round-off).
@@ -66,6 +67,9 @@ _DONE_FRACTION = 1e-9
 _TIE = 1e-12
 #: Below this many (coflow, link) pairs rates are filled in plain Python, above it with numpy.
 _SMALL_FILL = 256
+#: Route keys hold the equal-cost path a flow takes in their low digits; _SPLIT means all of them, evenly.
+_MAX_PATHS = 1 << 20
+_SPLIT = _MAX_PATHS - 1
 
 _LINK_FORM = (
     "an edge such as node0->switch (or node0<->switch for both directions), a vertex such as node0 or "
@@ -97,14 +101,16 @@ class Pattern:
         "_solo_version", "_solo", "_lists",
     )
 
-    def __init__(self, net: Network, src: np.ndarray, dst: np.ndarray, edges: np.ndarray) -> None:
+    def __init__(self, net: Network, src: np.ndarray, dst: np.ndarray, edges: np.ndarray, weights: np.ndarray,
+                 lat_edges: np.ndarray) -> None:
         self._net = net
         self.src = src
         self.dst = dst
         self.n_flows = len(src)
-        self._edges = edges  # (flows, hops) edge ids, padded with the zero-latency pad edge
-        counts = np.bincount(net._edge_res[edges].ravel(), minlength=net.n_resources + 1)[: net.n_resources]
-        self.res = np.flatnonzero(counts)
+        self._edges = lat_edges  # (flows, hops) edge ids of each flow's first path, padded with the pad edge
+        counts = np.bincount(net._edge_res[edges].ravel(), weights=weights.ravel(),
+                             minlength=net.n_resources + 1)[: net.n_resources]
+        self.res = np.flatnonzero(counts > 1e-12)
         self.cnt = counts[self.res].astype(float)
         self._lat = 0.0
         self._lat_version = -1
@@ -210,7 +216,9 @@ class Network:
     # --- construction -------------------------------------------------------------------------
     def _build(self) -> None:
         cluster = self.cluster
-        graph = cluster.to_graph()
+        fabric = cluster.fabric
+        self.fabric = fabric
+        graph = fabric.graph
         names: list[str] = []
         uv: list[tuple[str, str]] = []
         bandwidth: list[float] = []
@@ -224,11 +232,11 @@ class Network:
             duplex.append(data.get("duplex", "full"))
         self.n_inter_edges = len(uv)
         intra = cluster.intra_link
-        dpn = cluster.devices_per_node
         world = cluster.world_size
+        island_of = fabric.island_of_rank
         for r in range(world):
-            fabric = f"fabric{r // dpn}"
-            for u, v in ((f"dev{r}", fabric), (fabric, f"dev{r}")):
+            crossbar = f"fabric{int(island_of[r])}"
+            for u, v in ((f"dev{r}", crossbar), (crossbar, f"dev{r}")):
                 uv.append((u, v))
                 names.append(f"{u}->{v}")
                 bandwidth.append(float(intra.bandwidth_Bps))
@@ -262,17 +270,19 @@ class Network:
         self._factors: list[np.ndarray] = []
         self._cap = self._base.copy()
         self.world_size = world
-        self._nodes = cluster.nodes
-        self._node_of = np.arange(world, dtype=np.int64) // dpn
+        self._island_of = np.asarray(island_of, dtype=np.int64)
+        self._endpoint_of = np.asarray(fabric.endpoint_of_rank, dtype=np.int64)
+        self._n_endpoints = len(fabric.endpoints)
         self._dev_out = self.n_inter_edges + 2 * np.arange(world, dtype=np.int64)
         self._dev_in = self._dev_out + 1
-        # routes between nodes, filled lazily: dense table of route ids where it is small enough
-        self._routes: list[tuple[int, ...]] = []
+        # routes between endpoints (and, under ecmp-hash, the path chosen), filled lazily
+        self._routes: list[tuple[tuple[int, ...], tuple[float, ...], tuple[int, ...]]] = []
         self._route_width = 2
+        self._lat_width = 2
         self._route_mat = np.full((0, 2), n_edges, dtype=np.int64)
+        self._route_w = np.zeros((0, 2))
+        self._lat_mat = np.full((0, 2), n_edges, dtype=np.int64)
         self._route_filled = 0
-        n = self._nodes
-        self._route_table = np.full(n * n, -1, dtype=np.int64) if n * n <= 1 << 22 else None
         self._route_dict: dict[int, int] = {}
         self._vertex_edges: dict[str, list[int]] = {}
         for i, (u, v) in enumerate(uv):
@@ -280,41 +290,72 @@ class Network:
             self._vertex_edges.setdefault(v, []).append(i)
 
     def _route_id(self, key: int) -> int:
-        a, b = divmod(key, self._nodes)
-        route = tuple(self._edge_id[e] for e in self.cluster.path(a, b))
+        """A route for key = (endpoint a * E + endpoint b) * _MAX_PATHS + path choice (-1 + _MAX_PATHS: all
+        paths, each with an equal share, for ecmp-split)."""
+        pair, choice = divmod(key, _MAX_PATHS)
+        a, b = divmod(pair, self._n_endpoints)
+        paths = self.fabric.paths(a, b)
+        chosen = list(paths) if choice == _SPLIT else [paths[choice]]
+        weight = 1.0 / len(chosen)
+        use: dict[int, float] = {}
+        for path in chosen:
+            for e in path:
+                eid = self._edge_id[e]
+                use[eid] = use.get(eid, 0.0) + weight
+        lat = tuple(self._edge_id[e] for e in chosen[0])
         rid = len(self._routes)
-        self._routes.append(route)
-        if len(route) > self._route_width:
-            self._route_width = len(route)
+        self._routes.append((tuple(use), tuple(use.values()), lat))
+        self._route_width = max(self._route_width, len(use))
+        self._lat_width = max(self._lat_width, len(lat))
         return rid
 
-    def _route_rows(self, keys: np.ndarray) -> np.ndarray:
-        """Padded edge-id rows (len(keys), width) of the routes node_a*N+node_b in ``keys``."""
+    def _route_keys(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The route key of every flow (ranks of different islands)."""
+        a, b = self._endpoint_of[src], self._endpoint_of[dst]
+        pair = a * self._n_endpoints + b
+        choice = np.zeros(len(src), dtype=np.int64)
+        uniq, inverse = np.unique(pair, return_inverse=True)
+        counts = np.array([self.fabric.path_count(*divmod(int(k), self._n_endpoints)) for k in uniq.tolist()],
+                          dtype=np.int64)[inverse]
+        multi = counts > 1
+        if multi.any():
+            if self.fabric.routing == "ecmp-split":
+                choice[multi] = _SPLIT
+            else:
+                choice[multi] = hash_choice(self.fabric.seed, src[multi], dst[multi], counts[multi])
+        return pair * _MAX_PATHS + choice
+
+    def _route_rows(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Padded (edge ids, shares, latency edge ids) rows of the routes ``keys``."""
         uniq, inverse = np.unique(keys, return_inverse=True)
-        if self._route_table is not None:
-            ids = self._route_table[uniq]
-            for j in np.flatnonzero(ids < 0):
-                ids[j] = self._route_table[uniq[j]] = self._route_id(int(uniq[j]))
-        else:
-            table = self._route_dict
-            ids = np.empty(len(uniq), dtype=np.int64)
-            for j, key in enumerate(uniq.tolist()):
-                rid = table.get(key)
-                if rid is None:
-                    rid = table[key] = self._route_id(key)
-                ids[j] = rid
+        table = self._route_dict
+        ids = np.empty(len(uniq), dtype=np.int64)
+        for j, key in enumerate(uniq.tolist()):
+            rid = table.get(key)
+            if rid is None:
+                rid = table[key] = self._route_id(key)
+            ids[j] = rid
         if len(self._routes) > self._route_filled:
-            mat = self._route_mat
-            if len(self._routes) > len(mat) or mat.shape[1] < self._route_width:
-                mat = np.full((max(len(self._routes), 2 * len(mat)), self._route_width), self._pad_edge,
-                              dtype=np.int64)
-                mat[: self._route_filled, : self._route_mat.shape[1]] = self._route_mat[: self._route_filled]
-                self._route_mat = mat
+            n = len(self._route_mat)
+            if len(self._routes) > n:
+                n = max(len(self._routes), 2 * n)
+            if n > len(self._route_mat) or self._route_mat.shape[1] < self._route_width \
+                    or self._lat_mat.shape[1] < self._lat_width:
+                mat = np.full((n, self._route_width), self._pad_edge, dtype=np.int64)
+                wts = np.zeros((n, self._route_width))
+                lat = np.full((n, self._lat_width), self._pad_edge, dtype=np.int64)
+                done = self._route_filled
+                mat[:done, : self._route_mat.shape[1]] = self._route_mat[:done]
+                wts[:done, : self._route_w.shape[1]] = self._route_w[:done]
+                lat[:done, : self._lat_mat.shape[1]] = self._lat_mat[:done]
+                self._route_mat, self._route_w, self._lat_mat = mat, wts, lat
             for i in range(self._route_filled, len(self._routes)):
-                route = self._routes[i]
-                mat[i, : len(route)] = route
+                edges, shares, lat_edges = self._routes[i]
+                self._route_mat[i, : len(edges)] = edges
+                self._route_w[i, : len(shares)] = shares
+                self._lat_mat[i, : len(lat_edges)] = lat_edges
             self._route_filled = len(self._routes)
-        return self._route_mat[ids][inverse]
+        return self._route_mat[ids][inverse], self._route_w[ids][inverse], self._lat_mat[ids][inverse]
 
     # --- flows --------------------------------------------------------------------------------
     def pattern(self, pairs: Sequence[tuple[int, int]] | np.ndarray | Pattern, key: Any = None) -> Pattern:
@@ -341,20 +382,26 @@ class Network:
         if (src == dst).any():
             j = int(np.flatnonzero(src == dst)[0])
             raise InputError("pairs", (int(src[j]), int(dst[j])), "a flow between two different ranks")
-        sn, dn = self._node_of[src], self._node_of[dst]
-        inter = sn != dn
-        width = 2
+        inter = self._island_of[src] != self._island_of[dst]
+        width = lat_width = 2
         rows = None
         if inter.any():
-            rows = self._route_rows(sn[inter] * self._nodes + dn[inter])
-            width = max(2, rows.shape[1])
+            rows = self._route_rows(self._route_keys(src[inter], dst[inter]))
+            width = max(2, rows[0].shape[1])
+            lat_width = max(2, rows[2].shape[1])
         edges = np.full((len(src), width), self._pad_edge, dtype=np.int64)
+        weights = np.zeros((len(src), width))
+        lat_edges = np.full((len(src), lat_width), self._pad_edge, dtype=np.int64)
         if rows is not None:
-            edges[inter, : rows.shape[1]] = rows
+            edges[inter, : rows[0].shape[1]] = rows[0]
+            weights[inter, : rows[1].shape[1]] = rows[1]
+            lat_edges[inter, : rows[2].shape[1]] = rows[2]
         intra = ~inter
-        edges[intra, 0] = self._dev_out[src[intra]]
-        edges[intra, 1] = self._dev_in[dst[intra]]
-        pattern = Pattern(self, src, dst, edges)
+        for column, ports in ((0, self._dev_out[src[intra]]), (1, self._dev_in[dst[intra]])):
+            edges[intra, column] = ports
+            weights[intra, column] = 1.0
+            lat_edges[intra, column] = ports
+        pattern = Pattern(self, src, dst, edges, weights, lat_edges)
         if key is not None:
             self._patterns[key] = pattern
         return pattern
@@ -683,6 +730,9 @@ class Network:
                 return np.array(sorted(ids), dtype=np.int64)
         if text in self._vertex_edges:
             return np.array(sorted(self._vertex_edges[text]), dtype=np.int64)
+        nics = [e for vertex, ids in self._vertex_edges.items() if vertex.startswith(text + ".") for e in ids]
+        if nics:  # a node of a rail-optimized fabric: every one of its NICs
+            return np.array(sorted(set(nics)), dtype=np.int64)
         raise InputError("link", spec, _LINK_FORM)
 
     def resources(self, spec: str | Iterable[str]) -> np.ndarray:
@@ -771,4 +821,8 @@ class Network:
         return len(self._active)
 
     def node_of(self, rank: int) -> int:
-        return int(self._node_of[rank])
+        return int(rank) // self.cluster.devices_per_node
+
+    def island_of(self, rank: int) -> int:
+        """The island of ``rank``: its node, or its NVLink domain (ranks of one island use device ports)."""
+        return int(self._island_of[rank])

@@ -81,6 +81,8 @@ class Fabric:
         self.routing = routing
         self.seed = int(seed)
         self._paths_cache: dict[tuple[int, int], tuple[Path, ...]] = {}
+        #: The rack of every node (its leaf, domain, plane...): what rack-major ring orders group by.
+        self.rack_of_node = np.zeros(0, dtype=np.int64)  # set by each topology
 
     # --- building ------------------------------------------------------------------------------
     def add_vertex(self, name: str, kind: str, **attrs: object) -> None:

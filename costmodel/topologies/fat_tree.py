@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.topologies.common import host_endpoints, link_class
 from flexcomm.costmodel.topologies.fabric import Fabric, Path
@@ -53,6 +55,8 @@ class FatTree(Fabric):
                 self.pods = 1
                 self.spines = topo.spines or 1
         self.tiers = tiers
+        leaves = np.arange(cluster.nodes) // self.hosts_per_leaf
+        self.rack_of_node = leaves.astype(np.int64)
         capacity = self.pods * self.leaves_per_pod * self.hosts_per_leaf
         if cluster.nodes > capacity:
             raise InputError("nodes", cluster.nodes, f"at most {capacity}, the hosts of this fat-tree "

@@ -11,6 +11,7 @@ path reaches is reported when a job uses it.
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.topologies.common import host_endpoints
@@ -36,6 +37,9 @@ class GraphFabric(Fabric):
             if self.graph.has_edge(u, v):
                 raise InputError(f"topology.graph.links.{i}.between", [u, v], "each pair of vertices cabled once")
             self.add_link(u, v, LinkValues(link.bandwidth_Bps, link.latency_s, link.duplex), "cable")
+        switches = {name: i for i, name in enumerate(spec.switches)}
+        self.rack_of_node = np.array([min((switches[v] for v in self.graph.successors(h) if v in switches),
+                                          default=-1 - i) for i, h in enumerate(spec.hosts)], dtype=np.int64)
         self.pinned: dict[tuple[str, str], Path] = {}
         for i, route in enumerate(spec.routes):
             hops = [route.source, *route.via, route.target]

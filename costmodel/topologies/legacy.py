@@ -4,6 +4,8 @@ topologies, so the engines have one way to ask for links and paths."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from flexcomm.costmodel.topologies.common import host_endpoints
 from flexcomm.costmodel.topologies.fabric import Fabric, Path
 
@@ -13,6 +15,7 @@ class LegacyFabric(Fabric):
         islands, endpoint_of, endpoints = host_endpoints(cluster)
         super().__init__(cluster.name, cluster.topology.kind, islands, endpoint_of, endpoints)
         self._network = cluster._network
+        self.rack_of_node = np.array([self._network.leaf_of(i) for i in range(cluster.nodes)], dtype=np.int64)
         graph = cluster.to_graph()
         self.graph.add_nodes_from(graph.nodes(data=True))
         self.graph.add_edges_from(graph.edges(data=True))

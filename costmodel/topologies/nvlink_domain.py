@@ -29,6 +29,7 @@ class NvlinkDomain(Fabric):
         super().__init__(cluster.name, "nvlink-domain", islands, self.scale_out.endpoint_of_rank,
                          self.scale_out.endpoints, self.scale_out.routing, self.scale_out.seed)
         self.domain_size = size
+        self.rack_of_node = np.arange(cluster.nodes, dtype=np.int64) * cluster.devices_per_node // size
         self.graph = self.scale_out.graph.copy()
         self.graph.graph.update(topology="nvlink-domain", domain_size=size)
         for _vertex, data in self.graph.nodes(data=True):

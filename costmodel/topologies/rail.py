@@ -46,6 +46,7 @@ class RailOptimized(Fabric):
         self.hosts_per_leaf = topo.hosts_per_leaf or topo.nodes_per_switch or cluster.nodes
         self.leaves_per_rail = math.ceil(cluster.nodes / self.hosts_per_leaf)
         self.spines = topo.spines or nics
+        self.rack_of_node = np.arange(cluster.nodes, dtype=np.int64) // self.hosts_per_leaf
         nic = cluster.inter_link
         rail = link_class(topo, "rail", nic.bandwidth_Bps, nic.latency_s / 2, nic.duplex)
         spine = link_class(topo, "spine", self.hosts_per_leaf * rail.bandwidth_Bps / (

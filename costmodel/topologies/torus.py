@@ -34,6 +34,7 @@ class Torus(Fabric):
         nic = cluster.inter_link
         cable = link_class(topo, "torus", nic.bandwidth_Bps, nic.latency_s, nic.duplex)
         self.coords = np.array(np.unravel_index(np.arange(cluster.nodes), self.dims)).T
+        self.rack_of_node = self.coords[:, 0].astype(np.int64)  # a plane of the first dimension
         for i in range(cluster.nodes):
             self.add_vertex(endpoints[i], "host", index=i, coord=tuple(int(c) for c in self.coords[i]))
         for i in range(cluster.nodes):
