@@ -166,13 +166,16 @@ def cost(
     bandwidth: float | str | None = None,
     reduce_bandwidth: float | str | None = None,
     ranks_per_node: int | None = None,
+    order: str | list[int] = "rank",
 ) -> Cost:
     """Predicted time of one collective, or with ``scheme`` of one compressed gradient exchange.
 
     ``size`` is bytes (``"64MiB"`` or a number): each rank's vector for allreduce, reduce-scatter,
     broadcast and all-to-all, each rank's *contribution* for allgather, and the dense fp32 gradient for
     a scheme (which may instead be given as ``numel`` elements). The network is ``cluster`` (a name, file
-    or :class:`Cluster`), or ``latency`` + ``bandwidth``, optionally calibrated by ``profile``.
+    or :class:`Cluster`), or ``latency`` + ``bandwidth``, optionally calibrated by ``profile``. ``order``
+    (with a cluster): the group's rank order, ``rank``, ``rack-major``, ``rail-aligned``, ``random`` or an
+    explicit list of ``ranks`` ranks; anything but ``rank`` prices the collective on its real paths.
     """
     ranks = _whole("ranks", ranks, 1)
     if (size is None) == (numel is None):
@@ -204,10 +207,28 @@ def cost(
         breakdown = model.scheme(scheme, elements, ranks, ratio, payload, chosen)
         return Cost("allreduce", chosen.allreduce, scheme, float(ratio), index_dtype, ranks, nbytes, breakdown)
     chosen_algorithm = algorithm or table[name][0]
-    breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
+    if isinstance(order, str) and order == "rank" or is_nccl_algorithm(chosen_algorithm):
+        breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
+    else:
+        if model.cluster is None:
+            raise InputError("order", order, "a cluster to order ranks on (--cluster)")
+        members = _ordered(model.cluster, ranks, order)
+        breakdown = model.on_ranks(name, chosen_algorithm, nbytes, members)
     runs = model.nccl_choice(name, chosen_algorithm, float(nbytes), int(ranks)).label \
         if is_nccl_algorithm(chosen_algorithm) else None
     return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown, runs)
+
+
+def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:
+    """The group ``0..ranks-1`` in ``order``, or an explicit list of ``ranks`` distinct ranks."""
+    from flexcomm.costmodel.ring_orders import ring_order
+
+    if isinstance(order, str):
+        return ring_order(cluster, range(ranks), order)
+    members = [int(r) for r in order]
+    if len(members) != ranks or len(set(members)) != ranks:
+        raise InputError("order", order, f"{ranks} distinct ranks of the cluster (as many as --ranks)")
+    return members
 
 
 def calibrate(measurements: str | Path | pd.DataFrame, out: str | Path | None = None,
