@@ -67,6 +67,10 @@ _DONE_FRACTION = 1e-9
 _TIE = 1e-12
 #: Below this many (coflow, link) pairs rates are filled in plain Python, above it with numpy.
 _SMALL_FILL = 256
+#: How a collective step's flows share: one rate for all (coflow) or each its own (flow); and between rows:
+#: plain max-min, or RTT-weighted (share inversely proportional to route latency, SimGrid CM02).
+COUPLINGS = ("coflow", "flow")
+SHARINGS = ("max-min", "rtt")
 #: Route keys hold the equal-cost path a flow takes in their low digits; _SPLIT means all of them, evenly.
 _MAX_PATHS = 1 << 20
 _SPLIT = _MAX_PATHS - 1
@@ -98,7 +102,7 @@ class Pattern:
 
     __slots__ = (
         "_net", "src", "dst", "n_flows", "res", "cnt", "_edges", "_lat", "_lat_version",
-        "_solo_version", "_solo", "_lists",
+        "_solo_version", "_solo", "_lists", "_all_edges", "_all_weights", "_matrix",
     )
 
     def __init__(self, net: Network, src: np.ndarray, dst: np.ndarray, edges: np.ndarray, weights: np.ndarray,
@@ -108,6 +112,8 @@ class Pattern:
         self.dst = dst
         self.n_flows = len(src)
         self._edges = lat_edges  # (flows, hops) edge ids of each flow's first path, padded with the pad edge
+        self._all_edges, self._all_weights = edges, weights  # every path's edges and their shares
+        self._matrix = None
         counts = np.bincount(net._edge_res[edges].ravel(), weights=weights.ravel(),
                              minlength=net.n_resources + 1)[: net.n_resources]
         self.res = np.flatnonzero(counts > 1e-12)
@@ -117,6 +123,24 @@ class Pattern:
         self._solo_version = -1
         self._solo: tuple[float, int, float, float] = (0.0, -1, 0.0, 0.0)
         self._lists: tuple[list[int], list[float]] | None = None
+
+    def flow_latencies(self) -> np.ndarray:
+        """Each flow's route latency (its first path), at the network's current latencies."""
+        return self._net._edge_lat[self._edges].sum(axis=1) if self.n_flows else np.zeros(0)
+
+    def flow_matrix(self) -> Any:
+        """Sparse flows x resources matrix of each flow's use of each link (its share of the flow's bytes)."""
+        from scipy import sparse
+
+        if self._matrix is None:
+            net = self._net
+            rows = np.repeat(np.arange(self.n_flows), self._all_edges.shape[1])
+            res = net._edge_res[self._all_edges].ravel()
+            keep = (self._all_weights.ravel() > 0) & (res < net.n_resources)
+            self._matrix = sparse.csr_matrix((self._all_weights.ravel()[keep], (rows[keep], res[keep])),
+                                             shape=(self.n_flows, net.n_resources))
+            self._matrix.sum_duplicates()
+        return self._matrix
 
     def latency(self) -> float:
         """The largest route latency among the flows, at the network's current latencies."""
@@ -179,6 +203,87 @@ class _Coflow:
         self.net._activate(self)
 
 
+class _FlowSet:
+    """Independent flows started together (see :meth:`Network.send`): per-flow bytes left, rate, latency."""
+
+    __slots__ = ("net", "pattern", "nbytes", "remaining", "latency", "tag", "event", "start", "merge", "matrix",
+                 "rate", "bneck", "moving", "pending", "done", "end", "moved_from")
+
+    def __init__(self, net: Network, pattern: Pattern, nbytes: np.ndarray, latency: np.ndarray, tag: str,
+                 event: Event, start: float, merge: bool) -> None:
+        self.net, self.pattern, self.tag, self.event, self.start, self.merge = net, pattern, tag, event, start, merge
+        self.nbytes = nbytes
+        self.remaining = nbytes.copy()
+        self.latency = latency
+        self.matrix = pattern.flow_matrix()
+        n = pattern.n_flows
+        self.rate = np.zeros(n)
+        self.bneck = np.full(n, -1, dtype=np.int64)
+        self.moving = np.zeros(n, dtype=bool)
+        self.pending = np.ones(n, dtype=bool)
+        self.done = np.zeros(n, dtype=bool)
+        self.end = np.full(n, np.nan)
+        self.moved_from = start + latency
+
+    def activate_due(self, now: float) -> bool:
+        """Flows whose latency has passed start moving (zero-byte ones end at once); True if any did."""
+        due = self.pending & (self.moved_from <= now + 1e-15)
+        if not due.any():
+            return False
+        self.pending &= ~due
+        empty = due & (self.nbytes <= 0)
+        self.done |= empty
+        self.end[empty] = now
+        self.moving |= due & ~empty
+        return True
+
+    def advance(self, dt: float) -> None:
+        if self.moving.any():
+            self.remaining = np.where(self.moving, self.remaining - self.rate * dt, self.remaining)
+
+    def settle(self, now: float) -> bool:
+        """Finish flows that are done and start those due; True if the set of moving flows changed."""
+        over = self.moving & (self.remaining <= _DONE_FRACTION * np.maximum(self.nbytes, 1.0))
+        if over.any():
+            self.moving &= ~over
+            self.done |= over
+            self.remaining[over] = 0.0
+            self.end[over] = now
+        started = self.activate_due(now)
+        return bool(over.any() or started)
+
+    def finished(self) -> bool:
+        return bool(self.done.all())
+
+    def next_event(self, now: float) -> float:
+        """Seconds to this set's next completion or activation."""
+        best = math.inf
+        go = self.moving & (self.rate > 0)
+        if go.any():
+            best = float((self.remaining[go] / self.rate[go]).min())
+        if self.pending.any():
+            best = min(best, float(self.moved_from[self.pending].min()) - now)
+        return max(best, 0.0)
+
+    def records(self) -> list[CoflowRecord]:
+        net, pattern = self.net, self.pattern
+        out = []
+        for i in range(pattern.n_flows):
+            res = int(self.bneck[i])
+            name = net.link_names[res] if res >= 0 else ""
+            cap = float(net._cap[res]) if res >= 0 else 0.0
+            out.append(CoflowRecord(self.tag, self.start, float(self.moved_from[i]), float(self.end[i]),
+                                    float(self.nbytes[i]), 1, name, cap, 1.0))
+        return out
+
+    def merged(self, records: list[CoflowRecord]) -> CoflowRecord:
+        """One record for the whole set (what :meth:`Network.transfer` hands back under flow coupling)."""
+        last = max(records, key=lambda r: r.end)
+        return CoflowRecord(self.tag, self.start, max(r.latency_end for r in records), last.end,
+                            float(self.nbytes.max()), len(records), last.bottleneck, last.bottleneck_Bps,
+                            last.bottleneck_flows)
+
+
 class Network:
     """Links of a cluster, the coflows on them and their max-min fair rates (see the module doc).
 
@@ -193,12 +298,22 @@ class Network:
         cluster: Cluster | str,
         dynamics: Any = None,
         recorder: Recorder | None = None,
+        coupling: str = "coflow",
+        sharing: str = "max-min",
     ) -> None:
+        if coupling not in COUPLINGS:
+            raise InputError("coupling", coupling, "one of " + ", ".join(COUPLINGS))
+        if sharing not in SHARINGS:
+            raise InputError("sharing", sharing, "one of " + ", ".join(SHARINGS))
         self.env = env
         self.cluster = load_cluster(cluster)
         self.recorder = recorder if recorder is not None else Recorder()
+        self.coupling = coupling
+        self.sharing = sharing
         self._build()
         self._active: list[_Coflow] = []
+        self._flowsets: list[_FlowSet] = []
+        self._observers: list[Any] = []
         self._cancelled: tuple[str, ...] = ()
         self._last = env.now
         self._gen = 0
@@ -426,6 +541,8 @@ class Network:
         nbytes = float(nbytes)
         if not nbytes >= 0 or not math.isfinite(nbytes):
             raise InputError("nbytes", nbytes, "non-negative finite bytes per flow")
+        if self.coupling == "flow" or self.sharing == "rtt":
+            return self.send(pattern, nbytes, tag, latency_s, merge=True)
         env = self.env
         latency = pattern.latency() if latency_s is None else float(latency_s)
         if not latency >= 0:
@@ -438,6 +555,37 @@ class Network:
             self._activate(coflow)
         return event
 
+    def send(self, pairs: Sequence[tuple[int, int]] | np.ndarray | Pattern, nbytes: float | np.ndarray,
+             tag: str = "", latency_s: float | None = None, merge: bool = False) -> Event:
+        """Start independent flows: each moves at its own max-min (or RTT-weighted) fair rate after its own
+        route's latency (``latency_s`` replaces it for every flow), as TCP connections do.
+
+        ``nbytes`` is one size for all flows or one per flow. The event fires when the last flow ends, with
+        the list of their :class:`~sim.records.CoflowRecord` (``merge``: one record spanning them all, what
+        :meth:`transfer` returns). All-to-all traffic, MoE dispatch and pipeline sends are flows of this kind;
+        rates are filled over a sparse flow x link matrix, so thousands of flows cost one numpy pass per
+        bottleneck level, not a Python loop per flow.
+        """
+        pattern = pairs if isinstance(pairs, Pattern) else self.pattern(pairs)
+        sizes = np.broadcast_to(np.asarray(nbytes, dtype=float), (pattern.n_flows,)).copy()
+        if np.any(~np.isfinite(sizes)) or np.any(sizes < 0):
+            raise InputError("nbytes", nbytes, "non-negative finite bytes per flow")
+        latency = pattern.flow_latencies() if latency_s is None else np.full(pattern.n_flows, float(latency_s))
+        if np.any(latency < 0):
+            raise InputError("latency_s", latency_s, "a non-negative latency")
+        event = Event(self.env)
+        fs = _FlowSet(self, pattern, sizes, latency, tag, event, self.env.now, merge)
+        self._advance(self.env.now)
+        self._flowsets.append(fs)
+        fs.activate_due(self.env.now)
+        if fs.finished():
+            self._finish_flowset(fs)
+            return event
+        self._struct_version += 1
+        self._reallocate()
+        self._reschedule()
+        return event
+
     def cancel(self, prefix: str) -> int:
         """Drop every coflow whose tag starts with ``prefix``, now and when it would start later.
 
@@ -448,9 +596,11 @@ class Network:
         self._cancelled = (*self._cancelled, prefix)
         self._advance(self.env.now)
         keep = [c for c in self._active if not c.tag.startswith(prefix)]
-        dropped = len(self._active) - len(keep)
+        kept_sets = [f for f in self._flowsets if not f.tag.startswith(prefix)]
+        dropped = len(self._active) - len(keep) + len(self._flowsets) - len(kept_sets)
         if dropped:
             self._active = keep
+            self._flowsets = kept_sets
             self._struct_version += 1
             self._reallocate()
             self._reschedule()
@@ -476,6 +626,10 @@ class Network:
         self._last = now
         if dt <= 0:
             return
+        for observer in self._observers:
+            observer.interval(now - dt, now, self)
+        for fs in self._flowsets:
+            fs.advance(dt)
         for c in self._active:
             moved = c.rate * dt
             if moved > 0:
@@ -499,6 +653,9 @@ class Network:
         which keeps a 1024-rank ring plus a few background flows a problem of a few dozen links.
         """
         active = self._active
+        if self._flowsets or (self.sharing == "rtt" and active):
+            self._fill_rows()
+            return
         if not active:
             return
         if len(active) == 1:
@@ -660,6 +817,99 @@ class Network:
             col = int(bneck[k])
             self._set_rate(c, float(rate[k]), int(touched[col]), meta, float(load0[col]))
 
+    def _fill_rows(self) -> None:
+        """Max-min fair rates of every coflow and every moving independent flow together, by progressive
+        filling over a sparse row x link matrix (a row: one coflow, or one flow of a flow set).
+
+        With ``sharing="rtt"`` a row's share is inversely proportional to its route latency (rate = level /
+        latency), SimGrid CM02's sharing penalty; coflows take their slowest route's latency.
+        """
+        from scipy import sparse
+
+        coflows = self._active
+        row_res: list[np.ndarray] = [c.pattern.res for c in coflows]
+        row_cnt: list[np.ndarray] = [c.pattern.cnt for c in coflows]
+        weights = [c.pattern.latency() for c in coflows] if self.sharing == "rtt" else [1.0] * len(coflows)
+        n_cof = len(coflows)
+        blocks = [sparse.csr_matrix((np.concatenate(row_cnt) if row_cnt else np.zeros(0),
+                                     np.concatenate(row_res) if row_res else np.zeros(0, dtype=np.int64),
+                                     np.concatenate([[0], np.cumsum([len(r) for r in row_res])]).astype(np.int64)),
+                                    shape=(n_cof, self.n_resources))]
+        w = [np.asarray(weights, dtype=float)]
+        moving_sets = []
+        for fs in self._flowsets:
+            rows = np.flatnonzero(fs.moving)
+            if len(rows):
+                blocks.append(fs.matrix[rows])
+                w.append(fs.latency[rows] if self.sharing == "rtt" else np.ones(len(rows)))
+                moving_sets.append((fs, rows))
+        matrix = sparse.vstack(blocks, format="csr")
+        weight = np.concatenate(w)
+        weight[weight <= 0] = 1e-12  # a zero-latency route under RTT sharing: the largest share
+        n = matrix.shape[0]
+        rate = np.zeros(n)
+        bneck = np.full(n, -1, dtype=np.int64)
+        if n:
+            scaled = sparse.diags(1.0 / weight) @ matrix  # demand per unit of level
+            scaled_t = scaled.T.tocsr()
+            remaining = self._cap.astype(float).copy()
+            live = np.ones(n)
+            load = scaled_t @ live
+            while live.any():
+                share = np.full(len(remaining), np.inf)
+                np.divide(remaining, load, out=share, where=load > 1e-15)
+                level = float(share.min())
+                if not math.isfinite(level):
+                    break  # rows on no link (cannot happen for real flows)
+                tight = (share <= level * (1 + _TIE)).astype(float)
+                hit = (matrix @ tight > 0) & (live > 0)
+                frozen = np.flatnonzero(hit)
+                rate[frozen] = level / weight[frozen]
+                tight_idx = np.flatnonzero(tight)
+                for r in frozen.tolist():  # the row's tightest link: what its record names
+                    cols = matrix.indices[matrix.indptr[r]:matrix.indptr[r + 1]]
+                    on = cols[np.isin(cols, tight_idx)]
+                    bneck[r] = int(on[0]) if len(on) else -1
+                leaving = np.zeros(n)
+                leaving[frozen] = 1.0
+                dec = scaled_t @ leaving
+                remaining = np.maximum(remaining - dec * level, 0.0)
+                load = load - dec
+                live[frozen] = 0.0
+        for k, c in enumerate(coflows):
+            res = int(bneck[k])
+            c.rate, c.bneck = float(rate[k]), res
+            c.bcap = float(self._cap[res]) if res >= 0 else 0.0
+            c.bflows = float(c.pattern.cnt[np.searchsorted(c.pattern.res, res)]) if res >= 0 else 0.0
+        offset = n_cof
+        for fs, rows in moving_sets:
+            fs.rate[:] = 0.0
+            fs.rate[rows] = rate[offset: offset + len(rows)]
+            fs.bneck[rows] = bneck[offset: offset + len(rows)]
+            offset += len(rows)
+
+    def _finish_flowset(self, fs: _FlowSet) -> None:
+        records = fs.records()
+        for record in records:
+            self.recorder.add(record)
+        fs.event.succeed(fs.merged(records) if fs.merge else records)
+
+    def observe(self, observer: Any) -> None:
+        """Call ``observer.interval(t0, t1, network)`` for every interval the rates were constant (e.g. a
+        link-utilization recorder: each resource carries sum of its rows' rate x demand in [t0, t1))."""
+        self._observers.append(observer)
+
+    def link_load(self) -> np.ndarray:
+        """Bytes/s each link (resource) carries now: every coflow's and moving flow's rate times its use."""
+        load = np.zeros(self.n_resources)
+        for c in self._active:
+            if c.rate > 0:
+                np.add.at(load, c.pattern.res, c.pattern.cnt * c.rate)
+        for fs in self._flowsets:
+            if fs.moving.any():
+                load += fs.matrix.T @ np.where(fs.moving, fs.rate, 0.0)
+        return load
+
     def _reschedule(self) -> None:
         best = math.inf
         for c in self._active:
@@ -667,6 +917,8 @@ class Network:
                 t = c.remaining / c.rate
                 if t < best:
                     best = t
+        for fs in self._flowsets:
+            best = min(best, fs.next_event(self.env.now))
         if best == math.inf:
             self._gen += 1  # nothing can finish (links down): invalidate any pending timer
             self._timer_at = None
@@ -686,16 +938,31 @@ class Network:
         self._timer_at = None
         now = self.env.now
         self._advance(now)
+        if self._flowsets:
+            changed = False
+            for fs in list(self._flowsets):
+                changed |= fs.settle(now)
+                if fs.finished():
+                    self._flowsets.remove(fs)
+                    self._finish_flowset(fs)
+            if changed:
+                self._struct_version += 1
         active = self._active
         done = [c for c in active if c.remaining <= _DONE_FRACTION * c.nbytes]
-        if not done:  # round-off left a sliver on the coflow the timer was for: finish the closest
+        if not done and not self._flowsets and active:
+            # round-off left a sliver on the coflow the timer was for: finish the closest
             done = [min((c for c in active if c.rate > 0), key=lambda c: c.remaining / c.rate)]
+        if not done:
+            if active or self._flowsets:
+                self._reallocate()
+                self._reschedule()
+            return
         self._active = [c for c in active if c not in done] if len(done) < len(active) else []
         self._struct_version += 1
         for c in done:
             c.remaining = 0.0
             self._finish(c, now)
-        if self._active:
+        if self._active or self._flowsets:
             self._reallocate()
             self._reschedule()
 
@@ -785,7 +1052,9 @@ class Network:
             cap *= factor[ids]
         self._cap[ids] = cap
         self._cap_version += 1
-        if not self._active or (len(ids) <= 4 and self._still_fair(ids)):
+        if not self._active and not self._flowsets:
+            return
+        if not self._flowsets and self.sharing == "max-min" and len(ids) <= 4 and self._still_fair(ids):
             return
         self._advance(self.env.now)
         self._reallocate()
