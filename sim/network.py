@@ -938,8 +938,8 @@ class Network:
         self._timer_at = None
         now = self.env.now
         self._advance(now)
+        changed = False
         if self._flowsets:
-            changed = False
             for fs in list(self._flowsets):
                 changed |= fs.settle(now)
                 if fs.finished():
@@ -949,7 +949,7 @@ class Network:
                 self._struct_version += 1
         active = self._active
         done = [c for c in active if c.remaining <= _DONE_FRACTION * c.nbytes]
-        if not done and not self._flowsets and active:
+        if not done and not changed and active:
             # round-off left a sliver on the coflow the timer was for: finish the closest
             done = [min((c for c in active if c.rate > 0), key=lambda c: c.remaining / c.rate)]
         if not done:

@@ -141,6 +141,14 @@ def make_buckets(model: ModelSpec, cap_bytes: float | str | None = DEFAULT_BUCKE
 # --- configuration --------------------------------------------------------------------------------
 
 
+def bucket_ready_seconds(fwd: np.ndarray, bwd: np.ndarray, buckets: Sequence[Bucket]) -> np.ndarray:
+    """Seconds from an iteration's start until each bucket's gradients are ready: the whole forward pass
+    plus the backward of every layer from the last down to the bucket's first (DDP's overlap)."""
+    suffix = np.cumsum(bwd[::-1])[::-1]  # suffix[l]: backward of layers L-1..l
+    forward = float(fwd.sum())
+    return np.array([forward + suffix[b.ready_layer] for b in buckets])
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """What to train and how gradients are exchanged (faults: :class:`sim.faults.FaultPolicy`).
@@ -328,11 +336,10 @@ class TrainingSimulator:
         self.buckets = make_buckets(model, config.bucket_cap, config.bucket_count, config.first_bucket_cap)
         fwd, bwd = model.layer_seconds(self.workload.batch_per_rank, self.cluster.device.peak_flops, config.efficiency)
         self.fwd, self.bwd = fwd, bwd
-        suffix = np.cumsum(bwd[::-1])[::-1]  # suffix[l]: backward of layers L-1..l
         forward = float(fwd.sum())
         self.forward_s = forward
         self.backward_s = float(bwd.sum())
-        self.bucket_compute = np.array([forward + suffix[b.ready_layer] for b in self.buckets])
+        self.bucket_compute = bucket_ready_seconds(fwd, bwd, self.buckets)
         if config.scheme == "dense":
             self.compress = np.zeros(len(self.buckets))
         else:

@@ -13,7 +13,7 @@ from typing import Any
 from flexcomm.costmodel.compressed import SCHEMES
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size, format_time
-from flexcomm.experiments.commands.common import add_cluster_arguments, print_json
+from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "failures with checkpoint-restart or elastic shrink. Prints a per-iteration table and the median "
         "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
     )
-    add_cluster_arguments(parser, required=True)
-    parser.add_argument("--workload", required=True, help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b "
-                        "(or a workloads-package model such as resnet-synthetic)")
+    add_cluster_arguments(parser)
+    parser.add_argument("--workload", help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b "
+                        "(or a workloads-package model such as resnet-synthetic); required unless --scenario")
+    parser.add_argument("--scenario", help="a scenario YAML: several jobs (workloads or collective patterns) "
+                        "sharing one cluster; writes per-job iteration times, slowdowns against running alone, "
+                        "link_utilization.png and a trace with one process per job to --out")
     parser.add_argument("--iterations", type=int, default=10, help="training iterations to complete (default 10)")
     parser.add_argument("--ranks", type=int, help="use ranks 0..P-1 of the cluster (default: all)")
     parser.add_argument("--batch", type=float, help="samples per rank per iteration (default: the workload's)")
@@ -127,14 +130,45 @@ def _table(iterations: Any) -> list[str]:
     return lines
 
 
+def run_scenario_file(args: argparse.Namespace) -> int:
+    """``--scenario FILE``: every job together, then each alone; files under --out (default results/scenario)."""
+    started = time.time()
+    from flexcomm.sim.scenario import load_scenario, run_scenario, write_scenario
+
+    if args.cluster or args.workload:
+        raise InputError("scenario", args.scenario, "a scenario alone (its file names the cluster and the jobs; "
+                         "drop --cluster / --workload)")
+    scenario = load_scenario(args.scenario)  # every field checked before anything runs or is written
+    result = run_scenario(scenario)
+    out = args.out or "results/scenario"
+    write_scenario(result, out)
+    summary = result.summary()
+    if args.json:
+        print_json({"scenario": scenario.name, "end_s": result.end_s, "jobs": summary.to_dict("records")})
+        return 0
+    print(f"{scenario.name}: {len(scenario.jobs)} jobs on {scenario.cluster.name}, {scenario.sharing} sharing, "
+          f"{scenario.coupling} coupling; all done at {result.end_s * 1e3:.4g} ms simulated")
+    print(f"{'job':20s} {'GPUs':>5s} {'iterations':>10s} {'shared (ms)':>12s} {'alone (ms)':>11s} {'slowdown':>9s}")
+    for r in summary.itertuples():
+        print(f"{r.job:20s} {r.gpus:5d} {r.iterations:10d} {r.mean_iteration_s * 1e3:12.4g} "
+              f"{r.alone_iteration_s * 1e3:11.4g} {r.slowdown:9.3f}")
+    print_written(out, started)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from flexcomm._running import simulate
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
+    if args.scenario:
+        return run_scenario_file(args)
     if args.recovery is not None or args.mtbf_study:
         from flexcomm.experiments.commands.simulate_recovery import run_recovery
 
         return run_recovery(args)
+    for name in ("cluster", "workload"):
+        if not getattr(args, name):
+            raise InputError(name, None, f"--{name} (or --scenario FILE)")
     args.timeout = args.timeout or "30s"
     args.restart_cost = args.restart_cost or "30s"
     args.repair_time = args.repair_time or "5min"
