@@ -865,11 +865,11 @@ class Network:
                 hit = (matrix @ tight > 0) & (live > 0)
                 frozen = np.flatnonzero(hit)
                 rate[frozen] = level / weight[frozen]
-                tight_idx = np.flatnonzero(tight)
-                for r in frozen.tolist():  # the row's tightest link: what its record names
-                    cols = matrix.indices[matrix.indptr[r]:matrix.indptr[r + 1]]
-                    on = cols[np.isin(cols, tight_idx)]
-                    bneck[r] = int(on[0]) if len(on) else -1
+                on = (matrix[frozen] @ sparse.diags(tight)).tocsr()  # each frozen row's tight links
+                on.eliminate_zeros()
+                first = on.indptr[:-1]
+                has = np.diff(on.indptr) > 0
+                bneck[frozen[has]] = on.indices[first[has]]  # the link its record names
                 leaving = np.zeros(n)
                 leaving[frozen] = 1.0
                 dec = scaled_t @ leaving

@@ -66,6 +66,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     faults.add_argument("--repair-time", help="time until a failed element is back (default 5min; --recovery: 4h)")
     faults.add_argument("--elastic", action="store_true", help="shrink to the surviving nodes, grow back at the "
                         "first checkpoint after the repair")
+    llm = parser.add_argument_group("one step of a 3-D parallel transformer plan with contention (--llm-plan)")
+    llm.add_argument("--llm-plan", help="best_plan.json of `flexcomm plan --model gpt` (or a YAML with the same "
+                     "keys): simulate one training step on every GPU of --cluster; prints the step, the planner's "
+                     "closed-form price and the busy time per communication")
+    llm.add_argument("--experts", help="make it MoE: ep=8,top_k=2,every=2 (expert-parallel replicas, experts per "
+                     "token, every n-th layer); adds each MoE layer's all-to-all")
+    llm.add_argument("--sharing", default="max-min", help="max-min (default) or rtt")
     recovery = parser.add_argument_group(
         "long-horizon recovery (--recovery): plan-level goodput of a transformer job over days of node failures; "
         "--workload is then gpt-1.7b, gpt-3.6b, gpt-7.5b, gpt-18.4b, gpt-145.6b or gpt-529.6b (Megatron-LM's)")
@@ -130,6 +137,44 @@ def _table(iterations: Any) -> list[str]:
     return lines
 
 
+def run_llm_step(args: argparse.Namespace) -> int:
+    """``--llm-plan FILE --cluster C``: one step of the plan on every GPU, with contention."""
+    started = time.time()
+    from dataclasses import replace
+
+    from flexcomm.costmodel.cluster import load_cluster
+    from flexcomm.planner.llm.step_sim import Experts, load_step_plan, simulate_step, write_step
+
+    if not args.cluster:
+        raise InputError("cluster", None, "--cluster NAME|FILE: the GPUs the plan runs on")
+    step = load_step_plan(args.llm_plan)
+    if args.experts:
+        fields = {}
+        for part in args.experts.split(","):
+            key, _, value = part.partition("=")
+            if key.strip() not in ("ep", "top_k", "every") or not value.strip().isdigit():
+                raise InputError("experts", args.experts, "ep=N[,top_k=K][,every=E] with whole numbers")
+            fields[key.strip()] = int(value)
+        if "ep" not in fields:
+            raise InputError("experts", args.experts, "ep=N (expert-parallel replicas), e.g. ep=8,top_k=2")
+        step = replace(step, experts=Experts(**fields))
+    result = simulate_step(load_cluster(args.cluster), step, sharing=args.sharing)
+    if args.out:
+        write_step(result, Path(args.out) / "llm_step.json")
+    if args.json:
+        print_json(result.as_dict())
+        return 0
+    plan = step.plan
+    print(f"{plan.label} on {args.cluster}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}: "
+          f"step {format_time(result.step_s)} simulated with contention, planner's closed form "
+          f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}); "
+          f"{result.coflows:,} coflows, {result.events:,} events in {result.wall_s:.2f} s of wall time")
+    print("busy on stage 0's path: " + ", ".join(f"{k} {format_time(v)}" for k, v in result.busy_s.items()))
+    if args.out:
+        print_written(args.out, started)
+    return 0
+
+
 def run_scenario_file(args: argparse.Namespace) -> int:
     """``--scenario FILE``: every job together, then each alone; files under --out (default results/scenario)."""
     started = time.time()
@@ -162,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.scenario:
         return run_scenario_file(args)
+    if args.llm_plan:
+        return run_llm_step(args)
     if args.recovery is not None or args.mtbf_study:
         from flexcomm.experiments.commands.simulate_recovery import run_recovery
 
