@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.flexcomm-installed
 RESULTS ?= results
 
-.PHONY: install data demo test lint bench figures notebooks clean
+.PHONY: install data simgrid demo test lint bench figures notebooks clean
 
 # torch first, pinned to the CPU wheel on disk; a looser spec would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -19,6 +19,16 @@ install: $(STAMP)
 # Fashion-MNIST from Debian's dataset-fashion-mnist (apt, as root); without it the digits workloads still work and
 # the Fashion-MNIST ones say how to install it
 FASHION_DIR := /usr/share/datasets/fashion-mnist
+# SimGrid's Python bindings (Debian's python3-simgrid), the simulator's referee in the tests; skipped with the
+# reason where they cannot be installed
+simgrid:
+	@if [ -f /usr/lib/python3/dist-packages/simgrid.cpython-311-x86_64-linux-gnu.so ]; then echo "simgrid: present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-simgrid >/dev/null 2>&1 \
+		|| (apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-simgrid >/dev/null 2>&1) \
+		|| echo "simgrid: could not install python3-simgrid with apt; the SimGrid referee tests are skipped"; \
+	else echo "simgrid: missing; as root run: apt-get install python3-simgrid (the SimGrid referee tests are skipped)"; fi
+
 data:
 	@if [ -f $(FASHION_DIR)/train-images-idx3-ubyte.gz ]; then echo "data: Fashion-MNIST present in $(FASHION_DIR)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -32,7 +42,7 @@ demo: install
 
 # one torch thread per test process: the models are tiny, and on few shared cores a thread pool spins longer
 # than the kernels run (measured 6x on the notebook tests)
-test: install data
+test: install data simgrid
 	$(PY) -m ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest
 
@@ -54,6 +64,10 @@ figures: install
 	cp $(RESULTS)/figures/whatif/whatif_resnet50.png $(RESULTS)/figures/emulated/emulated.png \
 		$(RESULTS)/figures/plan/plans.png docs/figures/
 	cp $(RESULTS)/figures/published/figures/oci-a100-2n16g-allreduce-8G-k8s.png docs/figures/published_a100_2x8.png
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm simulate --scenario experiments/studies/scenario-two-jobs.yaml \
+		--out $(RESULTS)/figures/scenario
+	cp $(RESULTS)/figures/scenario/link_utilization.png docs/figures/scenario_utilization.png
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm clusters dgx-h100-rail-pod --draw docs/figures/topo_rail_pod.png
 
 lint: install
 	$(PY) -m ruff check .

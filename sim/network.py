@@ -1,17 +1,18 @@
 """Flow-level network of the discrete-event simulator: coflows sharing links max-min fairly.
 
 Links
-    Every directed edge of :meth:`costmodel.cluster.Cluster.to_graph` (NICs, leaf uplinks, ring
-    cables, ``between`` overrides) plus, for traffic inside a node, one out-edge and one in-edge
-    per *device*: ``dev{r}->fabric{i}`` and ``fabric{i}->dev{r}`` with the cluster's
-    ``intra_link`` bandwidth and half its latency each. The fabric itself is non-blocking (an
-    NVSwitch-like crossbar), so intra-node traffic contends only at the devices' own ports.
-    Inter-node traffic from device r goes straight onto its node's route (:meth:`Cluster.path`):
-    the intra hop from the device to the NIC is not modelled (GPU-direct RDMA), so the q devices
-    of a node share its NIC edges. The latencies along a route add up to
-    :meth:`Cluster.path_link`'s, so a flow sees exactly what the cost model prices.
-    A full-duplex link has one capacity per direction; a half-duplex one (``Link.duplex ==
-    "half"``) is *one* resource that both directions' flows share.
+    Every directed edge of the cluster's fabric (:attr:`costmodel.cluster.Cluster.fabric`: NICs, leaf,
+    spine and core uplinks, rail leaves, torus cables, a graph's cables) plus, for traffic inside an
+    *island* (a node, or a multi-node NVLink domain), one out-edge and one in-edge per *device*:
+    ``dev{r}->fabric{i}`` and ``fabric{i}->dev{r}`` with the cluster's ``intra_link`` bandwidth and
+    half its latency each. The crossbar itself is non-blocking (an NVSwitch), so traffic inside an
+    island contends only at the devices' own ports. Traffic between islands leaves from the rank's
+    *endpoint* (its node's host, or on a rail-optimized fabric the NIC of its own rail) and takes the
+    fabric's route (:meth:`Fabric.paths`; among equal-cost paths one hashed per flow, ``ecmp-hash``, or
+    all of them with equal shares, ``ecmp-split``); the device-to-NIC hop is not modelled
+    (GPU-direct RDMA). The latencies along a route add up to what the cost model prices.
+    A full-duplex link has one capacity per direction; a half-duplex one (``duplex: half``) is *one*
+    resource that both directions' flows share.
 
 Coflows
     A transfer is a *coflow*: flows ``(src_rank, dst_rank)`` that all carry the same bytes and
@@ -22,6 +23,13 @@ Coflows
     rate, i.e. flows are treated fairly one by one, as TCP-like transports do. Rates are
     recomputed only when a coflow starts or ends or a link changes, and only the next completion
     is scheduled (one simpy timeout, not a process per flow).
+
+Independent flows
+    :meth:`Network.send` starts flows that each move at their own fair rate (all-to-all traffic, MoE
+    dispatch, pipeline sends; and every transfer under ``coupling="flow"``). Their rates are filled together
+    with the coflows' over a sparse row x link matrix (scipy), one numpy pass per bottleneck level, so a
+    thousand flows cost a few passes rather than a thousand coflows. ``sharing="rtt"`` weights every row's
+    share by the inverse of its route latency, SimGrid CM02's sharing penalty (see :mod:`sim.referee`).
 
 Latency
     A coflow's bytes start to move after its latency: the largest route latency of its flows
@@ -541,7 +549,7 @@ class Network:
         nbytes = float(nbytes)
         if not nbytes >= 0 or not math.isfinite(nbytes):
             raise InputError("nbytes", nbytes, "non-negative finite bytes per flow")
-        if self.coupling == "flow" or self.sharing == "rtt":
+        if self.coupling == "flow":
             return self.send(pattern, nbytes, tag, latency_s, merge=True)
         env = self.env
         latency = pattern.latency() if latency_s is None else float(latency_s)

@@ -72,7 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "closed-form price and the busy time per communication")
     llm.add_argument("--experts", help="make it MoE: ep=8,top_k=2,every=2 (expert-parallel replicas, experts per "
                      "token, every n-th layer); adds each MoE layer's all-to-all")
-    llm.add_argument("--sharing", default="max-min", help="max-min (default) or rtt")
+    parser.add_argument("--sharing", help="with --scenario or --llm-plan: how flows share a link, max-min (default) "
+                        "or rtt (shares inversely proportional to route latency, SimGrid CM02)")
+    parser.add_argument("--coupling", help="with --scenario: coflow (default: a collective step's flows move at one "
+                        "rate) or flow (each flow at its own fair rate)")
     recovery = parser.add_argument_group(
         "long-horizon recovery (--recovery): plan-level goodput of a transformer job over days of node failures; "
         "--workload is then gpt-1.7b, gpt-3.6b, gpt-7.5b, gpt-18.4b, gpt-145.6b or gpt-529.6b (Megatron-LM's)")
@@ -158,7 +161,7 @@ def run_llm_step(args: argparse.Namespace) -> int:
         if "ep" not in fields:
             raise InputError("experts", args.experts, "ep=N (expert-parallel replicas), e.g. ep=8,top_k=2")
         step = replace(step, experts=Experts(**fields))
-    result = simulate_step(load_cluster(args.cluster), step, sharing=args.sharing)
+    result = simulate_step(load_cluster(args.cluster), step, sharing=args.sharing or "max-min")
     if args.out:
         write_step(result, Path(args.out) / "llm_step.json")
     if args.json:
@@ -178,12 +181,20 @@ def run_llm_step(args: argparse.Namespace) -> int:
 def run_scenario_file(args: argparse.Namespace) -> int:
     """``--scenario FILE``: every job together, then each alone; files under --out (default results/scenario)."""
     started = time.time()
+    from flexcomm.sim.network import COUPLINGS, SHARINGS
     from flexcomm.sim.scenario import load_scenario, run_scenario, write_scenario
 
     if args.cluster or args.workload:
         raise InputError("scenario", args.scenario, "a scenario alone (its file names the cluster and the jobs; "
                          "drop --cluster / --workload)")
     scenario = load_scenario(args.scenario)  # every field checked before anything runs or is written
+    for option in ("sharing", "coupling"):
+        value = getattr(args, option)
+        if value is not None:
+            allowed = SHARINGS if option == "sharing" else COUPLINGS
+            if value not in allowed:
+                raise InputError(option, value, "one of " + ", ".join(allowed))
+            setattr(scenario, option, value)
     result = run_scenario(scenario)
     out = args.out or "results/scenario"
     write_scenario(result, out)
