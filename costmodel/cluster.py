@@ -312,12 +312,11 @@ class Link(_Model):
         return 1.0 / self.bandwidth_Bps
 
 
-class LinkSpec(_Model):
-    """One class of a topology's links, every value optional (the topology's documented default fills it)."""
+class _OptionalLinkValues(_Model):
+    """A bandwidth and a latency that may each be left out (the rest of the file says what fills them)."""
 
     bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
     latency_s: float | None = Field(default=None, validation_alias=AliasChoices("latency", "latency_s"))
-    duplex: Duplex | None = None
 
     @field_validator("latency_s", mode="before")
     @classmethod
@@ -328,6 +327,12 @@ class LinkSpec(_Model):
     @classmethod
     def _parse_bandwidth(cls, value: Any) -> float | None:
         return None if value is None else parse_bandwidth(value, "bandwidth")
+
+
+class LinkSpec(_OptionalLinkValues):
+    """One class of a topology's links, every value optional (the topology's documented default fills it)."""
+
+    duplex: Duplex | None = None
 
 
 class GraphLink(_Model):
@@ -471,13 +476,11 @@ class Topology(_Model):
         return self
 
 
-class LinkOverride(_Model):
+class LinkOverride(_OptionalLinkValues):
     """Different values for one node's NIC (``node``) or for one pair of nodes (``between``)."""
 
     node: int | None = Field(default=None, ge=0)
     between: tuple[int, int] | None = None
-    bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices("bandwidth", "bandwidth_Bps"))
-    latency_s: float | None = Field(default=None, validation_alias=AliasChoices("latency", "latency_s"))
 
     _check_node = field_validator("node", mode="before")(_no_bool)
 
@@ -488,16 +491,6 @@ class LinkOverride(_Model):
             for item in value:
                 _no_bool(item)
         return value
-
-    @field_validator("latency_s", mode="before")
-    @classmethod
-    def _parse_latency(cls, value: Any) -> float | None:
-        return None if value is None else parse_time(value, "latency")
-
-    @field_validator("bandwidth_Bps", mode="before")
-    @classmethod
-    def _parse_bandwidth(cls, value: Any) -> float | None:
-        return None if value is None else parse_bandwidth(value, "bandwidth")
 
     @model_validator(mode="after")
     def _one_target_something_to_change(self) -> LinkOverride:

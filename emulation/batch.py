@@ -80,8 +80,10 @@ def run_configs(configs: Sequence[EmulationConfig], *, jobs: int = 1, cache_dir:
     for i, config in enumerate(configs):
         path = folder / f"{config_key(config)}.csv" if folder is not None else None
         if reuse and path is not None and path.exists():
-            frames[i] = pd.read_csv(path, keep_default_na=False, na_values=[""])
-            frames[i]["event"] = frames[i]["event"].fillna("").astype(str)  # "" is what a fresh run writes
+            frame = pd.read_csv(path)
+            event = frame["event"].astype(object)  # an all-empty column reads as float NaN
+            frame["event"] = event.where(event.notna(), "").astype(str)  # "", as a fresh run writes it
+            frames[i] = frame
             if on_done is not None:
                 on_done(i)
         else:

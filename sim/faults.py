@@ -255,7 +255,7 @@ class FaultInjector:
         net = self.network
         assert net is not None
         dpn = net.cluster.devices_per_node
-        specs = [f"node{node}", *(f"dev{r}" for r in range(node * dpn, (node + 1) * dpn))]
+        specs = [*net.node_vertices(node), *(f"dev{r}" for r in range(node * dpn, (node + 1) * dpn))]
         return net.resources(specs)
 
     def _hosts_of(self, edges: np.ndarray) -> tuple[int, ...]:
@@ -265,8 +265,8 @@ class FaultInjector:
         hosts: set[int] = set()
         for e in edges.tolist():
             for end in net.edge_names[e].split("->"):
-                if end.startswith("node") and end[4:].isdigit():
-                    hosts.add(int(end[4:]))
+                if end in net.vertex_node:
+                    hosts.add(net.vertex_node[end])
                 elif end.startswith("dev") and end[3:].isdigit():
                     hosts.add(net.node_of(int(end[3:])))
         return tuple(sorted(hosts))

@@ -407,6 +407,13 @@ class Network:
         self._lat_mat = np.full((0, 2), n_edges, dtype=np.int64)
         self._route_filled = 0
         self._route_dict: dict[int, int] = {}
+        #: The node each endpoint vertex (a host, or a rail NIC) belongs to: what a node failure takes down.
+        dpn = cluster.devices_per_node
+        self.vertex_node: dict[str, int] = {}
+        for r in range(0, world, dpn):
+            self.vertex_node.setdefault(fabric.endpoints[int(self._endpoint_of[r])], r // dpn)
+            for k in range(r, r + dpn):
+                self.vertex_node.setdefault(fabric.endpoints[int(self._endpoint_of[k])], r // dpn)
         self._vertex_edges: dict[str, list[int]] = {}
         for i, (u, v) in enumerate(uv):
             self._vertex_edges.setdefault(u, []).append(i)
@@ -1099,6 +1106,11 @@ class Network:
 
     def node_of(self, rank: int) -> int:
         return int(rank) // self.cluster.devices_per_node
+
+    def node_vertices(self, node: int) -> list[str]:
+        """The fabric vertices that are node ``node``'s own (its host, or its NICs on a rail-optimized
+        fabric; on an NVLink-domain fabric the scale-out's): what failing the node takes down."""
+        return [v for v, n in self.vertex_node.items() if n == node]
 
     def island_of(self, rank: int) -> int:
         """The island of ``rank``: its node, or its NVLink domain (ranks of one island use device ports)."""

@@ -370,10 +370,22 @@ def test_unreachable_scheduler_is_one_line(tmp_path: Path, capsys: pytest.Captur
 # --- the shipped examples ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "experiments" / "studies").glob("*.yaml")))
+SHIPPED = sorted((REPO / "experiments" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", [p.name for p in SHIPPED if not p.name.startswith("scenario-")])
 def test_shipped_study_files_validate(name: str) -> None:
     spec = load_spec(REPO / "experiments" / "studies" / name)
     assert spec.points
+
+
+@pytest.mark.parametrize("name", [p.name for p in SHIPPED if p.name.startswith("scenario-")])
+def test_shipped_scenarios_validate_and_are_not_taken_for_studies(name: str) -> None:
+    from flexcomm.sim.scenario import load_scenario
+
+    assert load_scenario(REPO / "experiments" / "studies" / name).jobs
+    with pytest.raises(InputError, match="simulate --scenario"):
+        load_spec(REPO / "experiments" / "studies" / name)
 
 
 def test_cli_runs_the_small_example_and_lists_points(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

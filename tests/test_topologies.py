@@ -226,3 +226,17 @@ def test_cost_cli_prices_orders_and_refuses_bad_ones(capsys: pytest.CaptureFixtu
     assert main(["clusters", "fat-tree-k8", "--draw", "topo.gif"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("flexcomm: error: ") for line in err)
+
+
+@pytest.mark.parametrize("name", ["graph-dumbbell", "dgx-h100-rail-pod", "nvl72-pair"])
+def test_a_node_failure_takes_down_that_nodes_own_links_on_every_fabric(name: str) -> None:
+    import simpy
+
+    from flexcomm.sim.network import Network
+
+    c = load_cluster(name)
+    net = Network(simpy.Environment(), c)
+    vertices = net.node_vertices(1)
+    assert vertices and all(net.vertex_node[v] == 1 for v in vertices)
+    assert len(vertices) == (c.nics_per_node if c.fabric.kind in ("rail-optimized", "nvlink-domain") else 1)
+    assert len(net.resources(vertices)) >= 2 * len(vertices)  # both directions of each of its cables

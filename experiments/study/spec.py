@@ -490,6 +490,9 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
     """Validate a parsed study file; every problem is an InputError naming the dotted field."""
     if not isinstance(data, dict):
         raise InputError("study", type(data).__name__, "a mapping with keys " + ", ".join(_SpecFile.model_fields))
+    if "jobs" in data and "strategies" not in data:
+        raise InputError("study", data.get("name", "this file"), "a study file; this is a scenario of several "
+                         "jobs: run it with flexcomm simulate --scenario FILE")
     try:
         raw = _SpecFile.model_validate(data)
     except ValidationError as exc:
