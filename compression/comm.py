@@ -241,9 +241,11 @@ class LocalCommunicator(Communicator):
 class TorchDistCommunicator(Communicator):
     """This rank of a ``torch.distributed`` process group (one local worker).
 
-    Uses blocking ``all_reduce`` / ``all_gather_single`` (``all_gather_into_tensor`` before torch 2.13;
-    the output is the dim-0 concatenation, as gloo requires) / ``broadcast``. Were they made async: the
-    future of an async ``all_gather_into_tensor`` holds the *input*; read the output buffer instead.
+    Issues ``all_reduce`` / ``all_gather_single`` (``all_gather_into_tensor`` before torch 2.13; the output
+    is the dim-0 concatenation, as gloo requires) / ``broadcast`` with ``async_op=True`` and waits for the
+    work on the calling thread: a DDP hook calls this from its communication thread
+    (:mod:`real_backend.comm_thread`), so only that thread waits. The future of an async
+    ``all_gather_into_tensor`` holds the *input*: the output buffer is read instead.
     Ranks are group ranks. ``validate=True`` first allgathers each call's shape and dtype (purpose
     ``control``) and raises the same :class:`InputError` on every rank instead of hanging or failing
     deep inside the backend on mismatched tensors.
@@ -285,7 +287,7 @@ class TorchDistCommunicator(Communicator):
     def _allreduce(self, tensors: list[Tensor], inplace: bool) -> list[Tensor]:
         t = tensors[0] if inplace else tensors[0].clone()
         self._validate(t, "allreduce")
-        self._dist.all_reduce(t, group=self.group)
+        self._dist.all_reduce(t, group=self.group, async_op=True).wait()
         return [t]
 
     def _gather(self, t: Tensor) -> Tensor:
@@ -293,7 +295,7 @@ class TorchDistCommunicator(Communicator):
         t = t.contiguous().reshape(t.shape if t.dim() else (1,))
         out = t.new_empty((self.world_size * t.shape[0], *t.shape[1:]))
         gather = getattr(self._dist, "all_gather_single", None) or self._dist.all_gather_into_tensor
-        gather(out, t, group=self.group)
+        gather(out, t, group=self.group, async_op=True).wait()
         return out
 
     def _allgather(self, tensors: list[Tensor]) -> list[list[Tensor]]:
@@ -319,6 +321,6 @@ class TorchDistCommunicator(Communicator):
     def _broadcast(self, tensors: list[Tensor], src: int) -> list[Tensor]:
         t = tensors[0]
         self._validate(t, "broadcast")
-        self._dist.broadcast(t, src=self._global(src), group=self.group)
+        self._dist.broadcast(t, src=self._global(src), group=self.group, async_op=True).wait()
         return [t]
 

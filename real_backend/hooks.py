@@ -25,10 +25,13 @@ moo                  ``flexible`` + ``compression.moo.RatioController``: the rat
 ===================  ===========================================================================
 
 Facts this module is built on (measured with torch 2.13, gloo, CPU): a hook's return annotation must be
-exactly ``torch.futures.Future[torch.Tensor]`` (so this module does not use postponed annotations);
-the collectives are **blocking** inside the hook (the compressors need each result before the next
-step), so communication does not overlap backward as DDP's builtin allreduce does; at ratio 1.0 the
-Top-k hooks reproduce plain DDP's losses bitwise with 2 ranks (tested).
+exactly ``torch.futures.Future[torch.Tensor]`` (so this module does not use postponed annotations); at
+ratio 1.0 the Top-k hooks reproduce plain DDP's losses bitwise with 2 ranks (tested).
+
+**Overlap.** A hook returns its future at once: the exchange runs on the state's ordered communication
+thread (:mod:`real_backend.comm_thread`), bucket after bucket in DDP's order, with ``async_op=True``
+collectives waited for there, so backward keeps computing while earlier buckets communicate, as with DDP's
+builtin allreduce. ``overlap=False`` runs each exchange inside the hook instead (blocking, the old way).
 
 **Rank agreement.** Adaptive strategies decide from measured times; each rank's clock differs, and two
 ranks choosing different schemes or ratios would issue mismatched collectives and hang. The
@@ -68,6 +71,7 @@ from flexcomm.compression.network_estimate import timed_records
 from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
+from flexcomm.real_backend.comm_thread import CommThread
 from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
 from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 
@@ -218,6 +222,7 @@ class HookState:
     iteration: int = 0
     current: StepSummary = field(default_factory=lambda: StepSummary(0))
     finished: list[StepSummary] = field(default_factory=list)
+    engine: CommThread | None = None  #: the ordered communication thread (None: exchanges block the hook)
 
     def take_steps(self) -> list[StepSummary]:
         """Summaries of the iterations finished since the last call (the trainer calls it after a step)."""
@@ -229,6 +234,8 @@ class HookState:
         return getattr(self.compressor, "ratio", None) if self.compressor is not None else None
 
     def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
         if self.log is not None:
             self.log.close()
 
@@ -294,12 +301,24 @@ def _decision_extra(comp: Compressor) -> dict[str, Any]:
 
 
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Exchange this bucket with ``state.compressor`` on ``state.comm`` (key = bucket index); see the module."""
+    """Exchange this bucket with ``state.compressor`` on ``state.comm`` (key = bucket index); see the module.
+
+    The MOO probe (local compute on this rank's gradient) runs here; the exchange itself on the state's
+    communication thread, so this returns before any byte is sent."""
     assert state.compressor is not None and state.comm is not None
     buffer = bucket.buffer()
     key = bucket.index()
+    last = bucket.is_last()
     if state.moo is not None and state.moo.probing:
         _moo_probe_bucket(state, buffer, key)
+    if state.engine is not None:
+        return state.engine.submit(lambda: _exchange_bucket(state, buffer, key, last), buffer.device)
+    return _future(_exchange_bucket(state, buffer, key, last))
+
+
+def _exchange_bucket(state: HookState, buffer: torch.Tensor, key: int, last: bool) -> torch.Tensor:
+    """One bucket's exchange, its log row, and the iteration's end after the last bucket."""
+    assert state.compressor is not None and state.comm is not None
     start = time.perf_counter()
     result = state.compressor.exchange([buffer], state.comm, key=key)
     aggregate = result.aggregates[0]
@@ -319,30 +338,36 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
         if stats.local_gain is not None and math.isfinite(stats.local_gain):
             state.moo.gain_sum += stats.local_gain * stats.numel
             state.moo.gain_weight += stats.numel
-    if bucket.is_last():
+    if last:
         if state.moo is not None:
             _moo_end_iteration(state)
         state.end_iteration()
-    return _future(aggregate if aggregate.dtype == buffer.dtype else aggregate.to(buffer.dtype))
+    return aggregate if aggregate.dtype == buffer.dtype else aggregate.to(buffer.dtype)
 
 
 def timed_powersgd_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's ``powerSGD_hook`` itself, waited for and timed, with its allreduces logged by size."""
+    """torch's ``powerSGD_hook`` itself (on the communication thread), timed, its allreduces logged by size."""
     assert state.powersgd is not None
-    iteration = state.powersgd.iter
-    records = powersgd_records(bucket, state.powersgd, iteration)
-    start = time.perf_counter()
-    fut = powerSGD_hook(state.powersgd, bucket)
-    tensor = fut.wait()
-    _sync(tensor)
-    hook_s = time.perf_counter() - start
-    scheme = "powersgd" if iteration >= state.powersgd.start_powerSGD_iter else "powersgd-warmup-allreduce"
-    # torch's hook does not expose per-collective times: the whole hook counts as communication
-    state.record(bucket.index(), bucket.buffer().numel(), scheme, None, None, records, hook_s, hook_s, (0.0, 0.0),
-                 None, {})
-    if bucket.is_last():
-        state.end_iteration()
-    return _future(tensor)
+
+    def run() -> torch.Tensor:
+        assert state.powersgd is not None
+        iteration = state.powersgd.iter
+        records = powersgd_records(bucket, state.powersgd, iteration)
+        start = time.perf_counter()
+        tensor = powerSGD_hook(state.powersgd, bucket).wait()
+        _sync(tensor)
+        hook_s = time.perf_counter() - start
+        scheme = "powersgd" if iteration >= state.powersgd.start_powerSGD_iter else "powersgd-warmup-allreduce"
+        # torch's hook does not expose per-collective times: the whole hook counts as communication
+        state.record(bucket.index(), bucket.buffer().numel(), scheme, None, None, records, hook_s, hook_s,
+                     (0.0, 0.0), None, {})
+        if bucket.is_last():
+            state.end_iteration()
+        return tensor
+
+    if state.engine is not None:
+        return state.engine.submit(run, bucket.buffer().device)
+    return _future(run())
 
 
 # --- MOO: the ratio controller online ----------------------------------------------------------------
@@ -468,6 +493,7 @@ def register(
     powersgd_rank: int = 1,
     powersgd_start_iter: int = 2,
     moo_config: MOOConfig | None = None,
+    overlap: bool = True,
     **options: Any,
 ) -> HookState:
     """Build the state of ``strategy`` and register its hook on ``ddp_model``; returns the state.
@@ -475,7 +501,9 @@ def register(
     ``cost_model`` prices every logged exchange (``predicted_comm_s``) and is the adaptive strategies'
     prior; ``log_path`` is the exchange CSV (written by rank 0 only). ``options`` go to the compressor
     (e.g. ``index_dtype``, ``owner``, ``block``, ``hysteresis``, ``candidates`` of ``flexible``).
-    ``builtin`` registers nothing (DDP's own allreduce) but still returns a state.
+    ``builtin`` registers nothing (DDP's own allreduce) but still returns a state. ``overlap`` (default)
+    runs the exchanges on an ordered communication thread so they overlap backward; ``False`` blocks in
+    the hook. Call ``state.close()`` when done (it stops the thread and closes the log).
     """
     if not dist.is_available() or not dist.is_initialized():
         raise InputError("group", group, "an initialised torch.distributed process group")
@@ -493,6 +521,8 @@ def register(
     state = HookState(strategy, compressor, comm, cost_model, log, rank, world, group)
     if strategy == "builtin":
         return state
+    if overlap:
+        state.engine = CommThread(f"flexcomm-{strategy}-rank{rank}")
     if strategy == "powersgd":
         if powersgd_start_iter <= 1:
             raise InputError("powersgd_start_iter", powersgd_start_iter, "> 1 (torch's rule with error feedback)")
