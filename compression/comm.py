@@ -51,7 +51,9 @@ DEFAULT_HINTS: dict[str, str] = {
     "broadcast": DEFAULT_ALGORITHMS.broadcast,
 }
 
-#: What gloo actually runs on CPU tensors: ring allreduce, ring allgather, binomial-tree broadcast.
+#: The labels gloo's calls are recorded (and calibrated) under: ring allreduce, ring allgather, binomial broadcast.
+#: gloo's broadcast feeds all of a rank's children at once; the uncalibrated link model prices that form
+#: (``binomial-async``, :data:`real_backend.validate.IMPLEMENTED_AS`), calibrations fit the label as measured.
 GLOO_HINTS: dict[str, str] = {"allreduce": "ring", "allgather": "ring", "broadcast": "binomial"}
 #: NCCL's usual large-message choices (it may pick a tree for allreduce: the hint is only a hint).
 NCCL_HINTS: dict[str, str] = {"allreduce": "ring", "allgather": "ring", "broadcast": "pipelined-ring"}

@@ -18,6 +18,7 @@ Size conventions (bytes):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -202,6 +203,45 @@ def broadcast_binomial(nbytes: ArrayLike, ranks: ArrayLike) -> Coefficients:
     return _coef(lg, lg * n, 0.0, p)
 
 
+def binomial_async_children(p: int) -> list[list[int]]:
+    """Children of every virtual rank in gloo's binomial broadcast (``gloo/broadcast.cc``): in round i (from
+    the least significant bit up) a rank with bits 0..i clear sends to the rank with bit i set, *without
+    waiting* for its earlier sends, so a rank sends to all its children at once."""
+    children: list[list[int]] = [[] for _ in range(p)]
+    for i in range(max(p - 1, 0).bit_length()):
+        for v in range(0, p, 1 << (i + 1)):
+            if v + (1 << i) < p:
+                children[v].append(v + (1 << i))
+    return children
+
+
+@functools.lru_cache(maxsize=4096)
+def _binomial_async_terms(p: int) -> tuple[float, float]:
+    """(hops, bandwidth multiple) of the last rank to receive in gloo's binomial broadcast: a rank with k
+    children feeds them all at once through one uplink, so each finishes k n beta after the rank received."""
+    children = binomial_async_children(p)
+    depth, load = [0.0] * p, [0.0] * p
+    for v in range(p):
+        for c in children[v]:
+            depth[c], load[c] = depth[v] + 1, load[v] + len(children[v])
+    last = max(range(p), key=lambda v: (load[v], depth[v]))
+    return depth[last], load[last]
+
+
+def broadcast_binomial_async(nbytes: ArrayLike, ranks: ArrayLike) -> Coefficients:
+    """gloo's binomial broadcast (``gloo/broadcast.cc``, what torch's ProcessGroupGloo runs on CPU tensors).
+
+    The tree is binomial, but a rank issues its sends of every later round at once (gloo only waits for
+    pending sends at the end), so they share its uplink: the root's ceil(lg p) children all receive after
+    ceil(lg p) n beta. T = hops alpha + L n beta, L = the largest sum over a root-to-leaf path of each
+    ancestor's child count (p = 4: L = 3, where ``binomial`` says 2; p = 8: 6 against 3). With alpha
+    per hop along that path."""
+    n, p = _prepare(nbytes, ranks)
+    hops = np.vectorize(lambda q: _binomial_async_terms(int(q))[0] if q > 1 else 0.0, otypes=[float])(p)
+    load = np.vectorize(lambda q: _binomial_async_terms(int(q))[1] if q > 1 else 0.0, otypes=[float])(p)
+    return _coef(hops, load * n, 0.0, p)
+
+
 def broadcast_pipelined_ring(nbytes: ArrayLike, ranks: ArrayLike) -> Coefficients:
     """Pipelined chain (ring) broadcast in S = ceil(n/s) segments of s = ``PIPELINE_SEGMENT_BYTES``.
 
@@ -245,6 +285,7 @@ FORMULAS: dict[tuple[str, str], Formula] = {
     ("allgather", "bruck"): allgather_bruck,
     ("reduce-scatter", "ring"): reduce_scatter_ring,
     ("broadcast", "binomial"): broadcast_binomial,
+    ("broadcast", "binomial-async"): broadcast_binomial_async,
     ("broadcast", "pipelined-ring"): broadcast_pipelined_ring,
     ("broadcast", "scatter-allgather"): broadcast_scatter_allgather,
     ("alltoall", "pairwise"): alltoall_pairwise,

@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, PIPELINE_SEGMENT_BYTES, formula
+from flexcomm.costmodel.collectives import (
+    FORMULAS,
+    HIERARCHICAL,
+    PIPELINE_SEGMENT_BYTES,
+    binomial_async_children,
+    formula,
+)
 from flexcomm.costmodel.errors import InputError
 
 #: One coflow of a step: (cache key of its local pairs, local src, local dst, bytes per flow).
@@ -208,6 +214,23 @@ def broadcast_pipelined_ring(p: int, nbytes: float, steps: bool) -> Iterator[Ste
         yield groups, 0.0, 1, "broadcast"
 
 
+def broadcast_binomial_async(p: int, nbytes: float, steps: bool) -> Iterator[Step]:
+    """gloo's binomial broadcast: every rank that has the data sends to all its children at once (one coflow
+    per level of the receive order; a level ends when the rank with the most children is done)."""
+    children = binomial_async_children(p)
+    level = [0]
+    depth = 0
+    while True:
+        senders = [v for v in level if children[v]]
+        if not senders:
+            return
+        src = np.array([v for v in senders for _ in children[v]], dtype=np.int64)
+        dst = np.array([c for v in senders for c in children[v]], dtype=np.int64)
+        yield [(("bcast-async", depth), src, dst, nbytes)], 0.0, 1, "broadcast"
+        level = dst.tolist()
+        depth += 1
+
+
 def binomial_scatter(p: int, nbytes: float, phase: str = "scatter") -> Iterator[Step]:
     """Rank 0 scatters n/p to each rank down a binomial tree: rank r hands its subtree's blocks on."""
     block = nbytes / p
@@ -250,6 +273,7 @@ SCHEDULES: dict[tuple[str, str], Schedule] = {
     ("allgather", "bruck"): allgather_bruck,
     ("reduce-scatter", "ring"): reduce_scatter_ring,
     ("broadcast", "binomial"): broadcast_binomial,
+    ("broadcast", "binomial-async"): broadcast_binomial_async,
     ("broadcast", "pipelined-ring"): broadcast_pipelined_ring,
     ("broadcast", "scatter-allgather"): broadcast_scatter_allgather,
     ("alltoall", "pairwise"): alltoall_pairwise,

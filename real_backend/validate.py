@@ -21,8 +21,9 @@ Then :func:`analyze` predicts every measured point three ways and writes ``error
   (:func:`real_backend.ddp_train.link_cluster`).
 
 The link and sim predictions price what gloo **implements** (:data:`IMPLEMENTED_AS`): its reduce-scatter
-is a full ring allreduce that keeps one chunk, so it is priced as ``allreduce/ring``; the calibrated model
-fits each label as measured and needs no such mapping.
+is a full ring allreduce that keeps one chunk, so it is priced as ``allreduce/ring``; its broadcast feeds all
+of a rank's children at once (``broadcast/binomial-async``); the calibrated model fits each label as
+measured and needs no such mapping.
 
 DDP steps (collective ``ddp-step``, algorithm = strategy): measured = median step time (max over ranks,
 warm-up steps left out); predicted = the **solo step** (the same model, DDP and hook on a process group of
@@ -61,6 +62,7 @@ DEFAULT_STRATEGIES = VALIDATE_STRATEGIES
 #: What gloo runs for each benchmarked label (read from its sources; see :mod:`real_backend.bench`).
 IMPLEMENTED_AS: dict[tuple[str, str], tuple[str, str]] = {
     ("reduce-scatter", "ring"): ("allreduce", "ring"),
+    ("broadcast", "binomial"): ("broadcast", "binomial-async"),
 }
 #: Messages at least this large are held to the targets (median and worst relative error).
 TARGET_MIN_BYTES = 2**20

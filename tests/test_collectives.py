@@ -55,6 +55,8 @@ HAND_P8 = {
     ("allgather", "bruck"): (3, 469_762_048, 0),
     ("reduce-scatter", "ring"): (7, 58_720_256, 58_720_256),  # p-1; (p-1)/p n; (p-1)/p n
     ("broadcast", "binomial"): (3, 201_326_592, 0),  # lg p; lg p n
+    # gloo: the root feeds ranks 1, 2, 4 at once (3 n), rank 1 then 3 and 5 (2 n), rank 3 then 7 (n)
+    ("broadcast", "binomial-async"): (3, 402_653_184, 0),
     # S = 64 MiB / 512 KiB = 128 segments: p-2+S = 134; n + (p-2) * 512 KiB = n + 3_145_728.
     ("broadcast", "pipelined-ring"): (134, 70_254_592, 0),
     ("broadcast", "scatter-allgather"): (10, 117_440_512, 0),  # lg p + p - 1; 2(p-1)/p n
@@ -72,6 +74,7 @@ HAND_P8_SECONDS = {
     ("allgather", "bruck"): 0.3758396384,
     ("reduce-scatter", "ring"): 0.058790256,  # 7e-5 + 0.0469762048 + 0.0117440512
     ("broadcast", "binomial"): 0.1610912736,  # 3e-5 + 0.1610612736
+    ("broadcast", "binomial-async"): 0.3221525472,  # 3e-5 + 0.3221225472
     ("broadcast", "pipelined-ring"): 0.0575436736,  # 1.34e-3 + 0.0562036736
     ("broadcast", "scatter-allgather"): 0.0940524096,  # 1e-4 + 0.0939524096
     ("alltoall", "pairwise"): 0.0470462048,  # 7e-5 + 0.0469762048
@@ -90,6 +93,8 @@ HAND_P6 = {
     ("allgather", "bruck"): (3, 335_544_320, 0),
     ("reduce-scatter", "ring"): (5, FIVE_SIXTHS, FIVE_SIXTHS),
     ("broadcast", "binomial"): (3, 201_326_592, 0),
+    # root -> {1, 2, 4} (3 n), then 2 -> 3 and 4 -> 5 (n): two hops, 4 n
+    ("broadcast", "binomial-async"): (2, 268_435_456, 0),
     ("broadcast", "pipelined-ring"): (132, 69_206_016, 0),  # 4 + 128; n + 4 * 524_288
     ("broadcast", "scatter-allgather"): (8, 2 * FIVE_SIXTHS, 0),
     ("alltoall", "pairwise"): (5, FIVE_SIXTHS, 0),
@@ -301,7 +306,7 @@ def test_algorithms_table() -> None:
     table = algorithms()
     assert set(table) == {"allreduce", "allgather", "reduce-scatter", "broadcast", "alltoall"}
     assert table["allreduce"] == ["ring", "recursive-doubling", "tree", "rabenseifner", "hierarchical"]
-    assert table["broadcast"] == ["binomial", "pipelined-ring", "scatter-allgather"]
+    assert table["broadcast"] == ["binomial", "binomial-async", "pipelined-ring", "scatter-allgather"]
     for collective, algorithm in FORMULAS:
         assert formula(collective, algorithm) is FORMULAS[(collective, algorithm)]
     assert set(BUS_BANDWIDTH_FACTOR) == set(table)

@@ -26,6 +26,8 @@ SIZES = [1024.0, 1e6 + 3, 64 * 2.0**20, 256 * 2.0**20]
 GAMMA = 2e-11  # s per reduced byte: small but visible in the totals
 ALGORITHMS = [*FORMULAS, HIERARCHICAL]
 TOLERANCE = 0.01  # the acceptance bound; observed errors are ~1e-12
+#: Schedules whose ranks send several messages at once (gloo's broadcast feeds all its children together).
+SHARED_UPLINK = {("broadcast", "binomial-async")}
 
 
 def _ids(case: tuple) -> str:
@@ -52,13 +54,16 @@ def test_schedule_counts_match_formula_coefficients(key: tuple[str, str]) -> Non
             rounds = total = reduced = 0.0
             for groups, reduce_bytes, k, _ in SCHEDULES[key](p, n, steps):
                 rounds += k
-                total += max(g[3] for g in groups)
+                # a rank sending several messages at once shares its uplink: the step costs them all
+                total += max(g[3] * np.bincount(g[1]).max() for g in groups)
                 reduced += reduce_bytes
                 src = np.concatenate([g[1] for g in groups])
                 dst = np.concatenate([g[2] for g in groups])
                 assert np.all((src >= 0) & (src < p) & (dst >= 0) & (dst < p) & (src != dst))
-                if steps and k == 1:  # one step: every rank sends and receives at most one message
-                    assert len(np.unique(src)) == len(src) and len(np.unique(dst)) == len(dst), (key, p)
+                if steps and k == 1:  # one step: every rank receives at most one message
+                    assert len(np.unique(dst)) == len(dst), (key, p)
+                    if key not in SHARED_UPLINK:  # and sends at most one
+                        assert len(np.unique(src)) == len(src), (key, p)
             assert rounds == pytest.approx(float(coef.alpha), abs=1e-9), (key, p)
             assert total == pytest.approx(float(coef.beta), rel=1e-12, abs=1e-6), (key, p)
             assert reduced == pytest.approx(float(coef.gamma), rel=1e-12, abs=1e-6), (key, p)
