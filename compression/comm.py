@@ -172,6 +172,15 @@ class Communicator(ABC):
             raise InputError("src", src, f"a rank in [0, {self.world_size})")
         return self._timed("broadcast", tensors, purpose, lambda: self._broadcast(list(tensors), src))
 
+    def allreduce_async(self, tensor: Tensor, *, purpose: str = "control") -> PendingAllreduce:
+        """Start a SUM allreduce of this process's single worker's ``tensor``; ``.wait()`` returns the total.
+
+        The default runs it at once (emulated communicators have nothing to overlap); a real one returns
+        while the bytes are still moving, so a small control exchange can hide behind the next step.
+        """
+        total = self.allreduce([tensor], purpose=purpose)[0]
+        return PendingAllreduce(lambda: total)
+
     def _timed(self, collective: str, tensors: Sequence[Tensor], purpose: str,
                call: Callable[[], list[Tensor]]) -> list[Tensor]:
         """Run one same-size collective between device syncs and record its per-rank bytes and seconds."""
@@ -240,6 +249,19 @@ class LocalCommunicator(Communicator):
         return [tensors[src]] * len(tensors)
 
 
+class PendingAllreduce:
+    """An allreduce in flight (:meth:`Communicator.allreduce_async`): ``wait()`` once for its total."""
+
+    def __init__(self, finish: Callable[[], Tensor]) -> None:
+        self._finish = finish
+        self._result: Tensor | None = None
+
+    def wait(self) -> Tensor:
+        if self._result is None:
+            self._result = self._finish()
+        return self._result
+
+
 class TorchDistCommunicator(Communicator):
     """This rank of a ``torch.distributed`` process group (one local worker).
 
@@ -291,6 +313,18 @@ class TorchDistCommunicator(Communicator):
         self._validate(t, "allreduce")
         self._dist.all_reduce(t, group=self.group, async_op=True).wait()
         return [t]
+
+    def allreduce_async(self, tensor: Tensor, *, purpose: str = "control") -> PendingAllreduce:
+        t = tensor.clone()
+        start = time.perf_counter()
+        work = self._dist.all_reduce(t, group=self.group, async_op=True)
+
+        def finish() -> Tensor:
+            work.wait()
+            self._log("allreduce", t.numel() * t.element_size(), t.dtype, purpose, time.perf_counter() - start)
+            return t
+
+        return PendingAllreduce(finish)
 
     def _gather(self, t: Tensor) -> Tensor:
         """Blocking gather into one buffer, concatenated along dim 0 (gloo rejects the stacked form)."""

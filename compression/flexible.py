@@ -26,6 +26,7 @@ It is a :class:`~compression.base.Compressor`, so it plugs in wherever one does 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ import torch
 from torch import Tensor
 
 from flexcomm.compression.base import Compressor, ExchangeResult, StepContext, StepStats, check_ratio
-from flexcomm.compression.comm import CollectiveRecord, Communicator
+from flexcomm.compression.comm import CollectiveRecord, Communicator, PendingAllreduce
 from flexcomm.compression.compressors import make_compressor
 from flexcomm.compression.network_estimate import NetworkEstimator, timed_records
 from flexcomm.costmodel.compressed import (
@@ -156,6 +157,7 @@ class FlexibleCompressor(Compressor):
         clock: Clock | None = None,
         latency_probe: bool = True,
         agree_every: int = 1,
+        agree_lag: int = 0,
         error_feedback: bool = True,
         gain_every: int | None = None,
         keep_sent: bool = False,
@@ -185,10 +187,18 @@ class FlexibleCompressor(Compressor):
         self.price_scale = float(price_scale)
         self.clock = clock
         self.latency_probe = latency_probe
-        if isinstance(agree_every, bool) or not isinstance(agree_every, int) or agree_every < 1:
-            raise InputError("agree_every", agree_every, "an integer >= 1 (exchanges between timing agreements)")
+        if isinstance(agree_every, bool) or not isinstance(agree_every, int) or agree_every < 0:
+            raise InputError("agree_every", agree_every, "an integer >= 1 (exchanges between timing agreements), "
+                             "or 0: the caller calls agree() (a DDP hook, once per iteration)")
         self.agree_every = agree_every
+        if isinstance(agree_lag, bool) or not isinstance(agree_lag, int) or agree_lag < 0:
+            raise InputError("agree_lag", agree_lag, "an integer >= 0 (exchanges an agreement may stay in flight)")
+        self.agree_lag = agree_lag
         self._pending: list[tuple[StepStats, list[float]]] = []
+        #: agreements in flight: (exchange count when issued, the allreduce, the stats it covers, their sizes)
+        self._inflight: collections.deque[tuple[int, PendingAllreduce, list[tuple[StepStats, int]]]] = (
+            collections.deque())
+        self._exchanges = 0
         self.inner: dict[str, Compressor] = {}
         for scheme in candidates:
             if scheme == "dense":
@@ -253,6 +263,26 @@ class FlexibleCompressor(Compressor):
             state.target, state.streak = None, 0
         return current, False, best
 
+    def choose(self, numel: int, comm: Communicator, key: int = 0) -> tuple[str, dict[str, Any]]:
+        """The decision half of :meth:`exchange`: predict every candidate, apply the hysteresis rule.
+
+        Returns the scheme and its log entry (without the step); a replay of a logged run calls this with
+        the run's bucket sizes to take the same decisions from simulated times."""
+        predicted = self.predict(numel, comm)
+        assert self.estimator is not None
+        alpha, beta = self.estimator.estimate()
+        chosen, switched, best = self.decide(predicted, key)
+        entry: dict[str, Any] = {
+            "key": key, "ratio": self.ratio, "alpha_s": alpha, "beta_s_per_byte": beta,
+            "identified": self.estimator.identified,
+            **{f"pred_{s}_s": predicted[s] for s in self.candidates},
+            "best": best, "chosen": chosen, "switched": switched, "streak": self.state[key].streak,
+            "pred_comm_s": float(self.predictor(comm).comm_seconds(chosen, numel, self.ratio or 1.0,
+                                                                   comm.world_size)),
+            "measured_comm_s": math.nan,
+        }
+        return chosen, entry
+
     def current(self, key: int = 0) -> str | None:
         """The scheme in use for bucket ``key`` (None before its first exchange)."""
         state = self.state.get(key)
@@ -263,10 +293,9 @@ class FlexibleCompressor(Compressor):
         """Decide, delegate to the chosen scheme (sharing residuals), probe if useful, measure, log."""
         grads = self._check(grads, comm)
         numel = grads[0].numel()
-        predicted = self.predict(numel, comm)
-        assert self.estimator is not None
-        alpha, beta = self.estimator.estimate()
-        chosen, switched, best = self.decide(predicted, key)
+        self._settle(self._exchanges - self.agree_lag)
+        self._exchanges += 1
+        chosen, entry = self.choose(numel, comm, key)
         inner = self.inner[chosen]
         if chosen == "dense":
             grads = self._flush_residuals(grads, comm, key)
@@ -278,21 +307,12 @@ class FlexibleCompressor(Compressor):
         if self.latency_probe and self.estimator.wants_probe():
             stats = self._probe(comm, stats, grads[0].device)
             probed = True
-        entry: dict[str, Any] = {
-            "step": stats.step, "key": key, "ratio": self.ratio, "alpha_s": alpha, "beta_s_per_byte": beta,
-            "identified": self.estimator.identified,
-            **{f"pred_{s}_s": predicted[s] for s in self.candidates},
-            "best": best, "chosen": chosen, "switched": switched, "streak": self.state[key].streak,
-            "pred_comm_s": float(self.predictor(comm).comm_seconds(chosen, numel, self.ratio or 1.0,
-                                                                   comm.world_size)),
-            "measured_comm_s": math.nan, "latency_probe": probed,
-        }
-        self.decisions.append(entry)
+        self.decisions.append({"step": stats.step, **entry, "latency_probe": probed})
         if self.clock is not None:
             self.observe(stats, [self.clock(r, comm.world_size) for r in timed_records(stats)])
         elif not comm.emulated:
             self._pending.append((stats, [r.seconds for r in timed_records(stats)]))
-            if len(self._pending) >= self.agree_every:
+            if self.agree_every and len(self._pending) >= self.agree_every:
                 self._agree(comm, grads[0].device)
         return ExchangeResult(result.aggregates, stats, result.sent)
 
@@ -337,23 +357,56 @@ class FlexibleCompressor(Compressor):
             out.append(g + r if r is not None and r.shape == g.shape else g)
         return out
 
+    def agree(self, comm: Communicator, device: torch.device | str = "cpu") -> None:
+        """Start the timing agreement of every exchange since the last one (``agree_every=0``: the caller
+        decides when, e.g. once per DDP iteration, after its last bucket)."""
+        if not comm.emulated and self.clock is None:
+            self._agree(comm, torch.device(device))
+
     def _agree(self, comm: Communicator, device: torch.device) -> None:
         """Average the ranks' measured times (one small allreduce, purpose ``control``) before using them.
 
         Each rank measures its own wall times; fed raw, the ranks' estimators would drift apart and pick
         different schemes or probes, i.e. mismatched collectives (a hang). Agreed times keep every rank's
-        estimator, and so every decision, identical.
+        estimator, and so every decision, identical. With ``agree_lag`` > 0 the allreduce is only started
+        here and its result used ``agree_lag`` exchanges later (:meth:`_settle`): on a high-latency link the
+        round trip then hides behind the next exchanges instead of adding to every one; every rank still
+        folds the same agreed times in at the same exchange, so decisions stay identical.
         """
         flat = [t for _, secs in self._pending for t in secs]
-        if flat:
-            buf = torch.tensor(flat, dtype=torch.float64, device=device)
-            total = comm.allreduce([buf.clone() for _ in comm.local_workers], purpose="control")[0]
-            agreed = (total / comm.world_size).tolist()
-            offset = 0
-            for stats, secs in self._pending:
-                self.observe(stats, agreed[offset:offset + len(secs)])
-                offset += len(secs)
-        self._pending.clear()
+        covered = [(stats, len(secs)) for stats, secs in self._pending]
+        self._pending = []
+        if not flat:
+            return
+        buf = torch.tensor(flat, dtype=torch.float64, device=device)
+        if self.agree_lag > 0 and len(comm.local_workers) == 1:
+            self._inflight.append((self._exchanges, comm.allreduce_async(buf, purpose="control"), covered))
+            return
+        total = comm.allreduce([buf.clone() for _ in comm.local_workers], purpose="control")[0]
+        self._fold(total / comm.world_size, covered)
+
+    def _settle(self, issued_by: int | None = None) -> None:
+        """Fold in the agreements started at or before exchange ``issued_by`` (None: all of them)."""
+        while self._inflight and (issued_by is None or self._inflight[0][0] <= issued_by):
+            _, pending, covered = self._inflight.popleft()
+            total = pending.wait()
+            self._fold(total / covered[0][0].world_size, covered)
+
+    def _fold(self, agreed: Tensor, covered: list[tuple[StepStats, int]]) -> None:
+        values = agreed.tolist()
+        offset = 0
+        assert self.estimator is not None or self.cost_model is not None
+        if self.estimator is None:
+            assert self.cost_model is not None
+            self.estimator = NetworkEstimator.from_cost_model(self.cost_model, covered[0][0].world_size)
+        with self.estimator.deferred():  # one refit for the whole agreement
+            for stats, count in covered:
+                self.observe(stats, values[offset:offset + count])
+                offset += count
+
+    def finish(self) -> None:
+        """Wait for the agreements still in flight (call before the process group goes away)."""
+        self._settle(None)
 
     def _probe(self, comm: Communicator, stats: StepStats, device: torch.device) -> StepStats:
         """A 4-byte allgather: almost pure latency, so alpha and beta separate (purpose ``control``)."""

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -136,6 +137,8 @@ class NetworkEstimator:
         self._reference = self.prior
         self.count = 0
         self.changes = 0  #: change points detected (window cut back to the surprising points)
+        self._deferred = 0
+        self._stale = False
 
     @classmethod
     def from_cost_model(cls, model: CostModel, ranks: int, **options: float | int) -> NetworkEstimator:
@@ -161,17 +164,34 @@ class NetworkEstimator:
             self._since_probe = max(self._since_probe, self.probe_interval)  # re-identify at once
         self.count += 1
         self._since_probe = 0 if probe else self._since_probe + 1
-        self._refit()
+        if self._deferred:
+            self._stale = True
+        else:
+            self._refit()
+
+    @contextmanager
+    def deferred(self) -> Iterator[NetworkEstimator]:
+        """Observations inside the block are fitted once, when it ends (a refit costs ~1 ms of CPU, and a
+        DDP hook folds several collectives' times in at once; the estimate is only read afterwards)."""
+        self._deferred += 1
+        try:
+            yield self
+        finally:
+            self._deferred -= 1
+            if not self._deferred and self._stale:
+                self._stale = False
+                self._refit()
 
     def observe_records(
         self, records: Iterable[CollectiveRecord], seconds: Sequence[float], world_size: int,
         price_scale: float = 1.0,
     ) -> None:
         """One observation per collective call (more diverse than one per step: a broadcast and an
-        allreduce of the same step have different latency/bandwidth mixes)."""
-        for record, t in zip(records, seconds, strict=True):
-            a, b, g = record_coefficients(record, world_size, price_scale)
-            self.observe(a, b, t, g, probe=record.purpose == "control" and record.nbytes <= 8)
+        allreduce of the same step have different latency/bandwidth mixes), fitted once at the end."""
+        with self.deferred():
+            for record, t in zip(records, seconds, strict=True):
+                a, b, g = record_coefficients(record, world_size, price_scale)
+                self.observe(a, b, t, g, probe=record.purpose == "control" and record.nbytes <= 8)
 
     # --- the fit --------------------------------------------------------------------------------
     def _refit(self) -> None:

@@ -46,7 +46,8 @@ from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
-    "payload_bytes", "control_bytes", "scheme", "ratio", "buckets", "records",
+    "payload_bytes", "control_bytes", "scheme", "ratio", "buckets", "records", "gain", "start_epoch_s", "trace_s",
+    "trace_phase",
 )
 #: Steps left out of medians: DDP rebuilds its buckets after iteration 1, PowerSGD starts at iteration 2.
 DEFAULT_WARMUP_STEPS = 3
@@ -164,6 +165,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--powersgd-rank", type=int, default=1)
     p.add_argument("--moo-reeval", type=int, default=20, help="MOO: re-optimise every this many steps")
     p.add_argument("--op-timeout", type=float)
+    p.add_argument("--duration", type=float, help="seconds: each strategy trains until this much time has passed "
+                   "(then --steps is only a cap)")
+    p.add_argument("--trace-testbed", help="testbed id whose trace restarts at each strategy's first step")
+    p.add_argument("--no-overlap", action="store_true", help="hooks block inside DDP (no overlap with backward)")
     return p
 
 
@@ -272,7 +277,8 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
               process_group=solo_group)
     with warnings.catch_warnings():  # the solo step prices nothing: no cost model on purpose
         warnings.simplefilter("ignore", UserWarning)
-        state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank)
+        state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank,
+                         overlap=not args.no_overlap)
     optimizer = workload.make_optimizer(ddp, lr=args.lr)
     data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 2, rank=info.rank)
@@ -303,15 +309,16 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
         for name in ("steps.csv", "exchanges.csv"):
             (folder / name).unlink(missing_ok=True)
     moo = MOOConfig(reeval_every=args.moo_reeval) if spec.strategy == "moo" else None
-    state = register(ddp, spec.strategy, spec.ratio, cost_model=cost_model,
+    state = register(ddp, spec.strategy, spec.ratio, cost_model=cost_model, overlap=not args.no_overlap,
                      log_path=folder / "exchanges.csv", powersgd_rank=args.powersgd_rank, moo_config=moo)
     optimizer = workload.make_optimizer(ddp, lr=args.lr)
     data = shard(workload.train_set, rank, world, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank)
     log = CsvLog(folder / "steps.csv", STEP_COLUMNS) if rank == 0 else None
     sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
-    gathered = [torch.zeros(2, dtype=torch.float64, device=info.device) for _ in range(world)]
+    gathered = [torch.zeros(3, dtype=torch.float64, device=info.device) for _ in range(world)]
     rows: list[dict[str, Any]] = []
+    run_clock = RunClock.start(args, spec.label, rank)
     try:
         for step in range(args.steps):
             _, inputs, targets = next(stream)
@@ -319,11 +326,14 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
             with watchdog.guard(f"{spec.label} step {step}"):
                 dist.barrier()
                 sync()
+                start_epoch = time.time()
                 start = time.perf_counter()
                 loss = _step(ddp, optimizer, workload.loss_fn, inputs, targets)
                 sync()
                 seconds = time.perf_counter() - start
-                dist.all_gather(gathered, torch.tensor([loss, seconds], dtype=torch.float64, device=info.device))
+                stop = float(run_clock.over(time.time()))  # rank 0's clock decides; every rank sees its flag
+                dist.all_gather(gathered, torch.tensor([loss, seconds, stop], dtype=torch.float64,
+                                                       device=info.device))
             losses = [float(g[0]) for g in gathered]
             step_s = max(float(g[1]) for g in gathered)
             done = state.take_steps()
@@ -341,12 +351,16 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
                 "ratio": state.ratio if summary is None else summary.ratio,
                 "buckets": summary.buckets if summary else math.nan,
                 "records": ";".join(f"{c}/{a}/{n}" for c, a, n in summary.records) if summary else "",
+                "gain": state.moo.step_gain if state.moo is not None else math.nan,
+                **run_clock.columns(start_epoch),
             }
             rows.append(row)
             if log is not None:
                 log.write(row)
             if not math.isfinite(loss):
                 raise RuntimeError(f"{spec.label}: loss is {loss} at step {step}")
+            if any(float(g[2]) for g in gathered):
+                break
     finally:
         if log is not None:
             log.close()
@@ -373,11 +387,53 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
         result["switches"] = int(sum(bool(d.get("switched")) for d in comp.decisions))
     if state.moo is not None:
         result["moo_events"] = state.moo.controller.events
+        if rank == 0 and state.moo.controller.probes:
+            import pandas as pd
+
+            from flexcomm.costmodel.atomic import write_csv_atomic
+
+            write_csv_atomic(pd.concat(state.moo.controller.probes, ignore_index=True), folder / "moo_probes.csv")
+    if run_clock.start_epoch is not None:
+        result["trace_start_epoch"] = run_clock.start_epoch
     if rank == 0:
         _write_json(folder / "summary.json", result)
     del ddp
     dist.barrier()
     return result
+
+
+@dataclass
+class RunClock:
+    """When a strategy's run started (its trace's time zero on a traced testbed) and when it must stop."""
+
+    start_epoch: float | None
+    duration_s: float | None
+    trace: Any = None
+
+    @classmethod
+    def start(cls, args: argparse.Namespace, label: str, rank: int) -> RunClock:
+        """Rank 0 restarts the testbed's trace (``--trace-testbed``) and takes its time zero; others hold none."""
+        if rank != 0:
+            return cls(None, None)
+        if not args.trace_testbed:
+            return cls(time.time(), args.duration)
+        from flexcomm.real_backend.net_trace import parse_trace
+        from flexcomm.real_backend.trace_supervisor import request_start, trace_file
+
+        text = trace_file(args.trace_testbed, "csv").read_text(encoding="utf-8")
+        trace = parse_trace(text, "trace", 10**6)
+        token = f"{label}-{time.time():.6f}"
+        return cls(request_start(args.trace_testbed, token), args.duration or trace.duration_s, trace)
+
+    def over(self, now_epoch: float) -> bool:
+        return self.start_epoch is not None and self.duration_s is not None and (
+            now_epoch - self.start_epoch >= self.duration_s)
+
+    def columns(self, start_epoch: float) -> dict[str, Any]:
+        """The step's start: wall clock, seconds into the run (trace time), and the trace phase in force."""
+        offset = start_epoch - self.start_epoch if self.start_epoch is not None else math.nan
+        phase = self.trace.state_at(offset)[0] if self.trace is not None else math.nan
+        return {"start_epoch_s": start_epoch, "trace_s": offset, "trace_phase": phase}
 
 
 def worker_main(argv: Sequence[str] | None = None) -> int:
@@ -423,7 +479,8 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 "workload": workload.name, "hidden": parse_hidden(args.hidden), "ranks": info.world_size,
                 "backend": info.backend, "device": str(info.device), "steps": args.steps,
                 "compute_only_s": compute_s, "latency_s": args.latency, "bandwidth_Bps": args.bandwidth,
-                "profile": args.profile, "strategies": [s.label for s in specs],
+                "profile": args.profile, "strategies": [s.label for s in specs], "moo_reeval": args.moo_reeval,
+                "duration_s": args.duration, "trace_testbed": args.trace_testbed,
             })
     except InputError:
         raise
@@ -469,7 +526,9 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
                    lr: float | None = None, seed: int = 0, compute_steps: int = 6,
                    warmup_steps: int = DEFAULT_WARMUP_STEPS, latency_s: float | None = None,
                    bandwidth_Bps: float | None = None, profile: str | Path | None = None, backend: str | None = None,
-                   op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20) -> list[str]:
+                   op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20,
+                   duration_s: float | None = None, trace_testbed: str | None = None,
+                   overlap: bool = True) -> list[str]:
     """The ``python -m flexcomm.real_backend.ddp_train ...`` command every rank runs."""
     labels = ",".join(s.label for s in strategies)
     cmd = [sys.executable, "-m", "flexcomm.real_backend.ddp_train", "--workload", workload, "--strategy", labels,
@@ -478,11 +537,13 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
            "--powersgd-rank", str(powersgd_rank), "--moo-reeval", str(moo_reeval)]
     for flag, value in (("--ratio", ratio), ("--hidden", hidden), ("--batch-size", batch_size), ("--lr", lr),
                         ("--latency", latency_s), ("--bandwidth", bandwidth_Bps), ("--backend", backend),
-                        ("--op-timeout", op_timeout_s)):
+                        ("--op-timeout", op_timeout_s), ("--duration", duration_s), ("--trace-testbed", trace_testbed)):
         if value is not None:
             cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
     if profile:
         cmd += ["--profile", str(Path(profile).resolve())]
+    if not overlap:
+        cmd.append("--no-overlap")
     return cmd
 
 

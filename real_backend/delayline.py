@@ -65,11 +65,17 @@ def open_tun(name: str = TUN_NAME, offload: bool = True) -> tuple[int, bool]:
     return fd, offload
 
 
-def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5) -> None:
-    """Read packets from ``fd`` and write each back ``delay_s`` later, until ``should_stop()``."""
+def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5, wake_fd: int | None = None,
+          new_delay=None) -> None:
+    """Read packets from ``fd`` and write each back ``delay_s`` later, until ``should_stop()``.
+
+    ``wake_fd`` (the read end of a signal wake-up pipe) interrupts the wait; ``new_delay()`` then gives the
+    delay for packets arriving from now on (None: unchanged). Packets already held keep their due time, and
+    the line stays a FIFO, so a shorter delay never reorders packets."""
     queue: collections.deque[tuple[float, bytes]] = collections.deque()
     queued = 0
     next_check = time.monotonic() + check_every_s
+    watched = [fd] if wake_fd is None else [fd, wake_fd]
     while True:
         now = time.monotonic()
         if now >= next_check:
@@ -77,8 +83,16 @@ def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5) -> N
                 return
             next_check = now + check_every_s
         wait = min(next_check - now, queue[0][0] - now if queue else check_every_s)
-        readable, _, _ = select.select([fd], [], [], max(0.0, wait))
-        if readable:
+        readable, _, _ = select.select(watched, [], [], max(0.0, wait))
+        if wake_fd is not None and wake_fd in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_fd, 512)
+            changed = new_delay() if new_delay is not None else None
+            if changed is not None:
+                delay_s = changed
+            if should_stop():
+                return
+        if fd in readable:
             arrived = time.monotonic()
             while True:
                 try:
@@ -114,10 +128,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=TUN_NAME)
     parser.add_argument("--state-file", help="stop when this file is removed")
     parser.add_argument("--owner-pid", type=int, help="stop when this process is gone")
+    parser.add_argument("--control", help="on SIGUSR1, read the new delay (seconds) from this file")
     args = parser.parse_args(argv)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # only wakes the loop through the pipe below
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    control = Path(args.control) if args.control else None
+
+    def new_delay() -> float | None:
+        if control is None:
+            return None
+        try:
+            return max(0.0, float(control.read_text().strip()))
+        except (OSError, ValueError):
+            return None
+
     fd, offload = open_tun(args.name)
     subprocess.run(["ip", "link", "set", args.name, "up"], check=True)
     print(json.dumps({"ready": True, "pid": os.getpid(), "offload": offload}), flush=True)
@@ -128,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             args.owner_pid is not None and not _alive(args.owner_pid))
 
     try:
-        relay(fd, args.delay, should_stop)
+        relay(fd, args.delay, should_stop, wake_fd=wake_r, new_delay=new_delay)
     finally:
         os.close(fd)
     return 0
@@ -145,7 +175,7 @@ def _mac(namespace: str, device: str) -> str:
     return json.loads(run_command(["ip", "-n", namespace, "-j", "link", "show", "dev", device]).stdout)[0]["address"]
 
 
-def _sysctl(namespace: str, assignments: dict[str, str]) -> None:
+def set_sysctl(namespace: str, assignments: dict[str, str]) -> None:
     script = "; ".join(f"echo {value} > /proc/sys/{key.replace('.', '/')}" for key, value in assignments.items())
     run_command(["ip", "netns", "exec", namespace, "sh", "-c", script])
 
@@ -161,7 +191,7 @@ def setup_routed_core(testbed) -> None:
     settings = {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.rp_filter": "0",
                 "net.ipv4.conf.default.rp_filter": "0", "net.ipv4.conf.all.send_redirects": "0"}
     settings.update({f"net.ipv4.conf.{port}.rp_filter": "0" for port in ports})
-    _sysctl(core, settings)
+    set_sysctl(core, settings)
     for r, (namespace, inside, port) in enumerate(zip(testbed.namespaces, testbed.interfaces, ports, strict=True)):
         rank_mac, port_mac = _mac(namespace, inside), _mac(core, port)
         _ip("-n", core, "neigh", "replace", testbed.addresses[r], "lladdr", rank_mac, "dev", port, "nud", "permanent")
@@ -180,7 +210,8 @@ def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 2
     state = state_path(testbed.id)
     log_path = state.with_suffix(".delayline.log")
     cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "flexcomm.real_backend.delayline",
-           "--delay", repr(float(testbed.delay_s)), "--state-file", str(state)]
+           "--delay", repr(float(testbed.delay_s)), "--state-file", str(state), "--control",
+           str(delay_control_path(testbed.id))]
     if owner_pid is not None:
         cmd += ["--owner-pid", str(owner_pid)]
     with open(log_path, "wb") as log:
@@ -197,6 +228,20 @@ def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 2
     _ip("-n", testbed.bridge_namespace, "route", "add", "default", "dev", TUN_NAME, "table", ROUTE_TABLE)
     _STARTED[proc.pid] = proc
     return proc.pid
+
+
+def delay_control_path(testbed_id: str) -> Path:
+    """The file a running delay line reads its new delay from when it gets SIGUSR1."""
+    return state_path(testbed_id).with_suffix(".delay")
+
+
+def set_delay(testbed, delay_s: float) -> None:
+    """Change a running testbed's one-way delay (the delay line's) now."""
+    if not testbed.delay_pid:
+        raise TestbedError(f"testbed {testbed.id} has no delay line (made without a delay): latency cannot change")
+    path = delay_control_path(testbed.id)
+    path.write_text(repr(float(delay_s)), encoding="utf-8")
+    os.kill(testbed.delay_pid, signal.SIGUSR1)
 
 
 #: Delay lines started by this process, so stopping one also reaps it (no zombie left behind).

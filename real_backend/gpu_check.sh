@@ -9,10 +9,12 @@
 #      the same runs as nccl-tests logs (nccl-tests/*.txt) and, with >= 2 GPUs, each log predicted by the
 #      NCCL-grade model (validate --nccl-tests, cluster: $GPU_CLUSTER or one DGX H100 node of NGPU GPUs)
 #      -> nccl-tests/*.validation.json;
-#   2. the DDP communication hooks on a small model under NCCL (train-ddp: builtin, dense, fp16, topk-ag,
-#      topk-ar, powersgd, flexible) -> ddp/<strategy>/{steps,exchanges}.csv, summary.json;
+#   2. the DDP communication hooks on a small model under NCCL, overlapping backward (train-ddp: builtin,
+#      dense, fp16, topk-ag, topk-ar, powersgd, flexible, moo) -> ddp/<strategy>/{steps,exchanges}.csv,
+#      summary.json; and dense blocking (--no-overlap) for the overlap's gain -> ddp-blocking/;
 #   3. Top-k selection and compressor timings on the GPU (real_backend/gpu_topk.py; benchmarks/bench_topk.py
-#      has no --device flag) -> topk.json.
+#      has no --device flag) -> topk.json;
+#   4. report.md: all of it as one page to paste into the README (real_backend/gpu_report.py).
 # Each step has its own time limit; a failed step is recorded in status.txt and the others still run.
 # Exit status: 0 all steps passed, 1 some step failed, 69 (EX_UNAVAILABLE) no CUDA here: nothing was run.
 # The Python used: $PYTHON, else .venv/bin/python if its torch sees CUDA, else python3.
@@ -107,11 +109,15 @@ if [ "$NGPU" -ge 2 ] && [ -d "$OUT_DIR/nccl-tests" ]; then
     done
 fi
 
-step ddp-hooks 90 "$PY" -m flexcomm.experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \
-    --hidden 2048,2048 --strategy builtin,dense,fp16,topk-ag@0.01,topk-ar@0.01,powersgd,flexible@0.01 \
-    --steps 15 --out "$OUT_DIR/ddp" --timeout 85s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-hooks"
+step ddp-hooks 100 "$PY" -m flexcomm.experiments.cli train-ddp --backend nccl --nproc "$NGPU" --workload mlp-digits \
+    --hidden 2048,2048 --strategy builtin,dense,fp16,topk-ag@0.01,topk-ar@0.01,powersgd,flexible@0.01,moo \
+    --steps 15 --out "$OUT_DIR/ddp" --timeout 95s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-hooks"
+step ddp-blocking 40 "$PY" -m flexcomm.experiments.cli train-ddp --backend nccl --nproc "$NGPU" \
+    --workload mlp-digits --hidden 2048,2048 --strategy builtin,dense --steps 15 --no-overlap \
+    --out "$OUT_DIR/ddp-blocking" --timeout 35s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-blocking"
 
 step gpu-topk 60 "$PY" -m flexcomm.real_backend.gpu_topk --device cuda --repeats 10 --out "$OUT_DIR/topk.json"
+step report 20 "$PY" -m flexcomm.real_backend.gpu_report "$OUT_DIR"
 
 echo "gpu_check: done in ${SECONDS}s; $(tr '\n' ';' < "$STATUS")"
 exit "$failed"

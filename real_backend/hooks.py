@@ -35,8 +35,9 @@ builtin allreduce. ``overlap=False`` runs each exchange inside the hook instead 
 
 **Rank agreement.** Adaptive strategies decide from measured times; each rank's clock differs, and two
 ranks choosing different schemes or ratios would issue mismatched collectives and hang. The
-``FlexibleCompressor`` averages its measured seconds over ranks (one small allreduce, ``agree_every``)
-before they reach its estimator; the MOO controller's gains are averaged the same way here
+``FlexibleCompressor`` averages its measured seconds over ranks (one small allreduce, ``agree_every``,
+started at once and used :data:`DEFAULT_AGREE_LAG` exchanges later so its round trip overlaps) before they
+reach its estimator; the MOO controller's gains are averaged the same way here
 (:func:`agree_mean`) and a new ratio is broadcast from rank 0: every rank then holds bitwise the same
 estimate and takes the same decision.
 
@@ -64,7 +65,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
 )
 
 from flexcomm.compression import Compressor, TorchDistCommunicator, make_compressor
-from flexcomm.compression.comm import CollectiveRecord
+from flexcomm.compression.comm import CollectiveRecord, PendingAllreduce
 from flexcomm.compression.flexible import FlexibleCompressor
 from flexcomm.compression.moo import MOOConfig, RatioController
 from flexcomm.compression.network_estimate import timed_records
@@ -78,6 +79,11 @@ from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 #: Prior link of the online estimate when no cost model is given (it is refined from the first steps).
 DEFAULT_PRIOR_LATENCY_S = 100e-6
 DEFAULT_PRIOR_BANDWIDTH_BPS = 125e6  # 1 Gbit/s
+
+#: Exchanges the ranks' timing agreement may stay in flight (``FlexibleCompressor.agree_lag``; the hooks
+#: agree once per iteration): measured on a 2-rank testbed with a 50 ms one-way delay, a blocking agreement
+#: after every bucket added one round trip to each.
+DEFAULT_AGREE_LAG = 4
 
 EXCHANGE_COLUMNS = (
     "step", "bucket", "numel", "strategy", "scheme", "ratio", "k", "payload_bytes", "control_bytes",
@@ -203,6 +209,9 @@ class MOOState:
     gain_sum: float = 0.0
     gain_weight: float = 0.0
     last_event: str = ""
+    step_gain: float = math.nan  #: the gain the drift test saw this iteration (the previous one's, agreed)
+    #: this iteration's gain agreement, in flight until the next iteration ends
+    gain_pending: PendingAllreduce | None = None
 
 
 @dataclass
@@ -236,6 +245,11 @@ class HookState:
     def close(self) -> None:
         if self.engine is not None:
             self.engine.close()
+        if isinstance(self.compressor, FlexibleCompressor):
+            self.compressor.finish()  # agreements still in flight, before the group can go away
+        if self.moo is not None and self.moo.gain_pending is not None:
+            self.moo.gain_pending.wait()
+            self.moo.gain_pending = None
         if self.log is not None:
             self.log.close()
 
@@ -339,6 +353,8 @@ def _exchange_bucket(state: HookState, buffer: torch.Tensor, key: int, last: boo
             state.moo.gain_sum += stats.local_gain * stats.numel
             state.moo.gain_weight += stats.numel
     if last:
+        if isinstance(state.compressor, FlexibleCompressor) and state.compressor.agree_every == 0:
+            state.compressor.agree(state.comm, buffer.device)  # one agreement per iteration, in flight
         if state.moo is not None:
             _moo_end_iteration(state)
         state.end_iteration()
@@ -393,19 +409,25 @@ def _moo_probe_bucket(state: HookState, buffer: torch.Tensor, key: int) -> None:
     moo.total_sq += float(acc.detach().float().square().sum())
 
 
-def _moo_time_fn(state: HookState) -> Callable[[np.ndarray], np.ndarray]:
-    comp = state.compressor
-    assert isinstance(comp, FlexibleCompressor) and state.comm is not None and state.moo is not None
-    predictor = comp.predictor(state.comm)
-    numels = list(state.moo.bucket_numels.values())
+def moo_time_fn(comp: FlexibleCompressor, comm: Any, numels: Sequence[int],
+                world_size: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Predicted communication seconds of one iteration at ratio c: every bucket by its fastest sparse scheme
+    under the compressor's current estimate (what MOO trades against the compression gain)."""
+    predictor = comp.predictor(comm)
     schemes = tuple(s for s in comp.candidates if s != "dense") or ("topk-ag",)
 
     def time_fn(c: np.ndarray) -> np.ndarray:
         c = np.asarray(c, dtype=float)
-        return sum((predictor.best_sparse_seconds(n, c, state.world_size, schemes)[0] for n in numels),
+        return sum((predictor.best_sparse_seconds(n, c, world_size, schemes)[0] for n in numels),
                    np.zeros_like(c))
 
     return time_fn
+
+
+def _moo_time_fn(state: HookState) -> Callable[[np.ndarray], np.ndarray]:
+    comp = state.compressor
+    assert isinstance(comp, FlexibleCompressor) and state.comm is not None and state.moo is not None
+    return moo_time_fn(comp, state.comm, list(state.moo.bucket_numels.values()), state.world_size)
 
 
 def _moo_end_iteration(state: HookState) -> None:
@@ -422,12 +444,18 @@ def _moo_end_iteration(state: HookState) -> None:
         moo.topk_sq, moo.total_sq, moo.probing = None, 0.0, False
         _moo_optimize(state, step, moo.reason or "initial")
         return
-    # the step's measured gain (numel-weighted over buckets), agreed over ranks, feeds the drift test
-    # (always one allreduce, so every rank issues the same collectives whatever its own numbers are)
-    gain_sum, weight = agree_mean([moo.gain_sum, moo.gain_weight], _device_of(state), state.group)
-    if weight > 0:
-        moo.controller.observe_gain(gain_sum / weight)
+    # the step's measured gain (numel-weighted over buckets), agreed over ranks, feeds the drift test: one
+    # allreduce every iteration (so every rank issues the same collectives whatever its own numbers are),
+    # started now and folded in at the next iteration's end, so its round trip hides behind that iteration
+    pending = moo.gain_pending
+    moo.gain_pending = comm_allreduce_async(state, [moo.gain_sum, moo.gain_weight])
     moo.gain_sum = moo.gain_weight = 0.0
+    moo.step_gain = math.nan
+    if pending is not None:
+        gain_sum, weight = pending.wait().tolist()
+        moo.step_gain = gain_sum / weight if weight > 0 else math.nan
+        if weight > 0:
+            moo.controller.observe_gain(moo.step_gain)
     reason = moo.controller.due(step, comp.estimator)
     if reason is None:
         return
@@ -447,6 +475,14 @@ def _moo_optimize(state: HookState, step: int, reason: str) -> None:
                    group=state.group)
     comp.set_ratio(float(ratio.item()))
     moo.last_event = f"{reason}->{comp.ratio:.4g}"
+
+
+def comm_allreduce_async(state: HookState, values: Sequence[float]) -> PendingAllreduce:
+    """Start the mean over ranks of a few floats (``.wait()`` gives it, identical on every rank)."""
+    assert state.comm is not None
+    tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_device_of(state))
+    pending = state.comm.allreduce_async(tensor, purpose="control")
+    return PendingAllreduce(lambda: pending.wait() / state.world_size)
 
 
 def _device_of(state: HookState) -> torch.device:
@@ -476,7 +512,7 @@ def make_strategy(strategy: str, ratio: float | None = None, *, cost_model: Cost
     if strategy == "topk-ar-var":
         return make_compressor("topk-ar", ratio, owner="var", **options)
     if strategy in ("flexible", "moo"):
-        opts = dict(options)
+        opts = {"agree_every": 0, "agree_lag": DEFAULT_AGREE_LAG, **options}
         opts.pop("moo_config", None)
         return FlexibleCompressor(ratio, cost_model=cost_model or default_cost_model(), **opts)
     return make_compressor(strategy, ratio, **options)

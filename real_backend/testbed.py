@@ -44,11 +44,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
-from flexcomm.real_backend.delayline import setup_routed_core, start_delay_line, stop_delay_line
+from flexcomm.real_backend.delayline import set_sysctl, setup_routed_core, start_delay_line, stop_delay_line
 from flexcomm.real_backend.netns import (
     BRIDGE_IF,
     BRIDGE_PORT_IF,
@@ -64,9 +65,14 @@ FORMAT = "flexcomm-testbed/1"
 #: TCP goodput over a tbf-shaped veth, as a fraction of the tc rate (measured 0.956-0.97).
 GOODPUT_FACTOR = 0.956
 MIN_BURST_BYTES = 64 * 1024
-TBF_LATENCY = "100ms"
+TBF_QUEUE_S = 0.1
+#: The largest packet tbf sees: veths pass 64 KiB GSO segments whole, and a tbf whose byte limit is
+#: smaller drops every one of them (a 4 Mbit/s link with a 100 ms queue stalled TCP for good, measured).
+GSO_MAX_BYTES = 65536
 MAX_RANKS = 250
 _ID_RE = re.compile(r"^[0-9a-f]{6}$")
+#: Files beside a testbed's state file, removed with it: the delay line's log and control, the trace's.
+_EXTRA_FILES = (".delayline.log", ".delay", ".trace.csv", ".trace.start", ".trace.ack", ".trace.log", ".trace.jsonl")
 #: ``ip netns exec NS`` bind-mounts the files in /etc/netns/NS over /etc: a hosts file there names
 #: every testbed address, so reverse lookups (torch's c10d does them) are answered locally and
 #: no DNS query is even attempted from inside the testbed.
@@ -88,8 +94,18 @@ def require_privileges() -> None:
 
 def burst_bytes(rate_Bps: float) -> int:
     """tbf bucket size: at least rate/250 (4 ms of traffic at full rate) and 64 KiB, which measured
-    full rate at 100 Mbit/s and 1 Gbit/s; a smaller bucket throttles TCP below the rate."""
+    full rate at 100 Mbit/s and 1 Gbit/s (a smaller bucket throttles TCP below the rate there). Never under
+    one GSO segment either way: a trace lowers the rate of a live tbf, and a queued segment larger than the
+    new bucket can never be sent (measured: a 40 -> 4 Mbit/s change with an 8 KB bucket stalled TCP for good)."""
     return int(max(rate_Bps / 250.0, MIN_BURST_BYTES))
+
+
+def tbf_arguments(rate_Bps: float) -> list[str]:
+    """``tbf rate R burst B limit L``: a queue of :data:`TBF_QUEUE_S` at the rate, but never less than three
+    GSO segments (else a slow link drops every full-size segment and TCP stalls)."""
+    burst = burst_bytes(rate_Bps)
+    limit = int(max(rate_Bps * TBF_QUEUE_S, 3 * GSO_MAX_BYTES)) + burst
+    return ["tbf", "rate", f"{int(round(rate_Bps * 8))}bit", "burst", str(burst), "limit", str(limit)]
 
 
 def parse_per_link(spec: str | Mapping[int, object] | None, ranks: int) -> dict[int, float]:
@@ -174,6 +190,9 @@ class Testbed:
     created: str = ""
     owner_pid: int = 0
     delay_pid: int | None = None
+    delay_line: bool = False  #: routed through the delay line even at zero delay (a trace changes it later)
+    trace_pid: int | None = None
+    trace_name: str = ""
 
     # --- construction -------------------------------------------------------------------------
 
@@ -207,13 +226,18 @@ class Testbed:
 
     @classmethod
     def up(cls, ranks: int, bandwidth: str | float, per_link: str | Mapping[int, object] | None = None,
-           delay: str | float = 0.0, keep: bool = False) -> Testbed:
+           delay: str | float = 0.0, keep: bool = False, trace: Any = None, trace_repeat: bool = False) -> Testbed:
         """Create a testbed; removed at interpreter exit unless ``keep`` (the CLI's ``testbed up``).
 
+        ``trace`` (a :class:`real_backend.net_trace.TestbedTrace`) starts a supervisor applying it from
+        now (``trace_repeat``: it waits for :func:`trace_supervisor.request_start` instead, once per run).
         Use it as a context manager to remove it as soon as the block ends, however it ends.
         """
         require_privileges()
         testbed = cls.plan(ranks, bandwidth, per_link, delay)
+        if trace is not None:
+            testbed.check_trace(trace)
+            testbed.delay_line = trace.has_latency
         testbed.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         testbed.owner_pid = os.getpid()
         testbed.save()  # first, so a failure half-way can still be cleaned up by id
@@ -221,11 +245,41 @@ class Testbed:
             atexit.register(testbed._down_at_exit)
         try:
             testbed._create(owner_pid=None if keep else os.getpid())
+            testbed.save()
+            if trace is not None:
+                testbed.apply_trace(trace, repeat=trace_repeat, owner_pid=None if keep else os.getpid())
         except BaseException:
             testbed.down()
             raise
         testbed.save()
         return testbed
+
+    def check_trace(self, trace: Any) -> None:
+        """Refuse a trace naming ranks this testbed lacks (one line naming the trace's line)."""
+        for change in trace.changes:
+            for rank, _, _ in change.rates:
+                if rank >= self.ranks:
+                    raise InputError(f"link ({trace.name} line {change.line})", f"node{rank}",
+                                     f"a link of one of the testbed's ranks 0..{self.ranks - 1}")
+
+    def apply_trace(self, trace: Any, repeat: bool = False, owner_pid: int | None = None) -> None:
+        """Start applying ``trace`` now (replacing a trace in progress); see :mod:`real_backend.trace_supervisor`."""
+        from flexcomm.real_backend.trace_supervisor import start_supervisor, stop_supervisor
+
+        missing = [n for n in [*self.namespaces, self.bridge_namespace] if n not in set(list_namespaces())]
+        if missing:
+            raise InputError("testbed", self.id, f"a running testbed (namespaces gone: {', '.join(missing)}; "
+                             "`flexcomm testbed status`)")
+        self.check_trace(trace)
+        if trace.has_latency and not self.delay_pid:
+            raise InputError(f"latency ({trace.name})", "a latency change", "a testbed with a delay line: make it "
+                             "with --delay or with this --trace (`testbed up --trace`), or drop the latency column")
+        if self.trace_pid:
+            stop_supervisor(self.trace_pid)
+            self.trace_pid = None
+        self.trace_name = trace.name
+        self.trace_pid = start_supervisor(self, trace, repeat=repeat, owner_pid=owner_pid, start_now=not repeat)
+        self.save()
 
     def link_rate_Bps(self, rank: int) -> float:
         """tc rate of ``rank``'s link (both directions)."""
@@ -242,9 +296,11 @@ class Testbed:
         for namespace in [br, *self.namespaces]:
             run_command(["ip", "netns", "add", namespace])
             run_command(["ip", "-n", namespace, "link", "set", "lo", "up"])
+            if namespace != br:  # steps leave links idle between bursts: keep the window (RFC 2861 off)
+                set_sysctl(namespace, {"net.ipv4.tcp_slow_start_after_idle": "0"})
             (NETNS_ETC / namespace).mkdir(parents=True, exist_ok=True)
             (NETNS_ETC / namespace / "hosts").write_text(hosts, encoding="utf-8")
-        routed = self.delay_s > 0
+        routed = self.delay_s > 0 or self.delay_line
         if not routed:
             run_command(["ip", "-n", br, "link", "add", BRIDGE_IF, "type", "bridge"])
             run_command(["ip", "-n", br, "link", "set", BRIDGE_IF, "up"])
@@ -260,8 +316,7 @@ class Testbed:
                 run_command(["ip", "-n", br, "link", "set", port, "master", BRIDGE_IF, "up"])
             rate = self.link_rate_Bps(r)
             for ns, dev in ((namespace, inside), (br, port)):
-                run_command(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
-                      f"{int(round(rate * 8))}bit", "burst", str(burst_bytes(rate)), "latency", TBF_LATENCY])
+                run_command(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *tbf_arguments(rate)])
         if routed:
             setup_routed_core(self)
             self.delay_pid = start_delay_line(self, owner_pid)
@@ -315,6 +370,10 @@ class Testbed:
 
         Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
         """
+        if self.trace_pid:
+            from flexcomm.real_backend.trace_supervisor import stop_supervisor
+
+            stop_supervisor(self.trace_pid)
         if self.delay_pid:
             stop_delay_line(self.delay_pid)
         errors = []
@@ -328,7 +387,8 @@ class Testbed:
                 shutil.rmtree(NETNS_ETC / namespace, ignore_errors=True)
         _remove_empty_dir(NETNS_ETC)
         state_path(self.id).unlink(missing_ok=True)
-        state_path(self.id).with_suffix(".delayline.log").unlink(missing_ok=True)
+        for suffix in _EXTRA_FILES:
+            state_path(self.id).with_suffix(suffix).unlink(missing_ok=True)
         if errors:
             raise TestbedError("could not remove " + "; ".join(errors))
 
@@ -383,6 +443,7 @@ class Testbed:
         """One line per rank: namespace, address, interface, rate."""
         lines = [f"testbed {self.id}: {self.ranks} ranks, {format_bandwidth(self.bandwidth_Bps)}"
                  + (f", one-way delay {format_time(self.delay_s)}" if self.delay_s else "")
+                 + (f", trace {self.trace_name} (supervisor pid {self.trace_pid})" if self.trace_pid else "")
                  + f", subnet {self.subnet}, middle namespace {self.bridge_namespace}"]
         for r in range(self.ranks):
             lines.append(f"  rank {r}: {self.namespaces[r]} {self.addresses[r]} dev {self.interfaces[r]} "
@@ -405,6 +466,10 @@ def list_testbeds() -> list[Testbed]:
 def down_all() -> list[str]:
     """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
     for testbed in list_testbeds():
+        if testbed.trace_pid:
+            from flexcomm.real_backend.trace_supervisor import stop_supervisor
+
+            stop_supervisor(testbed.trace_pid)
         if testbed.delay_pid:
             stop_delay_line(testbed.delay_pid)
     removed, errors = [], []
@@ -416,7 +481,8 @@ def down_all() -> list[str]:
     _remove_empty_dir(NETNS_ETC)
     directory = state_dir()
     if directory.is_dir():
-        for path in [*directory.glob("testbed-*.json"), *directory.glob("testbed-*.delayline.log")]:
+        for path in [*directory.glob("testbed-*.json"),
+                     *(p for suffix in _EXTRA_FILES for p in directory.glob(f"testbed-*{suffix}"))]:
             path.unlink(missing_ok=True)
     if errors:
         raise TestbedError("could not remove " + "; ".join(errors))
@@ -425,12 +491,12 @@ def down_all() -> list[str]:
 
 def run_in_testbed(command: Sequence[str], ranks: int, bandwidth: str | float,
                    per_link: str | Mapping[int, object] | None = None, delay: str | float = 0.0,
-                   **launch_args: object):  # -> LaunchResult
+                   trace: Any = None, **launch_args: object):  # -> LaunchResult
     """Create a testbed, run ``command`` in it, and remove it whatever happens (the one-shot form)."""
     from flexcomm.real_backend.launch import resolve_command
 
     resolve_command(command)  # bad commands are refused before anything is built
-    with Testbed.up(ranks, bandwidth, per_link, delay) as testbed:
+    with Testbed.up(ranks, bandwidth, per_link, delay, trace=trace) as testbed:
         print(testbed.describe(), file=sys.stderr, flush=True)
         started = time.monotonic()
         result = testbed.launch(command, **launch_args)  # type: ignore[arg-type]

@@ -136,3 +136,28 @@ def test_gpu_topk_runs_on_the_cpu_too(tmp_path: Path) -> None:
     assert {r["scheme"] for r in result["exchanges"]} >= {"dense", "topk-ag", "topk-ar"}
     if not torch.cuda.is_available():
         assert gpu_topk(["--device", "cuda"]) == 69
+
+
+def test_gpu_report_pastes_what_the_check_wrote_and_says_what_is_missing(tmp_path: Path) -> None:
+    """The report runs on the CPU from the check's files; absent steps are named, not invented."""
+    from flexcomm.real_backend.gpu_report import main as gpu_report
+
+    out = tmp_path / "gpu"
+    (out / "ddp" / "builtin").mkdir(parents=True)
+    (out / "ddp" / "dense").mkdir()
+    (out / "environment.txt").write_text("torch 2.13 cuda 12.8 nccl (2, 27, 3)\n")
+    (out / "status.txt").write_text("nccl-bench exit=0 seconds=40\n")
+    (out / "nccl_collectives.csv").write_text(
+        "collective,algorithm,ranks,bytes,seconds,link_class,rep,backend,algbw_Bps,busbw_Bps,implementation\n"
+        "allreduce,ring,8,1048576,0.0001,intra,0,nccl,1e10,1.75e10,x\n"
+        "allreduce,ring,8,268435456,0.002,intra,0,nccl,1.3e11,2.4e11,x\n")
+    (out / "ddp" / "builtin" / "summary.json").write_text('{"median_step_s": 0.010, "median_comm_s": null}')
+    (out / "ddp" / "dense" / "summary.json").write_text('{"median_step_s": 0.0104, "median_comm_s": 0.004, '
+                                                        '"solo_step_s": 0.008}')
+    assert gpu_report([str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "| allreduce | 8 | 256 MiB | 2.00 ms | 240.0 GB/s |" in text
+    assert "| dense | 10.40 ms | 1.040x |" in text
+    assert "Top-k on the GPU: not measured (no topk.json)." in text
+    assert "no validation" in text
+    assert gpu_report([str(tmp_path / "absent")]) == 2

@@ -1,4 +1,4 @@
-"""``flexcomm testbed up|down|status|run``: a shaped-network testbed of network namespaces (root only)."""
+"""``flexcomm testbed up|down|status|run|shape|trace``: a shaped-network testbed of network namespaces (root only)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- then the worker command")
     run.set_defaults(handler=run_run)
 
+    shape = actions.add_parser(
+        "shape", help="apply a network trace to a running testbed (from now; replaces a trace in progress)",
+        description="Rates change with tc on both ends of the links the trace names, latency through the "
+        "delay line (the testbed must have one: made with --delay or with a --trace that has latency). Each "
+        "change's time and lag is logged in the testbed's state directory (testbed-ID.trace.jsonl).")
+    shape.add_argument("--id", required=True, help="a running testbed")
+    _add_trace_arguments(shape, required=True)
+    shape.set_defaults(handler=run_shape)
+
+    trace = actions.add_parser("trace", help="print a built-in trace (c1, c2) as the CSV a testbed applies")
+    trace.add_argument("name", help="c1 or c2 (the paper's dynamic networks, scaled)")
+    trace.add_argument("--ranks", type=int, default=4, help="ranks it is checked for (default 4)")
+    _add_trace_scale_arguments(trace)
+    trace.set_defaults(handler=run_trace)
+
 
 def _add_shape_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--ranks", type=int, required=required, help="number of rank namespaces")
@@ -60,6 +75,28 @@ def _add_shape_arguments(parser: argparse.ArgumentParser, required: bool) -> Non
     parser.add_argument("--per-link", help="other rates for some ranks' links, e.g. 1=10Mbit/s,3=1Gbit/s")
     parser.add_argument("--delay", default="0", help="one-way delay through the middle namespace, e.g. 5ms "
                         "(a userspace delay line: the kernel has no netem)")
+    _add_trace_arguments(parser, required=False)
+
+
+def _add_trace_arguments(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--trace", required=required, help="c1, c2 or a CSV (time_s, link, bandwidth, latency; "
+                        "links *, nodeR, nodeR->switch, switch->nodeR) applied on schedule from now")
+    _add_trace_scale_arguments(parser)
+
+
+def _add_trace_scale_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace-duration", default="120s", help="length c1/c2 are scaled to (default 120s)")
+    parser.add_argument("--trace-max-bandwidth", default="200Mbit/s",
+                        help="rate of c1/c2's fastest phase; the others scale with it (default 200Mbit/s)")
+
+
+def _load_trace(args: argparse.Namespace, ranks: int, lifetime_s: float | None = None):
+    from flexcomm.real_backend.net_trace import load_trace
+
+    duration = parse_time(args.trace_duration, "trace-duration")
+    if duration <= 0:
+        raise InputError("trace-duration", args.trace_duration, "a positive time such as 120s")
+    return load_trace(args.trace, ranks, duration, args.trace_max_bandwidth, lifetime_s)
 
 
 def _fail(error: Exception) -> int:
@@ -71,8 +108,9 @@ def run_up(args: argparse.Namespace) -> int:
     from flexcomm.real_backend.netns import TestbedError
     from flexcomm.real_backend.testbed import Testbed
 
+    trace = _load_trace(args, args.ranks) if args.trace else None
     try:
-        testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True)
+        testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True, trace=trace)
     except TestbedError as error:
         return _fail(error)
     if args.json:
@@ -136,6 +174,10 @@ def run_run(args: argparse.Namespace) -> int:
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:
         raise InputError("timeout", args.timeout, "a positive time such as 10min")
+    if args.trace and args.id:
+        raise InputError("trace", args.trace, "a trace for a one-shot testbed (--ranks/--bandwidth); for --id "
+                         "use `flexcomm testbed shape --id ID --trace FILE`")
+    trace = _load_trace(args, args.ranks, lifetime_s=timeout) if args.trace and args.ranks else None
     launch_args = {"nproc": args.nproc, "timeout_s": timeout, "backend": args.backend, "log_dir": args.log_dir}
     try:
         with sigterm_as_exit():
@@ -147,7 +189,37 @@ def run_run(args: argparse.Namespace) -> int:
                 if args.ranks is None or args.bandwidth is None:
                     raise InputError("testbed", "(none)", "--id ID, or --ranks N --bandwidth BW for a one-shot testbed")
                 result = run_in_testbed(args.command, args.ranks, args.bandwidth, args.per_link, args.delay,
-                                        **launch_args)
+                                        trace=trace, **launch_args)
     except TestbedError as error:
         return _fail(error)
     return result.returncode
+
+
+def run_shape(args: argparse.Namespace) -> int:
+    from flexcomm.real_backend.netns import TestbedError
+    from flexcomm.real_backend.testbed import Testbed, require_privileges
+
+    require_privileges()
+    testbed = Testbed.load(args.id)
+    trace = _load_trace(args, testbed.ranks)
+    try:
+        testbed.apply_trace(trace)
+    except TestbedError as error:
+        return _fail(error)
+    print(f"testbed {testbed.id}: applying {trace.name} ({len(trace.changes)} changes over {trace.duration_s:g} s, "
+          f"supervisor pid {testbed.trace_pid}; log {_log_path(testbed.id)})")
+    return 0
+
+
+def _log_path(testbed_id: str) -> str:
+    from flexcomm.real_backend.trace_supervisor import trace_file
+
+    return str(trace_file(testbed_id, "jsonl"))
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    if args.name.strip().lower() not in ("c1", "c2"):
+        raise InputError("name", args.name, "c1 or c2 (a file is already a trace: pass it to --trace)")
+    args.trace = args.name
+    sys.stdout.write(_load_trace(args, args.ranks).csv_text)
+    return 0

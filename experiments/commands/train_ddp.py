@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--bandwidth", help="link bandwidth for the same (default on a testbed: its goodput)")
     parser.add_argument("--powersgd-rank", type=int, default=1, help="PowerSGD matrix rank (default 1)")
     parser.add_argument("--compute-steps", type=int, default=6, help="steps timed without DDP (default 6)")
+    parser.add_argument("--no-overlap", action="store_true", help="hooks block inside DDP instead of overlapping "
+                        "backward on their communication thread (for comparison)")
     parser.add_argument("--timeout", default="1h", help="wall-clock limit of the run (default 1h)")
     parser.add_argument("--op-timeout", default="120s", help="limit of one collective (default 120s)")
     parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
@@ -147,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
                               timeout_s=timeout, log_dir=args.log_dir, hidden=args.hidden,
                               batch_size=args.batch_size, lr=args.lr, seed=args.seed, compute_steps=args.compute_steps,
                               latency_s=latency, bandwidth_Bps=bandwidth, profile=args.profile, backend=args.backend,
-                              op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank)
+                              op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank,
+                              overlap=not args.no_overlap)
     if result.returncode == 0:
         print_written(args.out, started)
     return result.returncode

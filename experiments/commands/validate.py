@@ -26,15 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--testbed", action="store_true", help="also measure on a shaped testbed (needs root)")
     parser.add_argument("--bandwidths", default="100Mbit/s,1Gbit/s", help="testbed rates (default 100Mbit/s,1Gbit/s)")
-    parser.add_argument("--ranks", type=int, default=2, help="ranks (default 2)")
+    parser.add_argument("--ranks", type=int, help="ranks (default 2; 4 with --network-trace)")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"benchmark sizes MIN:MAX[:FACTOR] or a list "
                         f"(default {DEFAULT_SIZES})")
     parser.add_argument("--collectives", default="allreduce,allgather,broadcast,reduce-scatter",
                         help="collectives to benchmark (default all four)")
     parser.add_argument("--iters", type=int, default=5, help="timed repetitions per size (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed repetitions per size (default 1)")
-    parser.add_argument("--strategies", default=DEFAULT_STRATEGIES, help=f"DDP strategies (default "
-                        f"{DEFAULT_STRATEGIES}); empty with --no-ddp")
+    parser.add_argument("--strategies", help=f"DDP strategies (default {DEFAULT_STRATEGIES}; "
+                        "topk-ag,topk-ar,flexible,moo with --network-trace); empty with --no-ddp")
     parser.add_argument("--ratio", type=float, default=0.01, help="Top-k ratio of the DDP runs (default 0.01)")
     parser.add_argument("--steps", type=int, default=12, help="DDP steps per strategy (default 12)")
     parser.add_argument("--workload", default="mlp-digits", help="DDP workload (default mlp-digits)")
@@ -57,7 +57,49 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "clusters/<run>.yaml alone; write errors.md, errors.csv and figures/ to --out "
                         "(default results/published)")
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
+    traced = parser.add_argument_group("real ranks under a changing network (root; results/validate-trace)")
+    traced.add_argument("--network-trace", metavar="c1|c2|FILE",
+                        help="train every strategy on a testbed whose rates and delay follow this trace (the "
+                        "paper's C1/C2 scaled, or a CSV: time_s, link, bandwidth, latency), replay the runs in "
+                        "simulation from a two-rate calibration, and report per-step errors, decision agreement "
+                        "and trace_validation.png")
+    traced.add_argument("--trace-duration", default="120s", help="length c1/c2 are scaled to (default 120s)")
+    traced.add_argument("--trace-max-bandwidth", default="200Mbit/s",
+                        help="rate of c1/c2's fastest phase (default 200Mbit/s; 2 cores carry ~1 Gbit/s)")
+    traced.add_argument("--replay-only", action="store_true",
+                        help="only replay and report an existing --out folder of a finished traced run")
     parser.set_defaults(handler=run)
+
+
+def run_network_trace(args: argparse.Namespace, started: float) -> int:
+    """``validate --network-trace``: measure under the trace (or only replay a finished folder), report."""
+    from flexcomm.real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.trace_validate import (
+        DEFAULT_STRATEGIES,
+        analyze_trace,
+        run_trace_validation,
+        summary_lines,
+    )
+
+    out = "results/validate-trace" if args.out == "results/validate" else args.out
+    if args.replay_only:
+        result = analyze_trace(out)
+    else:
+        timeout = parse_time(args.timeout, "timeout")
+        if timeout <= 0:
+            raise InputError("timeout", args.timeout, "a positive time such as 30min")
+        with sigterm_as_exit():
+            result = run_trace_validation(args.network_trace, out, ranks=4 if args.ranks is None else args.ranks,
+                                          strategies=args.strategies or DEFAULT_STRATEGIES, ratio=args.ratio,
+                                          workload=args.workload, hidden=args.hidden or None,
+                                          duration=args.trace_duration, max_bandwidth=args.trace_max_bandwidth,
+                                          timeout_s=timeout)
+    for line in summary_lines(result.summary):
+        print(line)
+    print_written(result.folder, started)
+    for failure in result.failures:
+        print(f"failed: {failure}")
+    return 1 if result.failures else 0
 
 
 def run_log(args: argparse.Namespace) -> int:
@@ -126,7 +168,10 @@ def run(args: argparse.Namespace) -> int:
     if args.nccl_tests:
         return run_log(args)
     started = time.time()  # files written from here on are this command's
+    if args.network_trace or args.replay_only:
+        return run_network_trace(args, started)
     from flexcomm.real_backend.launch import sigterm_as_exit
+    from flexcomm.real_backend.options import VALIDATE_STRATEGIES
     from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines
 
     timeout = parse_time(args.timeout, "timeout")
@@ -136,9 +181,11 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("iters", f"{args.iters}/{args.warmup}", "--iters >= 1 and --warmup >= 0")
     parse_bandwidths(args.bandwidths)  # checked even without --testbed: a typo should not pass silently
     with sigterm_as_exit():
-        result = run_validation(args.out, testbed=args.testbed, bandwidths=args.bandwidths, ranks=args.ranks,
+        result = run_validation(args.out, testbed=args.testbed, bandwidths=args.bandwidths,
+                                ranks=2 if args.ranks is None else args.ranks,
                                 sizes=args.sizes, collectives=args.collectives, warmup=args.warmup, iters=args.iters,
-                                strategies=args.strategies, ratio=args.ratio, steps=args.steps,
+                                strategies=VALIDATE_STRATEGIES if args.strategies is None else args.strategies,
+                                ratio=args.ratio, steps=args.steps,
                                 workload=args.workload, hidden=args.hidden or None, loopback=not args.no_loopback,
                                 ddp=not args.no_ddp, timeout_s=timeout)
     for line in summary_lines(result.summary):

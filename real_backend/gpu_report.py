@@ -1,0 +1,115 @@
+"""The GPU check's report: one markdown page a person can paste into the README, from what the check wrote.
+
+Why its own module: ``gpu_check.sh`` must run unchanged the first time a GPU is lent, so everything after
+the measurements is plain Python over the files it leaves (``environment.txt``, ``status.txt``,
+``nccl_collectives.csv``, ``nccl-tests/*.validation.json``, ``ddp/*/summary.json``, ``topk.json``); a missing
+file is reported as missing, never guessed. Tested on the CPU with the same files.
+
+Run: ``python -m flexcomm.real_backend.gpu_report OUT_DIR`` (writes ``OUT_DIR/report.md`` and prints it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def _ms(seconds: Any) -> str:
+    return f"{1e3 * float(seconds):.2f} ms" if isinstance(seconds, (int, float)) and math.isfinite(seconds) else "-"
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * float(value):.1f} %" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def collectives_section(folder: Path) -> list[str]:
+    path = folder / "nccl_collectives.csv"
+    if not path.exists():
+        return ["NCCL collectives: not measured (no nccl_collectives.csv)."]
+    frame = pd.read_csv(path)
+    lines = ["| collective | ranks | largest size | median time | bus bandwidth |", "|---|---|---|---|---|"]
+    for (collective, ranks), group in frame.groupby(["collective", "ranks"]):
+        largest = group[group["bytes"] == group["bytes"].max()]
+        busbw = float(largest["busbw_Bps"].median()) if "busbw_Bps" in largest else math.nan
+        lines.append(f"| {collective} | {ranks} | {int(largest['bytes'].iloc[0]) >> 20} MiB | "
+                     f"{_ms(float(largest['seconds'].median()))} | {busbw / 1e9:.1f} GB/s |")
+    return lines
+
+
+def validation_section(folder: Path) -> list[str]:
+    reports = sorted((folder / "nccl-tests").glob("*.validation.json"))
+    if not reports:
+        return ["NCCL-grade model vs this machine: no validation (one GPU, or no nccl-tests logs)."]
+    lines = ["| nccl-tests log | rows >= 1 MiB | median abs error | worst |", "|---|---|---|---|"]
+    for report in reports:
+        try:
+            summary = json.loads(report.read_text())["summary"]
+        except (OSError, ValueError, KeyError):
+            lines.append(f"| {report.stem} | unreadable | - | - |")
+            continue
+        lines.append(f"| {report.name.removesuffix('.validation.json')} | {summary.get('rows_at_least_1MiB', '-')} | "
+                     f"{_pct(summary.get('median_abs_error'))} | {_pct(summary.get('worst_abs_error'))} |")
+    return lines
+
+
+def hooks_section(folder: Path) -> list[str]:
+    summaries = {p.parent.name: json.loads(p.read_text()) for p in sorted((folder / "ddp").glob("*/summary.json"))}
+    if not summaries:
+        return ["DDP hooks on NCCL: not measured (no ddp/*/summary.json)."]
+    builtin = summaries.get("builtin", {}).get("median_step_s", math.nan)
+    lines = ["| strategy | median step | vs builtin | median comm (hook) | solo step |", "|---|---|---|---|---|"]
+    for label, s in summaries.items():
+        step = s.get("median_step_s", math.nan)
+        ratio = step / builtin if builtin and math.isfinite(builtin) and math.isfinite(step) else math.nan
+        lines.append(f"| {label} | {_ms(step)} | {ratio:.3f}x | {_ms(s.get('median_comm_s'))} | "
+                     f"{_ms(s.get('solo_step_s'))} |")
+    return lines
+
+
+def topk_section(folder: Path) -> list[str]:
+    path = folder / "topk.json"
+    if not path.exists():
+        return ["Top-k on the GPU: not measured (no topk.json)."]
+    result = json.loads(path.read_text())
+    lines = [f"Top-k on {result.get('device', '?')}:", "", "| elements | ratio | topk | kthvalue | sampled threshold |",
+             "|---|---|---|---|---|"]
+    for row in result.get("selection", []):
+        lines.append(f"| {row['numel']:,} | {row['ratio']} | {_ms(row.get('topk_s'))} | {_ms(row.get('kthvalue_s'))} | "
+                     f"{_ms(row.get('sampled_s'))} |")
+    return lines
+
+
+def report(folder: str | Path) -> str:
+    folder = Path(folder)
+    environment = (folder / "environment.txt").read_text().strip() if (folder / "environment.txt").exists() else ""
+    status = (folder / "status.txt").read_text().strip() if (folder / "status.txt").exists() else ""
+    parts = ["# GPU check", "", "```", environment or "(no environment.txt)", "```", "",
+             "Steps (name, exit status, seconds):", "", "```", status or "(no status.txt)", "```", "",
+             "## NCCL collectives", "", *collectives_section(folder), "", *validation_section(folder), "",
+             "## DDP hooks on NCCL (overlapping backward)", "", *hooks_section(folder), "",
+             "## Top-k", "", *topk_section(folder), ""]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or not Path(args[0]).is_dir():
+        print("gpu_report: usage: python -m flexcomm.real_backend.gpu_report OUT_DIR (the GPU check's folder)",
+              file=sys.stderr)
+        return 2
+    text = report(args[0])
+    from flexcomm.costmodel.atomic import write_text_atomic
+
+    write_text_atomic(Path(args[0]) / "report.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

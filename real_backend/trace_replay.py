@@ -1,0 +1,454 @@
+"""Replaying a run measured under a network trace: the same steps, priced and decided in simulation.
+
+Why: the claim flexcomm makes is that a decision taken in simulation holds on real ranks when the network
+changes. A traced testbed run (:mod:`real_backend.trace_supervisor`) logs every step (start in the trace,
+measured time, trace phase) and every bucket exchange (size, scheme, ratio, the collectives sent). This
+module replays that log on the same trace with a calibration and no measured time:
+
+* **pricing** (:class:`TraceCalibration`, :class:`TraceTimeline`): each collective costs
+  ``alpha + s (d - d_cal) + n (h + w / R(t))``: ``alpha``, ``h`` (host seconds per byte) and ``w``
+  (bottleneck bytes per message byte) fitted per (collective, algorithm) on static benchmarks at the
+  trace's fastest and slowest rate, and ``s`` (latency per second of one-way delay) on one more at its
+  largest delay. Expect ``s`` near 2 per round of the algorithm: in gloo's transport a send waits for the
+  receiver's ready-to-receive notice (``gloo/transport/tcp/pair.cc``: "sends cannot execute until the
+  remote side is ready to receive"), so each round pays two one-way delays; that is also the slope used
+  when the trace never changes the delay. The bytes drain at the trace's rate as it changes, so a step that
+  straddles a change is priced across it.
+* **decisions**: ``flexible`` and ``moo`` are replayed with the same classes the hooks run
+  (:class:`compression.flexible.FlexibleCompressor`, :class:`compression.moo.RatioController`), fed with
+  the simulated times of the collectives they choose (folded in as late as the hooks' timing agreement
+  folds the measured ones), on the run's own bucket sizes. The compression gains MOO optimises against
+  are the run's measured ones (probes and per-step gains from the log): the simulator predicts time, not
+  gradients.
+* **two clocks**: ``open`` starts every simulated step where the real one started in the trace (the
+  per-step error of the model given the network state); ``closed`` starts each where the simulated
+  previous one ended (plus the real gap between steps), so errors accumulate as they would in a
+  prediction made before the run (the total-time error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flexcomm.costmodel.errors import InputError
+
+#: One-way delays each step of a gloo collective waits (receiver's ready notice, then the data).
+RENDEZVOUS_DELAYS = 2.0
+#: What gloo runs for a label the hooks record (as in :data:`real_backend.validate.IMPLEMENTED_AS`).
+GLOO_RUNS = {("broadcast", "binomial"): ("broadcast", "binomial-async"),
+             ("reduce-scatter", "ring"): ("allreduce", "ring")}
+MODES = ("open", "closed")
+
+
+# --- pricing -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveTiming:
+    """One (collective, algorithm) on this testbed: ``latency(d) + n (host + wire / R)``."""
+
+    collective: str
+    algorithm: str
+    alpha_s: float  #: whole latency term at the calibration delay
+    delay_slope: float  #: seconds of latency per second of one-way delay (gloo: ~2 per round, see module)
+    host_s_per_byte: float
+    wire_per_byte: float  #: bottleneck-link bytes per message byte at the calibration delay
+    wire_delay_slope: float = 0.0  #: growth of wire_per_byte per second of delay (TCP at a large BDP)
+
+    def latency_s(self, delay_s: float, delay_cal_s: float) -> float:
+        return max(0.0, self.alpha_s + self.delay_slope * (delay_s - delay_cal_s))
+
+    def wire(self, delay_s: float, delay_cal_s: float) -> float:
+        return max(0.0, self.wire_per_byte + self.wire_delay_slope * (delay_s - delay_cal_s))
+
+    def seconds(self, nbytes: float, rate_Bps: float, delay_s: float, delay_cal_s: float) -> float:
+        return self.latency_s(delay_s, delay_cal_s) + nbytes * (
+            self.host_s_per_byte + self.wire(delay_s, delay_cal_s) / rate_Bps)
+
+
+def latency_rounds(collective: str, algorithm: str, ranks: int) -> float:
+    """Latency coefficient of what gloo runs for this label (steps of one link latency)."""
+    from flexcomm.costmodel.collectives import formula
+
+    runs = GLOO_RUNS.get((collective, algorithm), (collective, algorithm))
+    return float(formula(*runs)(1.0, float(ranks)).alpha)
+
+
+def _totals(item: Any, ranks: int) -> tuple[float, float]:
+    """A profile fit (per link step and per link byte, in the label's formula) as (latency s, s per byte)."""
+    from flexcomm.real_backend.validate import _coefficients
+
+    a, b = _coefficients(item.collective, item.algorithm, 1.0, ranks)
+    return a * item.alpha_s, b * item.beta_s_per_byte
+
+
+@dataclass
+class TraceCalibration:
+    """Per-collective timings fitted on static benchmarks: a fast and a slow rate at the first delay, and
+    (when the trace changes the delay) the fast rate at its largest delay."""
+
+    timings: dict[tuple[str, str], CollectiveTiming]
+    delay_cal_s: float
+    rates_Bps: tuple[float, float]
+
+    @classmethod
+    def fit(cls, fast: Any, fast_rate_Bps: float, slow: Any, slow_rate_Bps: float, delay_s: float, ranks: int,
+            far: Any = None, far_delay_s: float | None = None, slow_far: Any = None) -> TraceCalibration:
+        """``fast``/``slow``/``far``/``slow_far``: calibration profiles
+        (:class:`costmodel.calibration.CalibrationProfile`) of benchmarks at those tc rates (``far``: the fast
+        rate at ``far_delay_s``; ``slow_far``: the slow rate there). The wire share of the per-byte time is
+        what changes between the rates; the latency's slope in the delay what changes between the delays at
+        the fast rate, the wire share's slope what changes between them at the slow rate. Without ``far``
+        the latency slope is gloo's rendezvous (2 one-way delays per round) and the wire share is flat."""
+        if not fast_rate_Bps > slow_rate_Bps > 0:
+            raise InputError("rates", (fast_rate_Bps, slow_rate_Bps), "a fast rate above a slow positive one")
+        timings = {}
+        for item in fast.fits:
+            other = slow.get(item.collective, item.algorithm, item.link_class, strict=True)
+            if other is None:
+                continue
+            (alpha_fast, beta_fast), (_, beta_slow) = _totals(item, ranks), _totals(other, ranks)
+            inverse_gap = 1.0 / slow_rate_Bps - 1.0 / fast_rate_Bps
+            wire = max(0.0, (beta_slow - beta_fast) / inverse_gap)
+            host = max(0.0, beta_fast - wire / fast_rate_Bps)
+            if host == 0.0:  # all of beta is wire: one w through both, in 1/R
+                wire = (beta_fast * fast_rate_Bps + beta_slow * slow_rate_Bps) / 2
+            alpha = alpha_fast  # latency is what small messages measure: the fast run has them unshaped
+            slope = RENDEZVOUS_DELAYS * latency_rounds(item.collective, item.algorithm, ranks)
+            wire_slope = 0.0
+            distant = far.get(item.collective, item.algorithm, item.link_class, strict=True) if far else None
+            if distant is not None and far_delay_s is not None and far_delay_s > delay_s:
+                slope = max(0.0, (_totals(distant, ranks)[0] - alpha_fast) / (far_delay_s - delay_s))
+                slow_distant = slow_far.get(item.collective, item.algorithm, item.link_class, strict=True) if (
+                    slow_far) else None
+                if slow_distant is not None:
+                    beta_slow_far = _totals(slow_distant, ranks)[1]
+                    wire_slope = (beta_slow_far - beta_slow) * slow_rate_Bps / (far_delay_s - delay_s)
+            timings[(item.collective, item.algorithm)] = CollectiveTiming(
+                item.collective, item.algorithm, alpha, slope, host, wire, wire_slope)
+        if not timings:
+            raise InputError("calibration", "no collective measured at both rates", "benchmarks sharing collectives")
+        return cls(timings, float(delay_s), (float(fast_rate_Bps), float(slow_rate_Bps)))
+
+    def timing(self, collective: str, algorithm: str) -> CollectiveTiming:
+        found = self.timings.get((collective, algorithm))
+        if found is None:
+            known = ", ".join("/".join(k) for k in sorted(self.timings))
+            raise InputError("collective", f"{collective}/{algorithm}", f"one the calibration measured ({known})")
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"delay_cal_s": self.delay_cal_s, "rates_Bps": list(self.rates_Bps),
+                "timings": [dataclasses.asdict(t) for t in self.timings.values()]}
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> TraceCalibration:
+        timings = {(t["collective"], t["algorithm"]): CollectiveTiming(**t) for t in document["timings"]}
+        return cls(timings, float(document["delay_cal_s"]), tuple(document["rates_Bps"]))  # type: ignore[arg-type]
+
+
+class TraceTimeline:
+    """The trace's slowest rate and delay over time (piecewise constant), and collectives priced on it."""
+
+    def __init__(self, trace: Any, calibration: TraceCalibration) -> None:
+        times, rates, delays = [], [], []
+        rate, delay = math.nan, calibration.delay_cal_s
+        for change in trace.changes:
+            if change.rates:
+                rate = min(r for _, _, r in change.rates)
+            if change.delay_s is not None:
+                delay = change.delay_s
+            if times and change.time_s == times[-1]:
+                rates[-1], delays[-1] = rate, delay
+            else:
+                times.append(change.time_s)
+                rates.append(rate)
+                delays.append(delay)
+        if not math.isfinite(rates[0]):
+            raise InputError("trace", trace.name, "a first line that sets the bandwidth of every link")
+        self.times = np.asarray(times)
+        self.rates = np.asarray(rates)
+        self.delays = np.asarray(delays)
+        self.calibration = calibration
+        self.trace = trace
+
+    def index(self, t: float) -> int:
+        return max(0, int(np.searchsorted(self.times, t, side="right")) - 1)
+
+    def at(self, t: float) -> tuple[float, float]:
+        """(rate B/s, one-way delay s) at trace time ``t``."""
+        i = self.index(t)
+        return float(self.rates[i]), float(self.delays[i])
+
+    def end_of(self, collective: str, algorithm: str, nbytes: float, start: float) -> float:
+        """When a collective started at ``start`` ends: its latency at the delay in force, then its bytes
+        draining at the rate as the trace changes it."""
+        timing = self.calibration.timing(collective, algorithm)
+        _, delay = self.at(start)
+        t = start + timing.latency_s(delay, self.calibration.delay_cal_s) + nbytes * timing.host_s_per_byte
+        work = nbytes * timing.wire(delay, self.calibration.delay_cal_s)
+        i = self.index(t)
+        while True:
+            rate = float(self.rates[i])
+            boundary = float(self.times[i + 1]) if i + 1 < len(self.times) else math.inf
+            if work <= rate * (boundary - t):
+                return t + work / rate
+            work -= rate * (boundary - t)
+            t, i = boundary, i + 1
+
+
+# --- decisions -----------------------------------------------------------------------------------------
+
+
+class SchemeRecords:
+    """The collectives a scheme issues for (numel, ratio) on N ranks, from one emulated exchange (cached).
+
+    Sizes depend only on those three (Top-k sends k values and indices whatever the gradient holds), so
+    one exchange of zeros through the compressor itself gives exactly what a real exchange sends."""
+
+    def __init__(self, world: int, owner: str = "star") -> None:
+        from flexcomm.compression.comm import GLOO_HINTS, LocalCommunicator
+
+        self.world = world
+        self.owner = owner
+        self.comm = LocalCommunicator(world, algorithms=GLOO_HINTS)
+        self._cache: dict[tuple[str, int, float], Any] = {}
+
+    def stats(self, scheme: str, numel: int, ratio: float | None) -> Any:
+        import torch
+
+        from flexcomm.compression import make_compressor
+
+        key = (scheme, int(numel), float(ratio or 1.0))
+        if key not in self._cache:
+            options = {"owner": self.owner} if scheme == "topk-ar" else {}
+            comp = make_compressor(scheme, ratio if scheme != "dense" else None, **options)
+            grads = [torch.zeros(int(numel)) for _ in range(self.world)]
+            self._cache[key] = comp.exchange(grads, self.comm).stats
+        return self._cache[key]
+
+
+class DecisionReplay:
+    """``flexible`` (and ``moo``'s scheme choice) on simulated times, mirroring the hook's timing agreement."""
+
+    def __init__(self, ratio: float, prior: Any, world: int, agree_lag: int) -> None:
+        from flexcomm.compression.comm import GLOO_HINTS, LocalCommunicator
+        from flexcomm.compression.flexible import FlexibleCompressor
+
+        self.comp = FlexibleCompressor(ratio, cost_model=prior)
+        self.comm = LocalCommunicator(world, algorithms=GLOO_HINTS)
+        self.records = SchemeRecords(world)
+        self.lag = agree_lag
+        self.exchanges = 0
+        self.pending: deque[tuple[int, Any, list[float]]] = deque()
+        self.unagreed: list[tuple[Any, list[float]]] = []
+
+    def choose(self, step: int, key: int, numel: int) -> tuple[str, Any]:
+        """The scheme for this bucket and the stats (collectives) it sends."""
+        from flexcomm.compression.comm import CollectiveRecord
+
+        due = []
+        while self.pending and self.pending[0][0] <= self.exchanges - self.lag:
+            due.append(self.pending.popleft())
+        if due:
+            assert self.comp.estimator is not None
+            with self.comp.estimator.deferred():  # as the hook folds one agreement: one refit
+                for _, stats, seconds in due:
+                    self.comp.observe(stats, seconds)
+        self.exchanges += 1
+        chosen, entry = self.comp.choose(numel, self.comm, key)
+        stats = dataclasses.replace(self.records.stats(chosen, numel, self.comp.ratio), step=step, key=key)
+        probed = bool(self.comp.latency_probe and self.comp.estimator is not None and self.comp.estimator.wants_probe())
+        if probed:
+            probe = CollectiveRecord("allgather", self.comm.algorithms["allgather"], 4, "float32", "control", 0.0)
+            stats = dataclasses.replace(stats, overhead=stats.overhead + (probe,))
+        self.comp.decisions.append({"step": step, **entry, "latency_probe": probed})
+        return chosen, stats
+
+    def observe(self, stats: Any, seconds: Sequence[float]) -> None:
+        """An exchange's simulated times, agreed (as the hook does) at the end of its iteration."""
+        self.unagreed.append((stats, list(seconds)))
+
+    def end_iteration(self) -> None:
+        """The hook's one agreement per iteration: started now, folded ``lag`` exchanges later."""
+        self.pending.extend((self.exchanges, stats, seconds) for stats, seconds in self.unagreed)
+        self.unagreed = []
+
+
+class MOOReplay:
+    """The ratio controller as the hook runs it (:func:`real_backend.hooks._moo_end_iteration`), on the
+    run's measured gains and the replay's estimate of the network."""
+
+    def __init__(self, config: Any, probes: pd.DataFrame | None) -> None:
+        from flexcomm.compression.moo import RatioController
+
+        self.controller = RatioController(config)
+        self.probing, self.reason = True, "initial"
+        self.probes = probes if probes is not None and len(probes) else None
+
+    def _gains(self, step: int) -> tuple[list[float], list[float]]:
+        if self.probes is None:
+            raise InputError("moo_probes.csv", "missing", "the MOO run's probed gains (a run logged by train-ddp)")
+        steps = sorted(self.probes["step"].unique())
+        chosen = max((s for s in steps if s <= step), default=steps[0])
+        rows = self.probes[self.probes["step"] == chosen]
+        return rows["c"].tolist(), rows["gain_measured"].tolist()
+
+    def end_step(self, step: int, decisions: DecisionReplay, numels: Sequence[int], gain: float
+                 ) -> tuple[str, list[tuple[str, str, int]]]:
+        """After a step's last bucket: the event ("" if the ratio was left alone) and the blocking
+        collectives the hook issues for it (a probe's gain agreement, the new ratio's broadcast)."""
+        from flexcomm.real_backend.hooks import moo_time_fn
+
+        comp, ctl = decisions.comp, self.controller
+        blocking: list[tuple[str, str, int]] = []
+        if self.probing:
+            ratios, gains = self._gains(step)
+            ctl.fit_gains(step, ratios, gains)
+            blocking.append(("allreduce", "ring", 8 * (len(ctl.config.candidates) + 1)))
+            self.probing = False
+            reason: str | None = self.reason
+        else:
+            if math.isfinite(gain):
+                ctl.observe_gain(gain)
+            reason = ctl.due(step, comp.estimator)
+            if reason is None:
+                return "", blocking
+            if ctl.needs_probe(reason):
+                self.probing, self.reason = True, reason
+                return "", blocking
+        time_fn = moo_time_fn(comp, decisions.comm, numels, decisions.comm.world_size)
+        front = ctl.optimize(step, reason or "initial", time_fn, estimator=comp.estimator)
+        comp.set_ratio(front.ratio)
+        blocking.append(("broadcast", "binomial", 8))
+        return f"{reason}->{comp.ratio:.4g}", blocking
+
+
+# --- one run ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoggedRun:
+    """What a traced ``train-ddp`` run left in ``OUT/<label>/`` (and ``OUT/run.json``)."""
+
+    label: str
+    strategy: str
+    ratio: float | None
+    world: int
+    solo_s: float
+    steps: pd.DataFrame
+    exchanges: pd.DataFrame
+    probes: pd.DataFrame | None
+    run: dict[str, Any]
+
+    @classmethod
+    def load(cls, folder: str | Path, label: str) -> LoggedRun:
+        folder = Path(folder)
+        try:
+            summary = json.loads((folder / label / "summary.json").read_text(encoding="utf-8"))
+            run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+            steps = pd.read_csv(folder / label / "steps.csv")
+            exchanges = pd.read_csv(folder / label / "exchanges.csv")
+        except (OSError, ValueError) as error:
+            raise InputError("run", str(folder / label), f"a finished train-ddp run ({error})") from None
+        probes_path = folder / label / "moo_probes.csv"
+        probes = pd.read_csv(probes_path) if probes_path.exists() else None
+        return cls(label, summary["strategy"], summary.get("ratio"), int(summary["ranks"]),
+                   float(summary["solo_step_s"]), steps, exchanges, probes, run)
+
+    def prior(self) -> Any:
+        """The cost model the run's hooks took their prior from (the same arguments, so the same numbers)."""
+        from flexcomm.real_backend.ddp_train import build_cost_model
+
+        return build_cost_model(self.world, self.run.get("latency_s"), self.run.get("bandwidth_Bps"),
+                                self.run.get("profile"))
+
+
+def _records_of(text: str) -> list[tuple[str, str, int, str]]:
+    from flexcomm.real_backend.hooks import parse_records
+
+    return [(c, a, n, "") for c, a, n in parse_records(text)]
+
+
+def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", agree_lag: int | None = None,
+               moo_config: Any = None) -> pd.DataFrame:
+    """One row per logged step: measured and simulated step time, and the scheme and ratio each chose."""
+    from flexcomm.compression.network_estimate import timed_records
+    from flexcomm.real_backend.hooks import DEFAULT_AGREE_LAG
+
+    if mode not in MODES:
+        raise InputError("mode", mode, "open or closed")
+    adaptive = run.strategy in ("flexible", "moo")
+    decisions = None
+    moo = None
+    if adaptive:
+        from flexcomm.compression.moo import MOOConfig
+
+        ratio = run.ratio if run.ratio is not None else max((moo_config or MOOConfig()).candidates)
+        decisions = DecisionReplay(float(ratio), run.prior(), run.world,
+                                   DEFAULT_AGREE_LAG if agree_lag is None else agree_lag)
+        if run.strategy == "moo":
+            reeval = run.run.get("moo_reeval")
+            moo = MOOReplay(moo_config or MOOConfig(**({"reeval_every": reeval} if reeval else {})), run.probes)
+    by_step = {int(s): g for s, g in run.exchanges.groupby("step", sort=True)}
+    rows = []
+    clock = math.nan
+    steps = run.steps.sort_values("step").reset_index(drop=True)
+    for i, real in steps.iterrows():
+        step = int(real["step"])
+        start = float(real["trace_s"]) if mode == "open" or i == 0 else clock
+        t = start
+        real_schemes, sim_schemes, numels = [], [], []
+        sim_ratio = math.nan
+        for _, bucket in by_step.get(step, pd.DataFrame()).iterrows():
+            real_schemes.append(str(bucket["scheme"]))
+            numels.append(int(bucket["numel"]))
+            if decisions is not None:
+                scheme, stats = decisions.choose(step, int(bucket["bucket"]), int(bucket["numel"]))
+                sim_schemes.append(scheme)
+                sim_ratio = float(decisions.comp.ratio or math.nan)
+                seconds = []
+                for record in timed_records(stats):
+                    end = timeline.end_of(record.collective, record.algorithm, record.nbytes, t)
+                    seconds.append(end - t)
+                    t = end
+                decisions.observe(stats, seconds)
+            else:
+                sim_schemes.append(str(bucket["scheme"]))
+                for collective, algorithm, nbytes, _ in _records_of(bucket["collectives"]):
+                    t = timeline.end_of(collective, algorithm, nbytes, t)
+        event = ""
+        if decisions is not None:
+            decisions.end_iteration()
+        if moo is not None and decisions is not None:
+            event, blocking = moo.end_step(step, decisions, numels, float(real.get("gain", math.nan)))
+            for collective, algorithm, nbytes in blocking:
+                t = timeline.end_of(collective, algorithm, nbytes, t)
+        predicted = run.solo_s + (t - start)
+        gap = 0.0
+        if i + 1 < len(steps):
+            gap = max(0.0, float(steps.loc[i + 1, "trace_s"]) - float(real["trace_s"]) - float(real["step_s"]))
+        clock = start + predicted + gap
+        rate, delay = timeline.at(float(real["trace_s"]))
+        rows.append({
+            "label": run.label, "strategy": run.strategy, "mode": mode, "step": step,
+            "trace_s": float(real["trace_s"]), "sim_start_s": start, "phase": int(real["trace_phase"]),
+            "rate_Bps": rate, "delay_s": delay, "measured_s": float(real["step_s"]), "predicted_s": predicted,
+            "rel_err": predicted / float(real["step_s"]) - 1.0,
+            "scheme_real": "+".join(dict.fromkeys(real_schemes)), "scheme_sim": "+".join(dict.fromkeys(sim_schemes)),
+            "buckets_agree": sum(a == b for a, b in zip(real_schemes, sim_schemes, strict=False)),
+            "buckets": len(real_schemes), "ratio_real": float(real["ratio"]) if pd.notna(real["ratio"]) else math.nan,
+            "ratio_sim": sim_ratio if adaptive else (float(real["ratio"]) if pd.notna(real["ratio"]) else math.nan),
+            "event_sim": event,
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,271 @@
+"""The trace supervisor: applies a network trace to a running testbed at the trace's times.
+
+Why a process of its own: a trace outlives the command that starts it (``testbed up --trace`` returns at
+once) and must keep time while ranks train, so one small process per testbed owns the schedule. It
+
+* applies each change with ``tc qdisc change ... tbf`` (one ``tc -batch`` per namespace touched, all
+  started together: the rank's end of its veth shapes what it sends, the middle namespace's end what it
+  receives) and the delay line's new delay (:func:`real_backend.delayline.set_delay`);
+* logs every change as one JSON line (``testbed-ID.trace.jsonl``: the run, the change's trace time, when it
+  was due and when its last command returned, so ``lag_s`` is how late the network followed the trace);
+* starts a trace run on request: a run is (re)started by writing ``testbed-ID.trace.start`` (a token) and
+  answered in ``testbed-ID.trace.ack`` with the epoch the first change was applied at, the run's time zero
+  (:func:`request_start`; ``flexcomm validate --network-trace`` restarts the trace for every strategy);
+* stops when the trace is done (unless ``--repeat``: it then waits for the next request), when the
+  testbed's state file is removed, when its owner process is gone, or on SIGTERM/SIGINT; ``Testbed.down``
+  kills it.
+
+Files live beside the testbed's state file, which the ranks can read too (``ip netns exec`` keeps /run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, state_path
+
+POLL_S = 0.01
+ACK_TIMEOUT_S = 15.0
+
+
+def trace_file(testbed_id: str, kind: str) -> Path:
+    """``testbed-ID.trace.KIND`` beside the state file: csv (the trace), start, ack, jsonl (the log)."""
+    return state_path(testbed_id).with_suffix(f".trace.{kind}")
+
+
+def tbf_command(device: str, rate_Bps: float) -> str:
+    """One ``tc -batch`` line changing ``device``'s root tbf to ``rate_Bps`` (bucket as the testbed sizes it)."""
+    from flexcomm.real_backend.testbed import tbf_arguments
+
+    return f"qdisc change dev {device} root {' '.join(tbf_arguments(rate_Bps))}"
+
+
+def change_batches(testbed, rates: Sequence[tuple[int, str, float]]) -> dict[str, list[str]]:
+    """namespace -> tc batch lines for (rank, egress|ingress, bytes/s) changes."""
+    batches: dict[str, list[str]] = {}
+    for rank, direction, rate in rates:
+        if direction == "egress":
+            batches.setdefault(testbed.namespaces[rank], []).append(tbf_command(RANK_IF.format(rank), rate))
+        else:
+            batches.setdefault(testbed.bridge_namespace, []).append(tbf_command(BRIDGE_PORT_IF.format(rank), rate))
+    return batches
+
+
+def apply_change(testbed, change) -> None:
+    """Every tc batch of ``change`` at once, then its delay; raises TestbedError if a command failed."""
+    from flexcomm.real_backend.delayline import set_delay
+
+    procs = []
+    for namespace, lines in change_batches(testbed, change.rates).items():
+        proc = subprocess.Popen(["tc", "-n", namespace, "-batch", "-"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc.stdin.write("\n".join(lines) + "\n")
+        proc.stdin.close()
+        procs.append((namespace, proc))
+    if change.delay_s is not None:
+        set_delay(testbed, change.delay_s)
+    errors = []
+    for namespace, proc in procs:
+        proc.wait()
+        if proc.returncode != 0:
+            errors.append(f"{namespace}: {proc.stderr.read().strip().splitlines()[:1]}")
+    if errors:
+        raise TestbedError("tc failed applying a trace change: " + "; ".join(errors))
+
+
+def request_start(testbed_id: str, token: str, timeout_s: float = ACK_TIMEOUT_S) -> float:
+    """Ask the testbed's supervisor to (re)start its trace now; returns the run's time zero (epoch seconds)."""
+    write_text_atomic(trace_file(testbed_id, "start"), json.dumps({"run": token}) + "\n")
+    ack = trace_file(testbed_id, "ack")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            answer = json.loads(ack.read_text(encoding="utf-8"))
+            if answer.get("run") == token:
+                if answer.get("error"):
+                    raise TestbedError(f"trace supervisor: {answer['error']}")
+                return float(answer["start_epoch"])
+        time.sleep(POLL_S)
+    raise TestbedError(f"the trace supervisor of testbed {testbed_id} did not start run {token!r} within "
+                       f"{timeout_s:g} s (is it running? see `flexcomm testbed status`)")
+
+
+class Supervisor:
+    """The schedule of one testbed's trace (see the module docstring)."""
+
+    def __init__(self, testbed, trace, repeat: bool, owner_pid: int | None) -> None:
+        self.testbed, self.trace, self.repeat, self.owner_pid = testbed, trace, repeat, owner_pid
+        self.stopping = False
+        self.log = trace_file(testbed.id, "jsonl")
+
+    def should_stop(self) -> bool:
+        if self.stopping or not state_path(self.testbed.id).exists():
+            return True
+        return self.owner_pid is not None and not _alive(self.owner_pid)
+
+    def _request(self) -> str | None:
+        with contextlib.suppress(OSError, ValueError):
+            return str(json.loads(trace_file(self.testbed.id, "start").read_text(encoding="utf-8"))["run"])
+        return None
+
+    def _write_log(self, entry: dict) -> None:
+        with open(self.log, "a", encoding="utf-8") as stream:
+            stream.write(json.dumps(entry) + "\n")
+
+    def run(self) -> int:
+        handled: str | None = None
+        while not self.should_stop():
+            token = self._request()
+            if token is None or token == handled:
+                time.sleep(POLL_S)
+                continue
+            handled = token
+            finished = self._run_once(token)
+            if finished and not self.repeat:
+                return 0
+        return 0
+
+    def _run_once(self, token: str) -> bool:
+        """Apply the trace from now; False when a new request or a stop cut it short."""
+        start = time.time()
+        for index, change in enumerate(self.trace.changes):
+            due = start + change.time_s
+            while time.time() < due:
+                if self.should_stop() or self._request() != token:
+                    return False
+                time.sleep(min(POLL_S, max(0.0, due - time.time())))
+            began = time.time()
+            try:
+                apply_change(self.testbed, change)
+            except (TestbedError, OSError) as error:
+                self._write_log({"run": token, "index": index, "error": str(error)})
+                write_text_atomic(trace_file(self.testbed.id, "ack"), json.dumps(
+                    {"run": token, "error": str(error)}) + "\n")
+                return True
+            done = time.time()
+            if index == 0:
+                start = began  # time zero: the moment the first state was put in place
+                write_text_atomic(trace_file(self.testbed.id, "ack"),
+                                  json.dumps({"run": token, "start_epoch": start}) + "\n")
+                due = start
+            self._write_log({
+                "run": token, "index": index, "time_s": change.time_s, "line": change.line,
+                "due_epoch": due, "applied_epoch": done, "lag_s": done - due, "command_s": done - began,
+                "rates_Bps": sorted({rate for _, _, rate in change.rates}), "delay_s": change.delay_s,
+            })
+        return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def start_supervisor(testbed, trace, *, repeat: bool = False, owner_pid: int | None = None,
+                     start_now: bool = True) -> int:
+    """Write the trace beside the testbed's state, start its supervisor and return the pid.
+
+    ``start_now`` requests the first run at once (``testbed up/shape --trace``); ``repeat`` keeps the
+    supervisor waiting for more runs (:func:`request_start`) until the testbed goes.
+    """
+    csv_path = trace_file(testbed.id, "csv")
+    write_text_atomic(csv_path, trace.csv_text)
+    for kind in ("start", "ack"):
+        trace_file(testbed.id, kind).unlink(missing_ok=True)
+    log = trace_file(testbed.id, "log")
+    cmd = [sys.executable, "-m", "flexcomm.real_backend.trace_supervisor", "--id", testbed.id, "--trace",
+           str(csv_path), "--name", trace.name]
+    if repeat:
+        cmd.append("--repeat")
+    if owner_pid is not None:
+        cmd += ["--owner-pid", str(owner_pid)]
+    with open(log, "ab") as stream:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stream, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    _STARTED[proc.pid] = proc
+    if start_now:
+        try:
+            request_start(testbed.id, "up")
+        except TestbedError:
+            stop_supervisor(proc.pid)
+            detail = log.read_text(errors="replace").strip().splitlines()
+            raise TestbedError("the trace supervisor did not start" + (f": {detail[-1]}" if detail else "")) from None
+    return proc.pid
+
+
+#: Supervisors started by this process, reaped when stopped.
+_STARTED: dict[int, subprocess.Popen] = {}
+
+
+def stop_supervisor(pid: int) -> None:
+    """Stop supervisor ``pid`` (SIGTERM, then SIGKILL) and reap it if this process started it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
+    proc = _STARTED.pop(pid, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5.0)
+    else:
+        deadline = time.monotonic() + 2.0
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def remove_files(testbed_id: str) -> None:
+    for kind in ("csv", "start", "ack", "log"):
+        trace_file(testbed_id, kind).unlink(missing_ok=True)
+
+
+def read_log(testbed_id: str) -> list[dict]:
+    """The supervisor's change log (one dict per applied change)."""
+    path = trace_file(testbed_id, "jsonl")
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flexcomm.real_backend.net_trace import parse_trace
+    from flexcomm.real_backend.testbed import Testbed
+
+    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.trace_supervisor")
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--name", default="trace")
+    parser.add_argument("--repeat", action="store_true")
+    parser.add_argument("--owner-pid", type=int)
+    args = parser.parse_args(argv)
+    testbed = Testbed.load(args.id)
+    trace = parse_trace(Path(args.trace).read_text(encoding="utf-8"), args.name, testbed.ranks)
+    supervisor = Supervisor(testbed, trace, args.repeat, args.owner_pid)
+
+    def stop(*_: object) -> None:
+        supervisor.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

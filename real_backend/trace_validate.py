@@ -1,0 +1,399 @@
+"""``flexcomm validate --network-trace``: real ranks under a changing network, and the simulator predicting them.
+
+What it runs (:func:`run_trace_validation`), on one testbed of N ranks whose supervisor replays the trace:
+
+1. **calibration**: the collective benchmark at the trace's fastest and slowest rate (static, at the first
+   line's delay) and at both rates at its largest delay, fitted into a
+   :class:`real_backend.trace_replay.TraceCalibration` (``calibration.json``); no training step is among
+   its points;
+2. **training**: ``train-ddp`` with each strategy (default ``topk-ag, topk-ar, flexible, moo``), the trace
+   restarted at each strategy's first step and every strategy training for the trace's whole length, so
+   all see the same network at the same offsets (``ddp/<label>/steps.csv`` logs each step's start in the
+   trace, its phase, scheme, ratio and time);
+3. **replay** (:func:`real_backend.trace_replay.replay_run`) of every run, open and closed clock;
+4. **report**: ``replay.csv`` (every step), ``errors.md``, ``summary.json`` and ``trace_validation.png``:
+   per-step error (median, worst) and total-time error per strategy, decision agreement (share of bucket
+   exchanges where real and simulated ``flexible`` chose the same scheme; MOO's ratio within one candidate
+   step), the supervisor's lag behind the trace, and how each strategy fared against the static ones
+   (time for the steps every strategy completed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import format_bandwidth, parse_bandwidth, parse_time
+
+DEFAULT_STRATEGIES = "topk-ag,topk-ar,flexible,moo"
+CALIBRATION_COLLECTIVES = ("allreduce", "allgather", "broadcast")
+FAST_SIZES = "4KiB:4MiB"
+SLOW_SIZES = "4KiB:256KiB"
+FAR_SIZES = "4KiB:1MiB"
+#: Timed repetitions per size: more where a call is short (the fast link at the first delay).
+CALIBRATION_ITERS = {"fast": 6, "slow": 3, "far": 3, "slow-far": 2}
+#: Steps of the compute-only and solo measurements (their medians price every step).
+SOLO_STEPS = 20
+#: Goals the report checks (the issue's): decisions, per-step error median / worst.
+GOAL_AGREEMENT = 0.90
+GOAL_MEDIAN = 0.10
+GOAL_WORST = 0.20
+#: Steps left out of the error statistics (DDP's first iterations: one bucket, then rebuilt buckets).
+WARMUP_STEPS = 3
+
+
+@dataclass
+class TraceValidation:
+    folder: Path
+    replay: pd.DataFrame
+    summary: dict[str, Any]
+    failures: list[str]
+
+
+def _log(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"[validate --network-trace] {message}", flush=True)
+
+
+def set_static(testbed: Any, rate_Bps: float, delay_s: float | None) -> None:
+    """Every link of ``testbed`` at ``rate_Bps`` (both directions) and the delay line at ``delay_s``, now."""
+    from flexcomm.real_backend.net_trace import TestbedChange
+    from flexcomm.real_backend.trace_supervisor import apply_change
+
+    rates = tuple((r, d, rate_Bps) for r in range(testbed.ranks) for d in ("egress", "ingress"))
+    apply_change(testbed, TestbedChange(0.0, rates, delay_s, 0))
+
+
+def calibrate(testbed: Any, trace: Any, folder: Path, timeout_s: float, quiet: bool) -> tuple[Any, list[str]]:
+    """Static benchmarks at the trace's fastest and slowest rate (first delay) and, when the trace changes
+    the delay, at the fastest rate and largest delay; their fit (None on failure)."""
+    from flexcomm.costmodel.calibration import fit
+    from flexcomm.real_backend.bench import run_benchmark
+    from flexcomm.real_backend.trace_replay import TraceCalibration
+
+    rates = sorted({r for c in trace.changes for _, _, r in c.rates})
+    delays = [c.delay_s for c in trace.changes if c.delay_s is not None]
+    delay = delays[0] if delays else testbed.delay_s
+    if len(rates) < 2:
+        rates = [rates[0] / 4, rates[0]]  # one rate in the trace: a second point a quarter of it
+    fast, slow = rates[-1], rates[0]
+    conditions = [("fast", fast, delay, FAST_SIZES), ("slow", slow, delay, SLOW_SIZES)]
+    if delays and max(delays) > delay:
+        conditions += [("far", fast, max(delays), FAR_SIZES), ("slow-far", slow, max(delays), SLOW_SIZES)]
+    profiles = {}
+    for name, rate, at_delay, sizes in conditions:
+        set_static(testbed, rate, at_delay if delays else None)
+        started = time.monotonic()
+        csv = folder / f"bench-{name}.csv"
+        csv.unlink(missing_ok=True)
+        result = run_benchmark(testbed.ranks, sizes, csv, CALIBRATION_COLLECTIVES, warmup=1,
+                               iters=CALIBRATION_ITERS[name],
+                               testbed=testbed, timeout_s=timeout_s, quiet=True,
+                               log_dir=folder / "logs" / f"bench-{name}")
+        if result.returncode != 0:
+            return None, [f"calibration benchmark at {format_bandwidth(rate)} exited {result.returncode}"]
+        profiles[name] = fit(csv)
+        profiles[name].save(folder / f"profile-{name}.json")
+        _log(f"calibration at {format_bandwidth(rate)}, one-way delay {1e3 * at_delay:g} ms: "
+             f"{time.monotonic() - started:.0f} s", quiet)
+    calibration = TraceCalibration.fit(profiles["fast"], fast, profiles["slow"], slow, delay, testbed.ranks,
+                                       far=profiles.get("far"), far_delay_s=max(delays) if delays else None,
+                                       slow_far=profiles.get("slow-far"))
+    (folder / "calibration.json").write_text(json.dumps(calibration.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return calibration, []
+
+
+def run_trace_validation(
+    trace: str = "c1",
+    out: str | Path = "results/validate-trace",
+    *,
+    ranks: int = 4,
+    strategies: str = DEFAULT_STRATEGIES,
+    ratio: float = 0.01,
+    workload: str = "mlp-digits",
+    hidden: str | None = "1024,1024",
+    duration: str | float = "120s",
+    max_bandwidth: str | float = "200Mbit/s",
+    seed: int = 0,
+    timeout_s: float = 1800.0,
+    quiet: bool = False,
+) -> TraceValidation:
+    """Calibrate, train every strategy under the trace, replay, report (see the module docstring)."""
+    from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies, run_training
+    from flexcomm.real_backend.net_trace import load_trace
+    from flexcomm.real_backend.testbed import Testbed, require_privileges
+    from flexcomm.real_backend.trace_supervisor import read_log
+
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+        raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
+    specs = parse_strategies(strategies, ratio)
+    parse_hidden(hidden)
+    duration_s = parse_time(duration, "trace-duration")
+    if duration_s <= 0:
+        raise InputError("trace-duration", duration, "a positive time such as 120s")
+    parse_bandwidth(max_bandwidth, "trace-max-bandwidth")
+    loaded = load_trace(trace, ranks, duration_s, max_bandwidth, lifetime_s=timeout_s)
+    if not loaded.changes[0].rates or len({r for r, _, _ in loaded.changes[0].rates}) < ranks:
+        raise InputError(f"bandwidth ({loaded.name} line {loaded.changes[0].line})", "a first line without "
+                         "every link's rate", "a first line setting every link (e.g. on *)")
+    require_privileges()
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "trace.csv").write_text(loaded.csv_text, encoding="utf-8")
+    failures: list[str] = []
+    first_rate = min(r for _, _, r in loaded.changes[0].rates)
+    first_delay = loaded.changes[0].delay_s or 0.0
+    started = time.monotonic()
+    with Testbed.up(ranks, first_rate, delay=first_delay, trace=loaded, trace_repeat=True) as testbed:
+        calibration, failed = calibrate(testbed, loaded, folder, timeout_s, quiet)
+        failures += failed
+        if calibration is not None:
+            _log(f"training {', '.join(s.label for s in specs)} for {loaded.duration_s:g} s each under "
+                 f"{loaded.name}", quiet)
+            ddp = folder / "ddp"
+            if ddp.exists():
+                shutil.rmtree(ddp)
+            result = run_training(ranks, workload, specs, 10**6, ddp, ratio=ratio, testbed=testbed,
+                                  timeout_s=timeout_s, log_dir=folder / "logs" / "ddp", quiet=True, hidden=hidden,
+                                  seed=seed, trace_testbed=testbed.id, compute_steps=SOLO_STEPS,
+                                  profile=folder / "profile-fast.json",
+                                  bandwidth_Bps=float(testbed.effective_bandwidth_Bps))
+            if result.returncode != 0:
+                failures.append(f"training exited {result.returncode} (logs in {folder / 'logs' / 'ddp'})")
+        lag = read_log(testbed.id)
+    with open(folder / "trace_log.jsonl", "w", encoding="utf-8") as stream:
+        stream.writelines(json.dumps(entry) + "\n" for entry in lag)
+    _log(f"measured in {time.monotonic() - started:.0f} s; replaying", quiet)
+    if calibration is None:
+        return TraceValidation(folder, pd.DataFrame(), {"failures": failures}, failures)
+    return analyze_trace(folder, [s.label for s in specs], failures)
+
+
+def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
+                  failures: Sequence[str] = ()) -> TraceValidation:
+    """Replay every logged run of ``folder`` and write the report (re-runnable on a finished folder)."""
+    from flexcomm.real_backend.net_trace import parse_trace
+    from flexcomm.real_backend.trace_replay import LoggedRun, TraceCalibration, TraceTimeline, replay_run
+
+    folder = Path(folder)
+    try:
+        calibration = TraceCalibration.from_dict(json.loads((folder / "calibration.json").read_text()))
+        run_info = json.loads((folder / "ddp" / "run.json").read_text())
+        trace_text = (folder / "trace.csv").read_text()
+    except (OSError, ValueError, KeyError) as error:
+        raise InputError("folder", str(folder), f"a finished `validate --network-trace` folder ({error})") from None
+    trace = parse_trace(trace_text, "trace.csv", int(run_info["ranks"]))
+    timeline = TraceTimeline(trace, calibration)
+    labels = list(labels or run_info["strategies"])
+    frames = []
+    for label in labels:
+        if not (folder / "ddp" / label / "summary.json").exists():
+            continue
+        run = LoggedRun.load(folder / "ddp", label)
+        for mode in ("open", "closed"):
+            frames.append(replay_run(run, timeline, mode))
+    replay = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    lag = _read_lag(folder / "trace_log.jsonl")
+    summary = summarize_trace(replay, lag, list(failures))
+    summary.update(trace=trace.name, ranks=int(run_info["ranks"]), duration_s=trace.duration_s,
+                   calibration=calibration.to_dict())
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+
+    write_csv_atomic(replay, folder / "replay.csv")
+    write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=_jsonable) + "\n")
+    write_text_atomic(folder / "errors.md", markdown(summary))
+    if len(replay):
+        plot_trace_validation(replay, timeline, folder / "trace_validation.png")
+    return TraceValidation(folder, replay, summary, list(failures))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return str(value)
+
+
+def _read_lag(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _ratio_steps(real: pd.Series, sim: pd.Series, candidates: Sequence[float]) -> pd.Series:
+    """How many candidate steps apart two ratios are."""
+    grid = np.log(np.asarray(sorted(candidates), dtype=float))
+
+    def position(value: float) -> float:
+        return float(np.argmin(np.abs(grid - np.log(value)))) if value > 0 and math.isfinite(value) else math.nan
+
+    return (real.map(position) - sim.map(position)).abs()
+
+
+def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: list[str]) -> dict[str, Any]:
+    """Errors, agreement, lag and the strategies' comparison (the numbers errors.md shows)."""
+    from flexcomm.compression.moo import MOOConfig
+
+    out: dict[str, Any] = {"failures": failures, "strategies": {}}
+    applied = [e["lag_s"] for e in lag if "lag_s" in e]
+    out["lag"] = {"changes": len(applied), "median_s": float(np.median(applied)) if applied else math.nan,
+                  "worst_s": float(np.max(applied)) if applied else math.nan}
+    if not len(replay):
+        return out
+    common = int(replay[replay["mode"] == "open"].groupby("label")["step"].count().min())
+    out["common_steps"] = common
+    for label, frame in replay.groupby("label", sort=False):
+        entry: dict[str, Any] = {"strategy": str(frame["strategy"].iloc[0])}
+        for mode, part in frame.groupby("mode"):
+            steady = part[part["step"] >= WARMUP_STEPS]
+            errors = steady["rel_err"].abs()
+            entry[mode] = {
+                "steps": int(len(part)), "median_abs_error": float(errors.median()),
+                "worst_abs_error": float(errors.max()),
+                "p90_abs_error": float(errors.quantile(0.9)),
+                "measured_total_s": float(part["measured_s"].sum()),
+                "predicted_total_s": float(part["predicted_s"].sum()),
+                "total_error": float(part["predicted_s"].sum() / part["measured_s"].sum() - 1.0),
+                "measured_first_common_s": float(part["measured_s"].iloc[:common].sum()),
+                "predicted_first_common_s": float(part["predicted_s"].iloc[:common].sum()),
+                "by_phase": {int(p): {"steps": int(len(g)), "median_abs_error": float(g["rel_err"].abs().median())}
+                             for p, g in steady.groupby("phase")},
+            }
+            if entry["strategy"] in ("flexible", "moo"):
+                agree = part["buckets_agree"].sum() / max(1, part["buckets"].sum())
+                entry[mode]["decision_agreement"] = float(agree)
+                if entry["strategy"] == "moo":
+                    apart = _ratio_steps(part["ratio_real"], part["ratio_sim"], MOOConfig().candidates)
+                    entry[mode]["ratio_within_one_step"] = float((apart <= 1).mean())
+        out["strategies"][label] = entry
+    static = {k: v["open"]["measured_first_common_s"] for k, v in out["strategies"].items()
+              if v["strategy"] not in ("flexible", "moo")}
+    for entry in out["strategies"].values():
+        if entry["strategy"] in ("flexible", "moo") and static:
+            mine = entry["open"]["measured_first_common_s"]
+            entry["vs_static"] = {k: mine / v - 1.0 for k, v in static.items()}
+            entry["beats_every_static"] = all(mine < v for v in static.values())
+    return out
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.1f} %" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """errors.md: one table of the errors, one of the decisions, the lag, the comparison."""
+    lines = [f"# Validation under a changing network: {summary.get('trace', '?')} on {summary.get('ranks', '?')} "
+             "ranks", ""]
+    lag = summary.get("lag", {})
+    lines += [f"Trace changes applied: {lag.get('changes', 0)}; lag behind the trace median "
+              f"{1e3 * lag.get('median_s', math.nan):.1f} ms, worst {1e3 * lag.get('worst_s', math.nan):.1f} ms.", ""]
+    lines += ["| strategy | steps | per-step error median (open) | worst (open) | median (closed) | total-time error "
+              "(closed) | decisions agree (open / closed) |", "|---|---|---|---|---|---|---|"]
+    for label, entry in summary.get("strategies", {}).items():
+        o, c = entry.get("open", {}), entry.get("closed", {})
+        agree = "-"
+        if "decision_agreement" in o:
+            agree = f"{_pct(o['decision_agreement'])} / {_pct(c.get('decision_agreement'))}"
+            if "ratio_within_one_step" in o:
+                agree += f"; ratio within one step {_pct(o['ratio_within_one_step'])}"
+        lines.append(f"| {label} | {o.get('steps', 0)} | {_pct(o.get('median_abs_error'))} | "
+                     f"{_pct(o.get('worst_abs_error'))} | {_pct(c.get('median_abs_error'))} | "
+                     f"{_pct(c.get('total_error'))} | {agree} |")
+    lines += ["", f"Goals: decisions agree >= {GOAL_AGREEMENT:.0%}, per-step error <= {GOAL_MEDIAN:.0%} median and "
+              f"<= {GOAL_WORST:.0%} worst (steps from {WARMUP_STEPS} on)."]
+    common = summary.get("common_steps")
+    if common:
+        lines += ["", f"Time for the first {common} steps (the most every strategy completed within the trace), "
+                  "measured on real ranks:", ""]
+        for label, entry in summary.get("strategies", {}).items():
+            o = entry.get("open", {})
+            line = f"- {label}: {o.get('measured_first_common_s', math.nan):.1f} s measured, " \
+                   f"{o.get('predicted_first_common_s', math.nan):.1f} s simulated"
+            if "vs_static" in entry:
+                line += " (" + ", ".join(f"{_pct(v)} vs {k}" for k, v in entry["vs_static"].items()) + ")"
+            lines.append(line)
+    if summary.get("failures"):
+        lines += ["", "Failures:", *[f"- {f}" for f in summary["failures"]]]
+    return "\n".join(lines) + "\n"
+
+
+SCHEME_COLORS = {"topk-ag": "tab:blue", "topk-ar": "tab:orange", "dense": "tab:gray"}
+
+
+def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> None:
+    """Measured and simulated step times over the trace, the trace shaded, the scheme of every step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    labels = list(dict.fromkeys(replay["label"]))
+    fig, axes = plt.subplots(len(labels) + 1, 1, figsize=(10, 2.2 * (len(labels) + 1)), sharex=True,
+                             constrained_layout=True)
+    end = float(replay["trace_s"].max())
+    edges = [*timeline.times.tolist(), max(end, float(timeline.times[-1]))]
+    top = axes[0]
+    top.step(edges[:-1] + [edges[-1]], [*(timeline.rates * 8e-6).tolist(), float(timeline.rates[-1] * 8e-6)],
+             where="post", color="k")
+    top.set_ylabel("rate (Mbit/s)")
+    twin = top.twinx()
+    twin.step(edges[:-1] + [edges[-1]], [*(timeline.delays * 1e3).tolist(), float(timeline.delays[-1] * 1e3)],
+              where="post", color="tab:red", linestyle="--")
+    twin.set_ylabel("one-way delay (ms)", color="tab:red")
+    top.set_title("trace")
+    slow = timeline.rates < timeline.rates.max()
+    for ax, label in zip(axes[1:], labels, strict=True):
+        for i, is_slow in enumerate(slow):
+            if is_slow:
+                ax.axvspan(edges[i], edges[i + 1], color="0.9", zorder=0)
+        run = replay[(replay["label"] == label) & (replay["mode"] == "open")]
+        closed = replay[(replay["label"] == label) & (replay["mode"] == "closed")]
+        colors = [SCHEME_COLORS.get(s.split("+")[-1], "tab:purple") for s in run["scheme_real"]]
+        ax.scatter(run["trace_s"], run["measured_s"], s=6, c=colors, label="measured (real scheme)")
+        sim_colors = [SCHEME_COLORS.get(s.split("+")[-1], "tab:purple") for s in run["scheme_sim"]]
+        ax.scatter(run["trace_s"], run["predicted_s"], s=10, marker="x", c=sim_colors, linewidths=0.6,
+                   label="simulated (its scheme)")
+        ax.plot(closed["sim_start_s"], closed["predicted_s"], color="k", linewidth=0.6, alpha=0.6,
+                label="simulated, closed clock")
+        ax.set_yscale("log")
+        ax.set_ylabel("step (s)")
+        ax.set_title(label)
+    axes[-1].set_xlabel("time in the trace (s)")
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=s) for s, c in SCHEME_COLORS.items()
+               if s != "dense"]
+    handles += [Line2D([], [], marker="o", linestyle="", color="0.3", label="measured"),
+                Line2D([], [], marker="x", linestyle="", color="0.3", label="simulated (open clock)"),
+                Line2D([], [], color="k", linewidth=0.6, label="simulated (closed clock)")]
+    axes[1].legend(handles=handles, fontsize=7, ncol=5, loc="upper left")
+    for ax in axes:
+        ax.tick_params(labelbottom=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """What the CLI prints at the end."""
+    lines = []
+    for label, entry in summary.get("strategies", {}).items():
+        o, c = entry.get("open", {}), entry.get("closed", {})
+        text = (f"{label:<10} {o.get('steps', 0):>5} steps  per-step error median {_pct(o.get('median_abs_error'))} "
+                f"worst {_pct(o.get('worst_abs_error'))}  total {_pct(c.get('total_error'))}")
+        if "decision_agreement" in o:
+            text += f"  decisions agree {_pct(o['decision_agreement'])}"
+        if "ratio_within_one_step" in o:
+            text += f"  ratio within one step {_pct(o['ratio_within_one_step'])}"
+        lines.append(text)
+    lag = summary.get("lag", {})
+    lines.append(f"trace lag: median {1e3 * lag.get('median_s', math.nan):.1f} ms, "
+                 f"worst {1e3 * lag.get('worst_s', math.nan):.1f} ms over {lag.get('changes', 0)} changes")
+    return lines
