@@ -418,7 +418,7 @@ class RunClock:
         if not args.trace_testbed:
             return cls(time.time(), args.duration)
         from flexcomm.real_backend.net_trace import parse_trace
-        from flexcomm.real_backend.trace_supervisor import request_start, trace_file
+        from flexcomm.real_backend.trace_control import request_start, trace_file
 
         text = trace_file(args.trace_testbed, "csv").read_text(encoding="utf-8")
         trace = parse_trace(text, "trace", 10**6)

@@ -230,7 +230,7 @@ class Testbed:
         """Create a testbed; removed at interpreter exit unless ``keep`` (the CLI's ``testbed up``).
 
         ``trace`` (a :class:`real_backend.net_trace.TestbedTrace`) starts a supervisor applying it from
-        now (``trace_repeat``: it waits for :func:`trace_supervisor.request_start` instead, once per run).
+        now (``trace_repeat``: it waits for :func:`trace_control.request_start` instead, once per run).
         Use it as a context manager to remove it as soon as the block ends, however it ends.
         """
         require_privileges()
@@ -264,7 +264,7 @@ class Testbed:
 
     def apply_trace(self, trace: Any, repeat: bool = False, owner_pid: int | None = None) -> None:
         """Start applying ``trace`` now (replacing a trace in progress); see :mod:`real_backend.trace_supervisor`."""
-        from flexcomm.real_backend.trace_supervisor import start_supervisor, stop_supervisor
+        from flexcomm.real_backend.trace_control import start_supervisor, stop_supervisor
 
         missing = [n for n in [*self.namespaces, self.bridge_namespace] if n not in set(list_namespaces())]
         if missing:
@@ -371,7 +371,7 @@ class Testbed:
         Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
         """
         if self.trace_pid:
-            from flexcomm.real_backend.trace_supervisor import stop_supervisor
+            from flexcomm.real_backend.trace_control import stop_supervisor
 
             stop_supervisor(self.trace_pid)
         if self.delay_pid:
@@ -467,7 +467,7 @@ def down_all() -> list[str]:
     """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
     for testbed in list_testbeds():
         if testbed.trace_pid:
-            from flexcomm.real_backend.trace_supervisor import stop_supervisor
+            from flexcomm.real_backend.trace_control import stop_supervisor
 
             stop_supervisor(testbed.trace_pid)
         if testbed.delay_pid:

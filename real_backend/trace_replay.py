@@ -6,14 +6,15 @@ measured time, trace phase) and every bucket exchange (size, scheme, ratio, the 
 module replays that log on the same trace with a calibration and no measured time:
 
 * **pricing** (:class:`TraceCalibration`, :class:`TraceTimeline`): each collective costs
-  ``alpha + s (d - d_cal) + n (h + w / R(t))``: ``alpha``, ``h`` (host seconds per byte) and ``w``
-  (bottleneck bytes per message byte) fitted per (collective, algorithm) on static benchmarks at the
-  trace's fastest and slowest rate, and ``s`` (latency per second of one-way delay) on one more at its
-  largest delay. Expect ``s`` near 2 per round of the algorithm: in gloo's transport a send waits for the
-  receiver's ready-to-receive notice (``gloo/transport/tcp/pair.cc``: "sends cannot execute until the
+  ``alpha + s (d - d_cal)`` then ``n w`` bytes through the busiest link at the rate in force: ``alpha`` and
+  ``w`` (bytes on the busiest link per message byte, TCP goodput included) fitted per (collective, algorithm)
+  on a static benchmark at the trace's fastest rate, ``s`` (latency per second of one-way delay) on one more
+  at its largest delay. Expect ``s`` near 2 per round of the algorithm: in gloo's transport a send waits for
+  the receiver's ready-to-receive notice (``gloo/transport/tcp/pair.cc``: "sends cannot execute until the
   remote side is ready to receive"), so each round pays two one-way delays; that is also the slope used
-  when the trace never changes the delay. The bytes drain at the trace's rate as it changes, so a step that
-  straddles a change is priced across it.
+  when the trace never changes the delay. The bytes first spend the tbf bucket's tokens (refilled while the
+  link is idle), then drain at the trace's rate as it changes, so a step that straddles a change is priced
+  across it.
 * **decisions**: ``flexible`` and ``moo`` are replayed with the same classes the hooks run
   (:class:`compression.flexible.FlexibleCompressor`, :class:`compression.moo.RatioController`), fed with
   the simulated times of the collectives they choose (folded in as late as the hooks' timing agreement
@@ -55,25 +56,20 @@ MODES = ("open", "closed")
 
 @dataclass(frozen=True)
 class CollectiveTiming:
-    """One (collective, algorithm) on this testbed: ``latency(d) + n (host + wire / R)``."""
+    """One (collective, algorithm) on this testbed: ``latency(d) + n * wire / R`` through the tbf bucket."""
 
     collective: str
     algorithm: str
     alpha_s: float  #: whole latency term at the calibration delay
     delay_slope: float  #: seconds of latency per second of one-way delay (gloo: ~2 per round, see module)
-    host_s_per_byte: float
-    wire_per_byte: float  #: bottleneck-link bytes per message byte at the calibration delay
-    wire_delay_slope: float = 0.0  #: growth of wire_per_byte per second of delay (TCP at a large BDP)
+    wire_per_byte: float  #: bytes through the busiest link per message byte (TCP goodput included)
 
     def latency_s(self, delay_s: float, delay_cal_s: float) -> float:
         return max(0.0, self.alpha_s + self.delay_slope * (delay_s - delay_cal_s))
 
-    def wire(self, delay_s: float, delay_cal_s: float) -> float:
-        return max(0.0, self.wire_per_byte + self.wire_delay_slope * (delay_s - delay_cal_s))
-
     def seconds(self, nbytes: float, rate_Bps: float, delay_s: float, delay_cal_s: float) -> float:
-        return self.latency_s(delay_s, delay_cal_s) + nbytes * (
-            self.host_s_per_byte + self.wire(delay_s, delay_cal_s) / rate_Bps)
+        """Static time with an empty bucket (what a long benchmark of this size measures)."""
+        return self.latency_s(delay_s, delay_cal_s) + nbytes * self.wire_per_byte / rate_Bps
 
 
 def latency_rounds(collective: str, algorithm: str, ranks: int) -> float:
@@ -94,51 +90,39 @@ def _totals(item: Any, ranks: int) -> tuple[float, float]:
 
 @dataclass
 class TraceCalibration:
-    """Per-collective timings fitted on static benchmarks: a fast and a slow rate at the first delay, and
-    (when the trace changes the delay) the fast rate at its largest delay."""
+    """Per-collective timings fitted on static benchmarks: the trace's fastest rate at its first delay and
+    (when the trace changes the delay) at its largest delay."""
 
     timings: dict[tuple[str, str], CollectiveTiming]
     delay_cal_s: float
-    rates_Bps: tuple[float, float]
+    rate_cal_Bps: float
 
     @classmethod
-    def fit(cls, fast: Any, fast_rate_Bps: float, slow: Any, slow_rate_Bps: float, delay_s: float, ranks: int,
-            far: Any = None, far_delay_s: float | None = None, slow_far: Any = None) -> TraceCalibration:
-        """``fast``/``slow``/``far``/``slow_far``: calibration profiles
-        (:class:`costmodel.calibration.CalibrationProfile`) of benchmarks at those tc rates (``far``: the fast
-        rate at ``far_delay_s``; ``slow_far``: the slow rate there). The wire share of the per-byte time is
-        what changes between the rates; the latency's slope in the delay what changes between the delays at
-        the fast rate, the wire share's slope what changes between them at the slow rate. Without ``far``
-        the latency slope is gloo's rendezvous (2 one-way delays per round) and the wire share is flat."""
-        if not fast_rate_Bps > slow_rate_Bps > 0:
-            raise InputError("rates", (fast_rate_Bps, slow_rate_Bps), "a fast rate above a slow positive one")
+    def fit(cls, fast: Any, fast_rate_Bps: float, delay_s: float, ranks: int, far: Any = None,
+            far_delay_s: float | None = None) -> TraceCalibration:
+        """``fast``/``far``: calibration profiles (:class:`costmodel.calibration.CalibrationProfile`) of
+        benchmarks at ``fast_rate_Bps`` and one-way delay ``delay_s`` / ``far_delay_s``.
+
+        Why only the fastest rate: its bucket (4 ms of traffic) is negligible beside the megabyte messages
+        that fix the per-byte term, which then scales as 1/R (a two-rate fit here measured no host share);
+        at the slowest rate the tbf bucket (64 KiB, 65 ms of traffic at 8 Mbit/s) lets the benchmark's
+        small messages through unshaped and biases a straight-line fit, so the bucket is modelled in the
+        replay (:class:`TraceTimeline`) instead of fitted. The latency's slope in the delay is what changes
+        between the two delays; without ``far`` it is gloo's rendezvous (2 one-way delays per round)."""
+        if not fast_rate_Bps > 0:
+            raise InputError("rate", fast_rate_Bps, "a positive calibration rate in bytes/s")
         timings = {}
         for item in fast.fits:
-            other = slow.get(item.collective, item.algorithm, item.link_class, strict=True)
-            if other is None:
-                continue
-            (alpha_fast, beta_fast), (_, beta_slow) = _totals(item, ranks), _totals(other, ranks)
-            inverse_gap = 1.0 / slow_rate_Bps - 1.0 / fast_rate_Bps
-            wire = max(0.0, (beta_slow - beta_fast) / inverse_gap)
-            host = max(0.0, beta_fast - wire / fast_rate_Bps)
-            if host == 0.0:  # all of beta is wire: one w through both, in 1/R
-                wire = (beta_fast * fast_rate_Bps + beta_slow * slow_rate_Bps) / 2
-            alpha = alpha_fast  # latency is what small messages measure: the fast run has them unshaped
+            alpha, beta = _totals(item, ranks)
             slope = RENDEZVOUS_DELAYS * latency_rounds(item.collective, item.algorithm, ranks)
-            wire_slope = 0.0
             distant = far.get(item.collective, item.algorithm, item.link_class, strict=True) if far else None
             if distant is not None and far_delay_s is not None and far_delay_s > delay_s:
-                slope = max(0.0, (_totals(distant, ranks)[0] - alpha_fast) / (far_delay_s - delay_s))
-                slow_distant = slow_far.get(item.collective, item.algorithm, item.link_class, strict=True) if (
-                    slow_far) else None
-                if slow_distant is not None:
-                    beta_slow_far = _totals(slow_distant, ranks)[1]
-                    wire_slope = (beta_slow_far - beta_slow) * slow_rate_Bps / (far_delay_s - delay_s)
+                slope = max(0.0, (_totals(distant, ranks)[0] - alpha) / (far_delay_s - delay_s))
             timings[(item.collective, item.algorithm)] = CollectiveTiming(
-                item.collective, item.algorithm, alpha, slope, host, wire, wire_slope)
+                item.collective, item.algorithm, alpha, slope, beta * fast_rate_Bps)
         if not timings:
-            raise InputError("calibration", "no collective measured at both rates", "benchmarks sharing collectives")
-        return cls(timings, float(delay_s), (float(fast_rate_Bps), float(slow_rate_Bps)))
+            raise InputError("calibration", "no fits", "a benchmark with at least one collective")
+        return cls(timings, float(delay_s), float(fast_rate_Bps))
 
     def timing(self, collective: str, algorithm: str) -> CollectiveTiming:
         found = self.timings.get((collective, algorithm))
@@ -148,19 +132,25 @@ class TraceCalibration:
         return found
 
     def to_dict(self) -> dict[str, Any]:
-        return {"delay_cal_s": self.delay_cal_s, "rates_Bps": list(self.rates_Bps),
+        return {"delay_cal_s": self.delay_cal_s, "rate_cal_Bps": self.rate_cal_Bps,
                 "timings": [dataclasses.asdict(t) for t in self.timings.values()]}
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> TraceCalibration:
         timings = {(t["collective"], t["algorithm"]): CollectiveTiming(**t) for t in document["timings"]}
-        return cls(timings, float(document["delay_cal_s"]), tuple(document["rates_Bps"]))  # type: ignore[arg-type]
+        return cls(timings, float(document["delay_cal_s"]), float(document["rate_cal_Bps"]))
 
 
 class TraceTimeline:
-    """The trace's slowest rate and delay over time (piecewise constant), and collectives priced on it."""
+    """The trace's slowest rate and delay over time (piecewise constant), and collectives priced on it.
 
-    def __init__(self, trace: Any, calibration: TraceCalibration) -> None:
+    The links are tbf-shaped, so bytes first spend the bucket's tokens (:func:`real_backend.testbed.burst_bytes`
+    at the rate in force), which refill at the rate while the link is idle: at 200 Mbit/s the bucket is 4 ms
+    of traffic, at 8 Mbit/s 65 ms, as much as a Top-k exchange there sends. :meth:`reset` empties the state
+    (a new run).
+    """
+
+    def __init__(self, trace: Any, calibration: TraceCalibration, bucket: bool = True) -> None:
         times, rates, delays = [], [], []
         rate, delay = math.nan, calibration.delay_cal_s
         for change in trace.changes:
@@ -181,6 +171,18 @@ class TraceTimeline:
         self.delays = np.asarray(delays)
         self.calibration = calibration
         self.trace = trace
+        self.bucket = bucket
+        self.reset()
+
+    def reset(self) -> None:
+        self._tokens = 0.0 if not self.bucket else self._burst(float(self.rates[0]))
+        self._idle_since = -math.inf
+
+    @staticmethod
+    def _burst(rate_Bps: float) -> float:
+        from flexcomm.real_backend.testbed import burst_bytes
+
+        return float(burst_bytes(rate_Bps))
 
     def index(self, t: float) -> int:
         return max(0, int(np.searchsorted(self.times, t, side="right")) - 1)
@@ -192,19 +194,28 @@ class TraceTimeline:
 
     def end_of(self, collective: str, algorithm: str, nbytes: float, start: float) -> float:
         """When a collective started at ``start`` ends: its latency at the delay in force, then its bytes
-        draining at the rate as the trace changes it."""
+        (on the busiest link) spending the bucket's tokens and draining at the rate as the trace changes it."""
         timing = self.calibration.timing(collective, algorithm)
-        _, delay = self.at(start)
-        t = start + timing.latency_s(delay, self.calibration.delay_cal_s) + nbytes * timing.host_s_per_byte
-        work = nbytes * timing.wire(delay, self.calibration.delay_cal_s)
+        rate, delay = self.at(start)
+        if self.bucket and start > self._idle_since:  # the bucket refilled while the link was idle
+            self._tokens = min(self._burst(rate), self._tokens + rate * (start - self._idle_since))
+        t = start + timing.latency_s(delay, self.calibration.delay_cal_s)
+        work = nbytes * timing.wire_per_byte
+        if self.bucket:
+            free = min(self._tokens, work)
+            self._tokens -= free
+            work -= free
         i = self.index(t)
         while True:
             rate = float(self.rates[i])
             boundary = float(self.times[i + 1]) if i + 1 < len(self.times) else math.inf
             if work <= rate * (boundary - t):
-                return t + work / rate
+                end = t + work / rate
+                break
             work -= rate * (boundary - t)
             t, i = boundary, i + 1
+        self._idle_since = max(self._idle_since, end)
+        return end
 
 
 # --- decisions -----------------------------------------------------------------------------------------
@@ -400,6 +411,7 @@ def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", agre
         if run.strategy == "moo":
             reeval = run.run.get("moo_reeval")
             moo = MOOReplay(moo_config or MOOConfig(**({"reeval_every": reeval} if reeval else {})), run.probes)
+    timeline.reset()
     by_step = {int(s): g for s, g in run.exchanges.groupby("step", sort=True)}
     rows = []
     clock = math.nan

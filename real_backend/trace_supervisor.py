@@ -10,7 +10,8 @@ once) and must keep time while ranks train, so one small process per testbed own
   was due and when its last command returned, so ``lag_s`` is how late the network followed the trace);
 * starts a trace run on request: a run is (re)started by writing ``testbed-ID.trace.start`` (a token) and
   answered in ``testbed-ID.trace.ack`` with the epoch the first change was applied at, the run's time zero
-  (:func:`request_start`; ``flexcomm validate --network-trace`` restarts the trace for every strategy);
+  (:func:`real_backend.trace_control.request_start`; ``flexcomm validate --network-trace`` restarts
+  the trace for every strategy);
 * stops when the trace is done (unless ``--repeat``: it then waits for the next request), when the
   testbed's state file is removed, when its owner process is gone, or on SIGTERM/SIGINT; ``Testbed.down``
   kills it.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -33,14 +33,7 @@ from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, state_path
-
-POLL_S = 0.01
-ACK_TIMEOUT_S = 15.0
-
-
-def trace_file(testbed_id: str, kind: str) -> Path:
-    """``testbed-ID.trace.KIND`` beside the state file: csv (the trace), start, ack, jsonl (the log)."""
-    return state_path(testbed_id).with_suffix(f".trace.{kind}")
+from flexcomm.real_backend.trace_control import POLL_S, process_alive, trace_file
 
 
 def tbf_command(device: str, rate_Bps: float) -> str:
@@ -83,23 +76,6 @@ def apply_change(testbed, change) -> None:
         raise TestbedError("tc failed applying a trace change: " + "; ".join(errors))
 
 
-def request_start(testbed_id: str, token: str, timeout_s: float = ACK_TIMEOUT_S) -> float:
-    """Ask the testbed's supervisor to (re)start its trace now; returns the run's time zero (epoch seconds)."""
-    write_text_atomic(trace_file(testbed_id, "start"), json.dumps({"run": token}) + "\n")
-    ack = trace_file(testbed_id, "ack")
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            answer = json.loads(ack.read_text(encoding="utf-8"))
-            if answer.get("run") == token:
-                if answer.get("error"):
-                    raise TestbedError(f"trace supervisor: {answer['error']}")
-                return float(answer["start_epoch"])
-        time.sleep(POLL_S)
-    raise TestbedError(f"the trace supervisor of testbed {testbed_id} did not start run {token!r} within "
-                       f"{timeout_s:g} s (is it running? see `flexcomm testbed status`)")
-
-
 class Supervisor:
     """The schedule of one testbed's trace (see the module docstring)."""
 
@@ -111,7 +87,7 @@ class Supervisor:
     def should_stop(self) -> bool:
         if self.stopping or not state_path(self.testbed.id).exists():
             return True
-        return self.owner_pid is not None and not _alive(self.owner_pid)
+        return self.owner_pid is not None and not process_alive(self.owner_pid)
 
     def _request(self) -> str | None:
         with contextlib.suppress(OSError, ValueError):
@@ -164,84 +140,6 @@ class Supervisor:
                 "rates_Bps": sorted({rate for _, _, rate in change.rates}), "delay_s": change.delay_s,
             })
         return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def start_supervisor(testbed, trace, *, repeat: bool = False, owner_pid: int | None = None,
-                     start_now: bool = True) -> int:
-    """Write the trace beside the testbed's state, start its supervisor and return the pid.
-
-    ``start_now`` requests the first run at once (``testbed up/shape --trace``); ``repeat`` keeps the
-    supervisor waiting for more runs (:func:`request_start`) until the testbed goes.
-    """
-    csv_path = trace_file(testbed.id, "csv")
-    write_text_atomic(csv_path, trace.csv_text)
-    for kind in ("start", "ack"):
-        trace_file(testbed.id, kind).unlink(missing_ok=True)
-    log = trace_file(testbed.id, "log")
-    cmd = [sys.executable, "-m", "flexcomm.real_backend.trace_supervisor", "--id", testbed.id, "--trace",
-           str(csv_path), "--name", trace.name]
-    if repeat:
-        cmd.append("--repeat")
-    if owner_pid is not None:
-        cmd += ["--owner-pid", str(owner_pid)]
-    with open(log, "ab") as stream:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stream, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    _STARTED[proc.pid] = proc
-    if start_now:
-        try:
-            request_start(testbed.id, "up")
-        except TestbedError:
-            stop_supervisor(proc.pid)
-            detail = log.read_text(errors="replace").strip().splitlines()
-            raise TestbedError("the trace supervisor did not start" + (f": {detail[-1]}" if detail else "")) from None
-    return proc.pid
-
-
-#: Supervisors started by this process, reaped when stopped.
-_STARTED: dict[int, subprocess.Popen] = {}
-
-
-def stop_supervisor(pid: int) -> None:
-    """Stop supervisor ``pid`` (SIGTERM, then SIGKILL) and reap it if this process started it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGTERM)
-    proc = _STARTED.pop(pid, None)
-    if proc is not None:
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5.0)
-    else:
-        deadline = time.monotonic() + 2.0
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def remove_files(testbed_id: str) -> None:
-    for kind in ("csv", "start", "ack", "log"):
-        trace_file(testbed_id, kind).unlink(missing_ok=True)
-
-
-def read_log(testbed_id: str) -> list[dict]:
-    """The supervisor's change log (one dict per applied change)."""
-    path = trace_file(testbed_id, "jsonl")
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:

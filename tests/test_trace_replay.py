@@ -29,14 +29,14 @@ TRACE = parse_trace("time_s,link,bandwidth,latency\n0,*,80Mbit/s,0.5ms\n1,*,8Mbi
 
 
 def _calibration(**overrides: float) -> TraceCalibration:
-    values = {"alpha_s": 0.0, "delay_slope": 0.0, "host_s_per_byte": 0.0, "wire_per_byte": 1.0}
+    values = {"alpha_s": 0.0, "delay_slope": 0.0, "wire_per_byte": 1.0}
     values.update(overrides)
     timing = CollectiveTiming("allgather", "ring", **values)
-    return TraceCalibration({("allgather", "ring"): timing}, 1e-3, (10e6, 1e6))
+    return TraceCalibration({("allgather", "ring"): timing}, 1e-3, 10e6)
 
 
 def test_bytes_drain_at_the_rate_in_force_across_a_change() -> None:
-    timeline = TraceTimeline(TRACE, _calibration())
+    timeline = TraceTimeline(TRACE, _calibration(), bucket=False)
     # 10 MB/s until 1 s, then 1 MB/s: 10 MB from 0.5 s = 5 MB by 1 s, then 5 MB more -> 6 s
     assert timeline.end_of("allgather", "ring", 10e6, 0.5) == pytest.approx(6.0)
     assert timeline.end_of("allgather", "ring", 1e6, 0.0) == pytest.approx(0.1)
@@ -44,8 +44,21 @@ def test_bytes_drain_at_the_rate_in_force_across_a_change() -> None:
     assert timeline.at(4.0) == (pytest.approx(1e6), pytest.approx(20e-3))
 
 
+def test_the_tbf_bucket_lets_a_burst_through_and_refills_while_idle() -> None:
+    timeline = TraceTimeline(TRACE, _calibration())
+    burst = 64 * 1024  # at 1 MB/s (8 Mbit/s) the bucket is the 64 KiB floor: 65 ms of traffic
+    first = timeline.end_of("allgather", "ring", 100_000, 2.0)  # a full bucket at the start
+    assert first == pytest.approx(2.0 + (100_000 - burst) / 1e6)
+    second = timeline.end_of("allgather", "ring", 100_000, first)  # back to back: no tokens left
+    assert second - first == pytest.approx(0.1)
+    third = timeline.end_of("allgather", "ring", 100_000, second + 0.03)  # 30 ms idle: 30 KB of tokens
+    assert third - (second + 0.03) == pytest.approx((100_000 - 30_000) / 1e6)
+    timeline.reset()
+    assert timeline.end_of("allgather", "ring", 50_000, 2.0) == pytest.approx(2.0)  # within the bucket
+
+
 def test_latency_follows_the_delay_at_the_start() -> None:
-    timeline = TraceTimeline(TRACE, _calibration(alpha_s=0.004, delay_slope=6.0))
+    timeline = TraceTimeline(TRACE, _calibration(alpha_s=0.004, delay_slope=6.0), bucket=False)
     assert timeline.end_of("allgather", "ring", 0, 0.2) == pytest.approx(0.2 + 0.004)
     assert timeline.end_of("allgather", "ring", 0, 3.5) == pytest.approx(3.5 + 0.004 + 6.0 * (20e-3 - 1e-3))
     with pytest.raises(InputError, match="allreduce/ring"):
@@ -58,27 +71,21 @@ def _profile(alpha_total: float, beta_total: float, ranks: int = 4) -> Calibrati
     return CalibrationProfile([fit])
 
 
-def test_the_two_rate_fit_recovers_host_and_wire_shares() -> None:
-    host, wire, alpha = 2e-9, 3.0, 6e-3
-    fast_rate, slow_rate = 25e6, 1e6
-    fast = _profile(alpha, host + wire / fast_rate)
-    slow = _profile(alpha * 1.1, host + wire / slow_rate)
-    far = _profile(alpha + 7.0 * 0.049, host + wire / fast_rate)
-    slow_far = _profile(alpha, host + (wire + 20.0 * 0.049) / slow_rate)
-    calibration = TraceCalibration.fit(fast, fast_rate, slow, slow_rate, 1e-3, 4, far=far, far_delay_s=0.05,
-                                       slow_far=slow_far)
-    timing = calibration.timing("allgather", "ring")
-    assert timing.host_s_per_byte == pytest.approx(host, rel=1e-6)
-    assert timing.wire_per_byte == pytest.approx(wire, rel=1e-6)
-    assert timing.alpha_s == pytest.approx(alpha)  # the fast benchmark's: small messages there are latency
+def test_the_calibration_takes_wire_bytes_from_the_fast_rate_and_the_slope_from_the_far_delay() -> None:
+    wire, alpha, rate = 3.0, 6e-3, 25e6
+    fast = _profile(alpha, wire / rate)
+    far = _profile(alpha + 7.0 * 0.049, wire / rate)
+    timing = TraceCalibration.fit(fast, rate, 1e-3, 4, far=far, far_delay_s=0.05).timing("allgather", "ring")
+    assert timing.wire_per_byte == pytest.approx(wire)
+    assert timing.alpha_s == pytest.approx(alpha)
     assert timing.delay_slope == pytest.approx(7.0)
-    assert timing.wire_delay_slope == pytest.approx(20.0)
-    restored = TraceCalibration.from_dict(calibration.to_dict())
-    assert restored.timing("allgather", "ring") == timing
-    without_far = TraceCalibration.fit(fast, fast_rate, slow, slow_rate, 1e-3, 4).timing("allgather", "ring")
+    calibration = TraceCalibration.fit(fast, rate, 1e-3, 4)
+    assert TraceCalibration.from_dict(calibration.to_dict()).timing("allgather", "ring") == \
+        calibration.timing("allgather", "ring")
+    without_far = calibration.timing("allgather", "ring")
     assert without_far.delay_slope == pytest.approx(2 * latency_rounds("allgather", "ring", 4)) == 6.0
-    with pytest.raises(InputError, match="rates"):
-        TraceCalibration.fit(fast, slow_rate, slow, fast_rate, 1e-3, 4)
+    with pytest.raises(InputError, match="rate"):
+        TraceCalibration.fit(fast, 0.0, 1e-3, 4)
 
 
 def test_replayed_decisions_are_the_compressors_own() -> None:
@@ -120,7 +127,7 @@ def test_a_static_run_is_priced_from_its_log_open_and_closed() -> None:
     exchanges = pd.DataFrame({"step": [0, 1, 2], "bucket": [0, 0, 0], "numel": [100] * 3,
                               "scheme": ["topk-ag"] * 3, "collectives": ["allgather/ring/1000000"] * 3})
     run = LoggedRun("topk-ag", "topk-ag", 0.01, 2, 0.05, steps, exchanges, None, {})
-    timeline = TraceTimeline(TRACE, _calibration())
+    timeline = TraceTimeline(TRACE, _calibration(), bucket=False)
     opened = replay_run(run, timeline, "open")
     # 1 MB at 10 MB/s = 0.1 s (+ solo 0.05); step 1 starts at 0.8 s: 0.2 s at 10 MB/s = 2 MB... done by 0.9 s
     assert opened["predicted_s"].tolist() == pytest.approx([0.15, 0.15, 0.05 + 1.0])

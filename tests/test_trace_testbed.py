@@ -20,7 +20,7 @@ from conftest import needs_netns
 from flexcomm.experiments.cli import main
 from flexcomm.real_backend.net_trace import parse_trace
 from flexcomm.real_backend.testbed import Testbed, list_namespaces, list_testbeds
-from flexcomm.real_backend.trace_supervisor import read_log, trace_file
+from flexcomm.real_backend.trace_control import read_log, trace_file
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +105,7 @@ def test_tcp_throughput_follows_the_trace() -> None:
                                     stdout=subprocess.PIPE, text=True)
         time.sleep(0.2)
         sender = subprocess.Popen(testbed.exec_prefix(0) + [sys.executable, "-c", SENDER, testbed.addresses[1], "4.3"])
-        from flexcomm.real_backend.trace_supervisor import request_start
+        from flexcomm.real_backend.trace_control import request_start
 
         time.sleep(0.3)
         zero = request_start(testbed.id, "follow")  # epoch of the trace's time zero

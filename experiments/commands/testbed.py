@@ -212,7 +212,7 @@ def run_shape(args: argparse.Namespace) -> int:
 
 
 def _log_path(testbed_id: str) -> str:
-    from flexcomm.real_backend.trace_supervisor import trace_file
+    from flexcomm.real_backend.trace_control import trace_file
 
     return str(trace_file(testbed_id, "jsonl"))
 
