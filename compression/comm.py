@@ -79,7 +79,7 @@ class CollectiveRecord:
     seconds: float = 0.0
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
@@ -125,7 +125,7 @@ class Communicator(ABC):
     def _log(self, collective: str, nbytes: int, dtype: torch.dtype, purpose: str, seconds: float) -> None:
         if purpose not in PURPOSES:
             raise InputError("purpose", purpose, "one of " + ", ".join(PURPOSES))
-        record = CollectiveRecord(collective, self.algorithms[collective], int(nbytes), _dtype_name(dtype),
+        record = CollectiveRecord(collective, self.algorithms[collective], int(nbytes), dtype_name(dtype),
                                   purpose, seconds)
         self.history.append(record)
         for sink in self._recorders:
@@ -209,7 +209,7 @@ def _check_alike(tensors: Sequence[Tensor], what: str) -> None:
     first = tensors[0]
     for t in tensors[1:]:
         if t.shape != first.shape or t.dtype != first.dtype:
-            raise InputError("tensors", [(tuple(x.shape), _dtype_name(x.dtype)) for x in tensors],
+            raise InputError("tensors", [(tuple(x.shape), dtype_name(x.dtype)) for x in tensors],
                              f"one shape and dtype on every rank for {what}")
 
 
@@ -240,7 +240,7 @@ class LocalCommunicator(Communicator):
     def _allgather_varied(self, tensors: list[Tensor], purpose: str) -> tuple[list[list[Tensor]], int]:
         dtypes = {t.dtype for t in tensors}
         if len(dtypes) != 1:
-            raise InputError("tensors", sorted(map(_dtype_name, dtypes)), "one dtype on every rank")
+            raise InputError("tensors", sorted(map(dtype_name, dtypes)), "one dtype on every rank")
         self._log("allgather", 4, torch.int32, "control", 0.0)  # the length exchange a real run needs
         return [list(tensors) for _ in tensors], max(t.numel() for t in tensors)
 

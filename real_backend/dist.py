@@ -120,9 +120,16 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
 
 
 def shutdown() -> None:
-    """Leave the process group if joined; errors on the way out (a dead peer) are not news."""
+    """Leave the process group if joined; errors on the way out (a dead peer) are not news.
+
+    Garbage first: a DDP model dropped by the caller may still hold futures whose tensors Python owns, and
+    freeing those after the group is gone (at interpreter exit, from gloo's threads) aborts the process
+    (pytorch/pytorch#179291)."""
+    import gc
+
     import torch.distributed as dist
 
+    gc.collect()
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):
             dist.destroy_process_group()

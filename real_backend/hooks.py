@@ -32,6 +32,13 @@ ratio 1.0 the Top-k hooks reproduce plain DDP's losses bitwise with 2 ranks (tes
 thread (:mod:`real_backend.comm_thread`), bucket after bucket in DDP's order, with ``async_op=True``
 collectives waited for there, so backward keeps computing while earlier buckets communicate, as with DDP's
 builtin allreduce. ``overlap=False`` runs each exchange inside the hook instead (blocking, the old way).
+``dense`` skips the thread: one collective needs no ordering of its own, so :func:`chained_dense_hook`
+allreduces the bucket in place with ``async_op=True`` and divides by N in the future's callback, as torch's
+``allreduce_hook`` does (``Dense``'s arithmetic: sum, then / N; bitwise the same result, no copy, no
+thread hand-off: on 2 cores each cost about a millisecond per bucket). Drop the DDP model before
+``destroy_process_group`` (``del ddp``; :func:`real_backend.dist.shutdown` collects garbage first): futures
+chained on gloo's work keep Python-owned tensors, and freeing them at interpreter exit aborts the process
+(about 1 run in 5 here; pytorch/pytorch#179291).
 
 **Rank agreement.** Adaptive strategies decide from measured times; each rank's clock differs, and two
 ranks choosing different schemes or ratios would issue mismatched collectives and hang. The
@@ -48,6 +55,7 @@ strategies), flushed at once, so a crash loses nothing already logged.
 """
 
 import math
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -65,7 +73,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import (
 )
 
 from flexcomm.compression import Compressor, TorchDistCommunicator, make_compressor
-from flexcomm.compression.comm import CollectiveRecord, PendingAllreduce
+from flexcomm.compression.comm import CollectiveRecord, PendingAllreduce, dtype_name
 from flexcomm.compression.flexible import FlexibleCompressor
 from flexcomm.compression.moo import MOOConfig, RatioController
 from flexcomm.compression.network_estimate import timed_records
@@ -232,6 +240,7 @@ class HookState:
     current: StepSummary = field(default_factory=lambda: StepSummary(0))
     finished: list[StepSummary] = field(default_factory=list)
     engine: CommThread | None = None  #: the ordered communication thread (None: exchanges block the hook)
+    chained: "ChainedIteration | None" = None  #: dense's in-flight buckets (chained_dense_hook)
 
     def take_steps(self) -> list[StepSummary]:
         """Summaries of the iterations finished since the last call (the trainer calls it after a step)."""
@@ -359,6 +368,44 @@ def _exchange_bucket(state: HookState, buffer: torch.Tensor, key: int, last: boo
             _moo_end_iteration(state)
         state.end_iteration()
     return aggregate if aggregate.dtype == buffer.dtype else aggregate.to(buffer.dtype)
+
+
+@dataclass
+class ChainedIteration:
+    """Buckets of the iteration in flight on :func:`chained_dense_hook`: gloo may finish them out of order on
+    its worker threads, so the iteration ends when the last bucket is issued and none is still pending."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: int = 0
+    last_issued: bool = False
+
+
+def chained_dense_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """``dense``, overlapping: the bucket allreduced in place, divided by N and logged in the callback."""
+    assert state.comm is not None and state.chained is not None
+    buffer, key, chained = bucket.buffer(), bucket.index(), state.chained
+    with chained.lock:
+        chained.pending += 1
+        chained.last_issued = bucket.is_last()
+    start = time.perf_counter()
+    future = dist.all_reduce(buffer, group=state.group, async_op=True).get_future()
+
+    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        total = fut.value()[0].div_(state.world_size)
+        _sync(total)
+        seconds = time.perf_counter() - start
+        record = CollectiveRecord("allreduce", state.comm.algorithms["allreduce"],
+                                  buffer.numel() * buffer.element_size(), dtype_name(buffer.dtype), "payload", seconds)
+        with chained.lock:
+            state.record(key, buffer.numel(), "dense", None, buffer.numel(), [record], seconds, seconds, (0.0, 0.0),
+                         1.0, {})
+            chained.pending -= 1
+            if chained.last_issued and chained.pending == 0:
+                chained.last_issued = False
+                state.end_iteration()
+        return total
+
+    return future.then(done)
 
 
 def timed_powersgd_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -569,6 +616,11 @@ def register(
         return state
     if strategy == "moo":
         state.moo = MOOState(RatioController(moo_cfg))
+    if overlap and strategy == "dense":
+        state.engine = None
+        state.chained = ChainedIteration()
+        ddp_model.register_comm_hook(state, chained_dense_hook)
+        return state
     ddp_model.register_comm_hook(state, compression_hook)
     return state
 

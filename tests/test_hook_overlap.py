@@ -15,7 +15,7 @@ from flexcomm.real_backend.comm_thread import CommThread
 from flexcomm.real_backend.launch import launch
 
 WORKER = """
-    import json, sys, time
+    import gc, json, sys, time
     import torch, torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from flexcomm.real_backend.dist import init_from_env, shutdown
@@ -29,8 +29,18 @@ WORKER = """
             model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
             ddp = DDP(model, bucket_cap_mb=0.3)  # several buckets
             ratio = 0.25 if strategy in ("topk-ag", "topk-ar", "flexible") else None
-            state = hooks.register(ddp, strategy, ratio, cost_model=hooks.default_cost_model(), overlap=overlap)
             pending = []
+            chained = hooks.chained_dense_hook
+            if overlap and strategy == "dense":  # dense chains futures without the thread: spy on its hook
+
+                def spy_hook(state, bucket, chained=chained):
+                    future = chained(state, bucket)
+                    pending.append(future.done())
+                    return future
+
+                hooks.chained_dense_hook = spy_hook
+            state = hooks.register(ddp, strategy, ratio, cost_model=hooks.default_cost_model(), overlap=overlap)
+            hooks.chained_dense_hook = chained
             if overlap and state.engine is not None:
                 submit = state.engine.submit
 
@@ -50,9 +60,13 @@ WORKER = """
                 loss.backward()
                 opt.step()
                 losses.append(repr(float(loss)))
+            steps = state.take_steps()
             state.close()
+            del ddp, model, opt  # before the group goes: see hooks.chained_dense_hook
+            gc.collect()
             out[f"{strategy}/{overlap}"] = {"losses": losses, "not_done_at_return": sum(not d for d in pending),
-                                             "hooks": len(pending)}
+                                             "hooks": len(pending), "steps": len(steps),
+                                             "buckets": [s.buckets for s in steps]}
     open(sys.argv[1] + f"/rank{info.rank}.json", "w").write(json.dumps(out))
     shutdown()
 """
@@ -72,6 +86,8 @@ def test_overlapping_hooks_return_at_once_and_equal_the_blocking_ones(tmp_path: 
             assert overlapped["losses"] == blocking["losses"], strategy  # the same exchanges, bitwise
             assert overlapped["hooks"] > 4 * 2  # several buckets per step
             assert overlapped["not_done_at_return"] > 0, strategy  # returned before the bytes moved
+            assert overlapped["steps"] == blocking["steps"] == 4, strategy  # every iteration summarised once
+            assert overlapped["buckets"] == blocking["buckets"], strategy
 
 
 def test_an_exchange_error_reaches_the_caller_through_the_future() -> None:
