@@ -177,3 +177,14 @@ def test_pareto_cli_marks_dominated_points_and_the_chosen_one(tmp_path: Path,
     pd.testing.assert_frame_equal(candidates, pd.read_csv(tmp_path / "b" / "candidates.csv"))
     assert main(["pareto", "--rule", "elbow", "--out", str(tmp_path / "c")]) == 2
     assert "rule" in capsys.readouterr().err
+
+
+def test_a_resumed_reproduction_says_which_runs_it_read_back(tmp_path: Path) -> None:
+    """The note's time covers only what this invocation ran: reused runs are counted, not timed."""
+    settings = Tiny(progress=False, runs_dir=tmp_path / "runs")
+    run_reproductions(["adaptation"], tmp_path, settings)
+    first = (tmp_path / "adaptation.md").read_text()
+    assert "read back" not in first
+    run_reproductions(["adaptation"], tmp_path, Tiny(progress=False, runs_dir=tmp_path / "runs"))
+    runs = len(list((tmp_path / "runs").glob("*.csv")))
+    assert f"({runs} of its {runs} emulated runs read back from `runs/`" in (tmp_path / "adaptation.md").read_text()

@@ -69,10 +69,11 @@ def run_reproductions(ids: Sequence[str], out: str | Path, settings: Settings | 
         for repro in chosen:
             if bar is not None:
                 bar.set_postfix_str(repro.id)
-            started = time.perf_counter()
+            started, counts = time.perf_counter(), list(settings.run_counts)
             outcome = repro.run(settings, outdir)
             seconds = time.perf_counter() - started
-            note = write_outcome(repro, outcome, outdir, settings, seconds)
+            reused = (settings.run_counts[0] - counts[0], settings.run_counts[1] - counts[1])
+            note = write_outcome(repro, outcome, outdir, settings, seconds, reused)
             results[repro.id] = outcome
             figures = ", ".join(f"[{p.name}]({p.name})" for p in outcome.figures)
             index[repro.number] = (f"| {repro.number} | [{repro.title}]({note.name}) | {repro.engine} | "

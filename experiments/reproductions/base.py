@@ -39,6 +39,8 @@ class Settings:
     jobs: int = 1
     runs_dir: Path | None = None
     reuse_runs: bool = True
+    #: [runs read back from ``runs_dir``, runs asked for] so far: a note's time excludes the reused runs' time
+    run_counts: list[int] = field(default_factory=lambda: [0, 0], compare=False)
 
     def steps(self, small: int, full: int) -> int:
         return full if self.full else small
@@ -55,8 +57,11 @@ class Settings:
     def emulate(self, configs: Sequence[EmulationConfig], desc: str) -> list[pd.DataFrame]:
         """The per-step frames of independent emulated runs, on ``jobs`` processes, each kept in
         ``runs_dir`` as it finishes (an interrupted study resumes from them)."""
-        from flexcomm.emulation.batch import run_configs
+        from flexcomm.emulation.batch import config_key, run_configs
 
+        if self.reuse_runs and self.runs_dir is not None:
+            self.run_counts[0] += sum((self.runs_dir / f"{config_key(c)}.csv").exists() for c in configs)
+        self.run_counts[1] += len(configs)
         bar = None
         if self.progress:
             from tqdm import tqdm
@@ -92,8 +97,15 @@ class Reproduction:
     engine: str  #: "cost model", "simulator", "emulated training" (what produced the numbers)
 
 
-def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Settings, seconds: float) -> Path:
-    """``<id>.csv`` (+ extra tables), and ``<id>.md``: the note with our findings beside the literature."""
+def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Settings, seconds: float,
+                  reused: tuple[int, int] = (0, 0)) -> Path:
+    """``<id>.csv`` (+ extra tables), and ``<id>.md``: the note with our findings beside the literature.
+
+    ``reused``: (runs read back from an earlier invocation, emulated runs in all); their time is not in
+    ``seconds``, and the note says so."""
+    took = f"took {seconds:.1f} s"
+    if reused[0]:
+        took += f" ({reused[0]} of its {reused[1]} emulated runs read back from `runs/`, their time not included)"
     write_csv_atomic(outcome.table, out / f"{repro.id}.csv")
     for name, table in outcome.extra_tables.items():
         write_csv_atomic(table, out / f"{repro.id}_{name}.csv")
@@ -101,7 +113,7 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
         f"# {repro.number}. {repro.title}",
         "",
         f"Engine: {repro.engine}. Settings: {'full' if settings.full else 'small (default)'}, seed {settings.seed}; "
-        f"took {seconds:.1f} s.",
+        f"{took}.",
         f"Rerun: `flexcomm reproduce {repro.id}{' --full' if settings.full else ''} --seed {settings.seed}`.",
         "",
         "## What the literature reports",
