@@ -207,7 +207,7 @@ def test_overrides_are_refused_on_explicit_fabrics() -> None:
 
 @pytest.mark.parametrize("name", [*EMBEDDED, "16x8-h100-2to1"])
 def test_every_embedded_topology_renders(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / f"{name}.png"
+    out = tmp_path / f"topo_{name}.png"  # docs/figures.md: topo_<name>.png
     assert main(["clusters", name, "--draw", str(out)]) == 0
     assert out.stat().st_size > 10_000 and "cables" in capsys.readouterr().out
 
