@@ -604,11 +604,15 @@ def register(
     state = HookState(strategy, compressor, comm, cost_model, log, rank, world, group)
     if strategy == "builtin":
         return state
+    if overlap and strategy == "dense":  # one collective per bucket: chained on gloo's future, no thread
+        state.chained = ChainedIteration()
+        ddp_model.register_comm_hook(state, chained_dense_hook)
+        return state
+    if strategy == "powersgd" and powersgd_start_iter <= 1:
+        raise InputError("powersgd_start_iter", powersgd_start_iter, "> 1 (torch's rule with error feedback)")
     if overlap:
         state.engine = CommThread(f"flexcomm-{strategy}-rank{rank}")
     if strategy == "powersgd":
-        if powersgd_start_iter <= 1:
-            raise InputError("powersgd_start_iter", powersgd_start_iter, "> 1 (torch's rule with error feedback)")
         state.powersgd = PowerSGDState(process_group=group, matrix_approximation_rank=powersgd_rank,
                                        start_powerSGD_iter=powersgd_start_iter, use_error_feedback=True,
                                        warm_start=True, random_seed=0)
@@ -616,11 +620,6 @@ def register(
         return state
     if strategy == "moo":
         state.moo = MOOState(RatioController(moo_cfg))
-    if overlap and strategy == "dense":
-        state.engine = None
-        state.chained = ChainedIteration()
-        ddp_model.register_comm_hook(state, chained_dense_hook)
-        return state
     ddp_model.register_comm_hook(state, compression_hook)
     return state
 
