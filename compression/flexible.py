@@ -224,12 +224,17 @@ class FlexibleCompressor(Compressor):
         """Change the fraction of elements kept (the ratio controller calls this)."""
         self.ratio = check_ratio(ratio, True, self.name)
 
+    def _estimator_for(self, world_size: int) -> NetworkEstimator:
+        """The online estimator, built from the cost model on first use when none was given."""
+        if self.estimator is None:
+            assert self.cost_model is not None
+            self.estimator = NetworkEstimator.from_cost_model(self.cost_model, world_size)
+        return self.estimator
+
     def predictor(self, comm: Communicator) -> SchemePredictor:
         """The shared predictor, built on first use from the communicator's algorithm hints."""
         if self._predictor is None:
-            if self.estimator is None:
-                assert self.cost_model is not None
-                self.estimator = NetworkEstimator.from_cost_model(self.cost_model, comm.world_size)
+            self._estimator_for(comm.world_size)
             algorithms = SchemeAlgorithms(allreduce=comm.algorithms["allreduce"],
                                           allgather=comm.algorithms["allgather"],
                                           broadcast=comm.algorithms["broadcast"], index_owner=self.owner)
@@ -324,11 +329,7 @@ class FlexibleCompressor(Compressor):
         records = timed_records(stats)
         if len(records) != len(seconds):
             raise InputError("seconds", len(seconds), f"one time per timed record ({len(records)})")
-        assert self.estimator is not None or self.cost_model is not None
-        if self.estimator is None:
-            assert self.cost_model is not None
-            self.estimator = NetworkEstimator.from_cost_model(self.cost_model, stats.world_size)
-        self.estimator.observe_records(records, seconds, stats.world_size, self.price_scale)
+        self._estimator_for(stats.world_size).observe_records(records, seconds, stats.world_size, self.price_scale)
         if log:
             payload = sum(t for r, t in zip(records, seconds, strict=True) if r.purpose == "payload")
             for entry in reversed(self.decisions):
@@ -395,11 +396,7 @@ class FlexibleCompressor(Compressor):
     def _fold(self, agreed: Tensor, covered: list[tuple[StepStats, int]]) -> None:
         values = agreed.tolist()
         offset = 0
-        assert self.estimator is not None or self.cost_model is not None
-        if self.estimator is None:
-            assert self.cost_model is not None
-            self.estimator = NetworkEstimator.from_cost_model(self.cost_model, covered[0][0].world_size)
-        with self.estimator.deferred():  # one refit for the whole agreement
+        with self._estimator_for(covered[0][0].world_size).deferred():  # one refit for the whole agreement
             for stats, count in covered:
                 self.observe(stats, values[offset:offset + count])
                 offset += count

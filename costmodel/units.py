@@ -149,6 +149,13 @@ def format_duration(seconds: float, sep: str = " ") -> str:
     return f"{seconds:.3g}{sep}s"
 
 
+def format_percent(fraction: Any) -> str:
+    """``0.123`` -> ``12.3 %``; ``-`` for a missing or non-finite value (a table cell with nothing measured)."""
+    if isinstance(fraction, (int, float)) and math.isfinite(fraction):
+        return f"{100 * float(fraction):.1f} %"
+    return "-"
+
+
 def format_bandwidth(bytes_per_second: float) -> str:
     """Bytes/s -> ``10Gbit/s`` (network people think in bits)."""
     bits = bytes_per_second * 8.0

@@ -33,7 +33,14 @@ import sys
 import time
 from pathlib import Path
 
-from flexcomm.real_backend.netns import BRIDGE_PORT_IF, TestbedError, run_command, state_path
+from flexcomm.real_backend.netns import (
+    BRIDGE_PORT_IF,
+    TestbedError,
+    process_alive,
+    run_command,
+    state_path,
+    stop_process,
+)
 
 TUNSETIFF = 0x400454CA
 TUNSETOFFLOAD = 0x400454D0
@@ -111,16 +118,6 @@ def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5, wake
                 os.write(fd, packet)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run inside the middle namespace (``ip netns exec NS python -m flexcomm.real_backend.delayline ...``)."""
     parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.delayline")
@@ -155,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def should_stop() -> bool:
         return bool(stopping) or (state is not None and not state.exists()) or (
-            args.owner_pid is not None and not _alive(args.owner_pid))
+            args.owner_pid is not None and not process_alive(args.owner_pid))
 
     try:
         relay(fd, args.delay, should_stop, wake_fd=wake_r, new_delay=new_delay)
@@ -250,12 +247,7 @@ _STARTED: dict[int, subprocess.Popen] = {}
 
 def stop_delay_line(pid: int) -> None:
     """SIGKILL the delay line ``pid`` (it holds nothing that needs a graceful stop) and reap it if ours."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-    proc = _STARTED.pop(pid, None)
-    if proc is not None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5.0)
+    stop_process(pid, _STARTED)
 
 
 if __name__ == "__main__":

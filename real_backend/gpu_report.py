@@ -19,13 +19,11 @@ from typing import Any
 
 import pandas as pd
 
+from flexcomm.costmodel.units import format_percent
+
 
 def _ms(seconds: Any) -> str:
     return f"{1e3 * float(seconds):.2f} ms" if isinstance(seconds, (int, float)) and math.isfinite(seconds) else "-"
-
-
-def _pct(value: Any) -> str:
-    return f"{100 * float(value):.1f} %" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
 
 def collectives_section(folder: Path) -> list[str]:
@@ -53,8 +51,9 @@ def validation_section(folder: Path) -> list[str]:
         except (OSError, ValueError, KeyError):
             lines.append(f"| {report.stem} | unreadable | - | - |")
             continue
+        median, worst = (format_percent(summary.get(k)) for k in ("median_abs_error", "worst_abs_error"))
         lines.append(f"| {report.name.removesuffix('.validation.json')} | {summary.get('rows_at_least_1MiB', '-')} | "
-                     f"{_pct(summary.get('median_abs_error'))} | {_pct(summary.get('worst_abs_error'))} |")
+                     f"{median} | {worst} |")
     return lines
 
 

@@ -1,4 +1,5 @@
-"""What the testbed and its delay line share: interface names, the state files, and running ``ip``/``tc``.
+"""What the testbed and its helper processes share: interface names, the state files, running ``ip``/``tc``,
+and starting/stopping the small processes that live with a testbed (delay line, trace supervisor).
 
 Why a module of its own: :mod:`real_backend.testbed` starts the delay line and :mod:`real_backend.delayline`
 wires itself into the testbed's namespaces; with these pieces here neither imports the other's internals.
@@ -6,8 +7,11 @@ wires itself into the testbed's namespaces; with these pieces here neither impor
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,3 +39,37 @@ def run_command(argv: Sequence[str], check: bool = True) -> subprocess.Completed
 
 def state_path(testbed_id: str) -> Path:
     return state_dir() / f"testbed-{testbed_id}.json"
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` exists (a process of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_process(pid: int, started: dict[int, subprocess.Popen], grace_s: float = 0.0) -> None:
+    """End ``pid``: SIGTERM and SIGKILL after ``grace_s`` (0: SIGKILL at once), and reap it if this process
+    started it (``started``, the caller's own pid -> Popen table), so no zombie is left behind."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+    proc = started.pop(pid, None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=grace_s if grace_s > 0 else 5.0)
+            return
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        return
+    deadline = time.monotonic() + grace_s
+    while grace_s > 0 and process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if grace_s > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)

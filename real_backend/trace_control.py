@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
-from flexcomm.real_backend.netns import TestbedError, state_path
+from flexcomm.real_backend.netns import TestbedError, state_path, stop_process
 
 POLL_S = 0.01
 ACK_TIMEOUT_S = 15.0
@@ -42,16 +40,6 @@ def request_start(testbed_id: str, token: str, timeout_s: float = ACK_TIMEOUT_S)
         time.sleep(POLL_S)
     raise TestbedError(f"the trace supervisor of testbed {testbed_id} did not start run {token!r} within "
                        f"{timeout_s:g} s (is it running? see `flexcomm testbed status`)")
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def start_supervisor(testbed, trace, *, repeat: bool = False, owner_pid: int | None = None,
@@ -91,27 +79,8 @@ _STARTED: dict[int, subprocess.Popen] = {}
 
 
 def stop_supervisor(pid: int) -> None:
-    """Stop supervisor ``pid`` (SIGTERM, then SIGKILL) and reap it if this process started it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGTERM)
-    proc = _STARTED.pop(pid, None)
-    if proc is not None:
-        try:
-            proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5.0)
-    else:
-        deadline = time.monotonic() + 2.0
-        while process_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def remove_files(testbed_id: str) -> None:
-    for kind in ("csv", "start", "ack", "log"):
-        trace_file(testbed_id, kind).unlink(missing_ok=True)
+    """Stop supervisor ``pid`` (SIGTERM, SIGKILL after 2 s) and reap it if this process started it."""
+    stop_process(pid, _STARTED, grace_s=2.0)
 
 
 def read_log(testbed_id: str) -> list[dict]:

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
-from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, state_path
-from flexcomm.real_backend.trace_control import POLL_S, process_alive, trace_file
+from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, process_alive, state_path
+from flexcomm.real_backend.trace_control import POLL_S, trace_file
 
 
 def tbf_command(device: str, rate_Bps: float) -> str:

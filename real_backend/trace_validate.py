@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_bandwidth, parse_bandwidth, parse_time
+from flexcomm.costmodel.units import format_bandwidth, format_percent, parse_bandwidth, parse_time
 
 DEFAULT_STRATEGIES = "topk-ag,topk-ar,flexible,moo"
 CALIBRATION_COLLECTIVES = ("allreduce", "allgather", "broadcast")
@@ -293,10 +293,6 @@ def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: l
     return out
 
 
-def _pct(value: Any) -> str:
-    return f"{100 * value:.1f} %" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
-
-
 def markdown(summary: dict[str, Any]) -> str:
     """errors.md: one table of the errors, one of the decisions, the lag, the comparison."""
     lines = [f"# Validation under a changing network: {summary.get('trace', '?')} on {summary.get('ranks', '?')} "
@@ -310,12 +306,12 @@ def markdown(summary: dict[str, Any]) -> str:
         o, c = entry.get("open", {}), entry.get("closed", {})
         agree = "-"
         if "decision_agreement" in o:
-            agree = f"{_pct(o['decision_agreement'])} / {_pct(c.get('decision_agreement'))}"
+            agree = f"{format_percent(o['decision_agreement'])} / {format_percent(c.get('decision_agreement'))}"
             if "ratio_within_one_step" in o:
-                agree += f"; ratio within one step {_pct(o['ratio_within_one_step'])}"
-        lines.append(f"| {label} | {o.get('steps', 0)} | {_pct(o.get('median_abs_error'))} | "
-                     f"{_pct(o.get('worst_abs_error'))} | {_pct(c.get('median_abs_error'))} | "
-                     f"{_pct(c.get('total_error'))} | {agree} |")
+                agree += f"; ratio within one step {format_percent(o['ratio_within_one_step'])}"
+        lines.append(f"| {label} | {o.get('steps', 0)} | {format_percent(o.get('median_abs_error'))} | "
+                     f"{format_percent(o.get('worst_abs_error'))} | {format_percent(c.get('median_abs_error'))} | "
+                     f"{format_percent(c.get('total_error'))} | {agree} |")
     lines += ["", f"Goals: decisions agree >= {GOAL_AGREEMENT:.0%}, per-step error <= {GOAL_MEDIAN:.0%} median and "
               f"<= {GOAL_WORST:.0%} worst (steps from {WARMUP_STEPS} on)."]
     strategies = summary.get("strategies", {})
@@ -329,7 +325,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 p = entry.get("open", {}).get("by_phase", {}).get(phase) or entry.get("open", {}).get(
                     "by_phase", {}).get(str(phase))
                 cells.append("-" if not p else f"{1e3 * p['measured_mean_step_s']:.0f} / "
-                             f"{1e3 * p['predicted_mean_step_s']:.0f} ms ({_pct(p['median_abs_error'])}, "
+                             f"{1e3 * p['predicted_mean_step_s']:.0f} ms ({format_percent(p['median_abs_error'])}, "
                              f"{p['steps']} steps)")
             lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     compared = [(label, e) for label, e in strategies.items() if "vs_static" in e]
@@ -338,8 +334,8 @@ def markdown(summary: dict[str, Any]) -> str:
                   "(the trace's phases divided by each one's mean step: steps the trace allows), measured on "
                   "real ranks and simulated:", ""]
         for label, entry in compared:
-            real = ", ".join(f"{_pct(v)} vs {k}" for k, v in entry["vs_static"].items())
-            sim = ", ".join(f"{_pct(v)} vs {k}" for k, v in entry["vs_static_simulated"].items())
+            real = ", ".join(f"{format_percent(v)} vs {k}" for k, v in entry["vs_static"].items())
+            sim = ", ".join(f"{format_percent(v)} vs {k}" for k, v in entry["vs_static_simulated"].items())
             verdict = "faster than every static scheme" if entry["beats_every_static"] else \
                 "not faster than every static scheme"
             lines.append(f"- {label}: {real} measured ({verdict}); {sim} simulated")
@@ -409,12 +405,13 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for label, entry in summary.get("strategies", {}).items():
         o, c = entry.get("open", {}), entry.get("closed", {})
-        text = (f"{label:<10} {o.get('steps', 0):>5} steps  per-step error median {_pct(o.get('median_abs_error'))} "
-                f"worst {_pct(o.get('worst_abs_error'))}  total {_pct(c.get('total_error'))}")
+        text = (f"{label:<10} {o.get('steps', 0):>5} steps  per-step error median "
+                f"{format_percent(o.get('median_abs_error'))} worst {format_percent(o.get('worst_abs_error'))}  "
+                f"total {format_percent(c.get('total_error'))}")
         if "decision_agreement" in o:
-            text += f"  decisions agree {_pct(o['decision_agreement'])}"
+            text += f"  decisions agree {format_percent(o['decision_agreement'])}"
         if "ratio_within_one_step" in o:
-            text += f"  ratio within one step {_pct(o['ratio_within_one_step'])}"
+            text += f"  ratio within one step {format_percent(o['ratio_within_one_step'])}"
         lines.append(text)
     lag = summary.get("lag", {})
     lines.append(f"trace lag: median {1e3 * lag.get('median_s', math.nan):.1f} ms, "

@@ -94,12 +94,7 @@ def run_network_trace(args: argparse.Namespace, started: float) -> int:
                                           workload=args.workload, hidden=args.hidden or None,
                                           duration=args.trace_duration, max_bandwidth=args.trace_max_bandwidth,
                                           timeout_s=timeout)
-    for line in summary_lines(result.summary):
-        print(line)
-    print_written(result.folder, started)
-    for failure in result.failures:
-        print(f"failed: {failure}")
-    return 1 if result.failures else 0
+    return _report(summary_lines(result.summary), result.folder, result.failures, started)
 
 
 def run_log(args: argparse.Namespace) -> int:
@@ -188,9 +183,14 @@ def run(args: argparse.Namespace) -> int:
                                 ratio=args.ratio, steps=args.steps,
                                 workload=args.workload, hidden=args.hidden or None, loopback=not args.no_loopback,
                                 ddp=not args.no_ddp, timeout_s=timeout)
-    for line in summary_lines(result.summary):
+    return _report(summary_lines(result.summary), result.out, result.failures, started)
+
+
+def _report(lines: list[str], folder: str | Path, failures: list[str], started: float) -> int:
+    """A validation's summary lines, the files it wrote and its failed runs; exit 1 when any run failed."""
+    for line in lines:
         print(line)
-    print_written(result.out, started)
-    for failure in result.failures:
+    print_written(folder, started)
+    for failure in failures:
         print(f"failed: {failure}")
-    return 1 if result.failures else 0
+    return 1 if failures else 0
