@@ -563,6 +563,11 @@ def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Line width and smallest diameter (points) of the hollow markers of ``predicted_vs_measured.png``.
+RING_WIDTH_PT = 1.6
+RING_MIN_PT = 4.0
+
+
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition."""
     from flexcomm.costmodel.plotting import use_file_backend
@@ -586,11 +591,13 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             ok = group[np.isfinite(group[f"predicted_{kind}_s"]) & (group[f"predicted_{kind}_s"] > 0)]
             if ok.empty:
                 continue
-            # collectives gloo runs alike (reduce-scatter is an allreduce) land on the same points: hollow
-            # markers, the earlier ones in the list drawn larger, so a point of each shows as a ring around a ring
-            size = 110.0 / (1 + collectives.index(collective))
+            # collectives gloo runs alike (reduce-scatter is an allreduce; with 2 ranks a broadcast costs the
+            # same) land on the same points: hollow markers, the earlier ones in the list drawn larger, each
+            # ring's radius above the next one's by more than the line width, so every ring shows around the others
+            rank = len(collectives) - 1 - collectives.index(collective)
+            size = (RING_MIN_PT + 2.2 * RING_WIDTH_PT * rank) ** 2
             ax.scatter(ok["measured_s"], ok[f"predicted_{kind}_s"], facecolors="none", edgecolors=[colours[collective]],
-                       marker=markers.get(condition, "o"), s=size, linewidths=1.6,
+                       marker=markers.get(condition, "o"), s=size, linewidths=RING_WIDTH_PT,
                        zorder=2 + collectives.index(collective), label=f"{collective}, {condition}")
         ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
         ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.2,

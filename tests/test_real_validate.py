@@ -161,3 +161,17 @@ def test_gpu_report_pastes_what_the_check_wrote_and_says_what_is_missing(tmp_pat
     assert "Top-k on the GPU: not measured (no topk.json)." in text
     assert "no validation" in text
     assert gpu_report([str(tmp_path / "absent")]) == 2
+
+
+def test_collectives_that_cost_the_same_all_show_in_the_figure(
+        tmp_path: Path, every_saved_figure_reads_at_a_glance: dict[str, list[str]]) -> None:
+    """gloo's reduce-scatter is an allreduce, and with 2 ranks a broadcast costs what both do: their points
+    coincide, and each collective's ring must still show around the smaller ones (it once hid one)."""
+    from flexcomm.real_backend.validate import plot
+
+    rows = [{"collective": c, "condition": cond, "measured_s": t / speed, "predicted_model_s": 1.05 * t / speed,
+             "predicted_sim_s": 0.97 * t / speed}
+            for c in ("allgather", "allreduce", "broadcast", "reduce-scatter")
+            for cond, speed in (("100Mbit/s", 1.0), ("1Gbit/s", 10.0)) for t in (0.1, 0.2)]
+    plot(pd.DataFrame(rows), tmp_path / "predicted_vs_measured.png")
+    assert every_saved_figure_reads_at_a_glance["predicted_vs_measured.png"] == []
