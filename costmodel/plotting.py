@@ -33,18 +33,133 @@ def strategy_style(name: str, markers: bool = True) -> dict[str, Any]:
 
 
 def readable_log_axis(ax: Any, which: str = "x") -> None:
-    """Label a log axis however few decades it spans: 1-2-5 ticks within three decades, powers beyond."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+    """Label a log axis however few decades it spans and however short it is drawn.
+
+    The ticks are chosen when the figure is drawn (:class:`FittingLogLocator`), from the axis' length on the
+    canvas and its labels' font: 1-2-5 ticks while they fit, then one per decade, then every k-th decade, and
+    round linear steps within one decade. Choosing them when the axis is set up (from the data alone) let a
+    short panel of measured data get more labels than fit, so they overlapped for some data and not others."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     axis = ax.xaxis if which == "x" else ax.yaxis
-    low, high = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
-    decades = math.log10(high / low) if low > 0 and high > 0 else 0.0
-    if decades < 1:  # less than a decade: evenly spaced round numbers, as on a linear axis
-        axis.set_major_locator(MaxNLocator(nbins=5))
-    else:
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,), numticks=12))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:.3g}"))
+    axis.set_major_locator(FittingLogLocator(which))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: plain_number(value)))
     axis.set_minor_formatter(NullFormatter())
+
+
+def plain_number(value: float) -> str:
+    """A tick label in plain decimals (3 significant digits) from 1e-4 to 1e6, powers of ten beyond: never
+    "1e+03" beside "500" on the same axis."""
+    import numpy as np
+
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    if 1e-4 <= abs(value) < 1e6:
+        return np.format_float_positional(value, precision=3, fractional=False, trim="-")
+    exponent = math.floor(math.log10(abs(value)) + 1e-9)
+    mantissa = value / 10 ** exponent
+    if abs(mantissa - round(mantissa)) < 1e-6 and round(abs(mantissa)) == 1:
+        return f"$10^{{{exponent}}}$" if mantissa > 0 else f"$-10^{{{exponent}}}$"
+    return f"${mantissa:.2g}\\times10^{{{exponent}}}$"
+
+
+def _round_inside(lo: float, hi: float) -> float:
+    """The roundest number (fewest significant digits) near the geometric middle of [lo, hi] and inside it."""
+    middle = math.sqrt(lo * hi)
+    for digits in range(1, 8):
+        value = float(f"{middle:.{digits}g}")
+        if lo <= value <= hi:
+            return value
+    return middle
+
+
+def FittingLogLocator(which: str) -> Any:  # noqa: N802 (a class made on first use: matplotlib loads lazily)
+    """A :class:`_FittingLogLocator` for the ``which`` axis (matplotlib imported only when a figure is drawn)."""
+    global _FITTING_CLASS
+    if _FITTING_CLASS is None:
+        from matplotlib.ticker import LogLocator  # its nonsingular/view_limits keep log limits positive
+
+        _FITTING_CLASS = type("FittingLogLocator", (_FittingLogLocator, LogLocator), {})
+    return _FITTING_CLASS(which)
+
+
+_FITTING_CLASS: Any = None
+
+
+class _FittingLogLocator:
+    """Log-axis ticks whose labels fit the axis as drawn: the densest of 1-2-5 per decade, 1 per decade, one
+    every k decades (or round linear steps inside one decade) whose neighbouring labels do not touch."""
+
+    #: free space between two labels, in label font sizes (y: stacked lines; x: beside each other)
+    GAP_Y_EM = 1.35
+    GAP_X_EM = 0.6
+    CHAR_EM = 0.62  # a digit's width in font sizes (DejaVu Sans: 0.636)
+
+    def __init__(self, which: str) -> None:
+        super().__init__(base=10.0)  # type: ignore[call-arg]
+        self.which = which
+
+    def __call__(self) -> list[float]:
+        vmin, vmax = self.axis.get_view_interval()
+        return self.tick_values(vmin, vmax)
+
+    def _length_px_and_font_px(self) -> tuple[float, float]:
+        axes = self.axis.axes
+        length = axes.bbox.height if self.which == "y" else axes.bbox.width
+        ticks = self.axis.get_major_ticks(1)
+        size_pt = ticks[0].label1.get_fontsize() if ticks else 10.0
+        return float(length), float(size_pt) * axes.figure.dpi / 72.0
+
+    def _fits(self, values: list[float], lo: float, hi: float, length: float, font: float) -> bool:
+        inside = [v for v in values if lo <= v <= hi]
+        if len(inside) < 2:
+            return True
+        span = math.log10(hi) - math.log10(lo)
+        positions = [length * (math.log10(v) - math.log10(lo)) / span for v in inside]
+        for i in range(1, len(inside)):
+            gap = positions[i] - positions[i - 1]
+            if self.which == "y":
+                need = self.GAP_Y_EM * font
+            else:
+                widths = [len(plain_number(v).strip("$")) * self.CHAR_EM * font for v in inside[i - 1:i + 1]]
+                need = (widths[0] + widths[1]) / 2 + self.GAP_X_EM * font
+            if gap < need:
+                return False
+        return True
+
+    def tick_values(self, vmin: float, vmax: float) -> list[float]:
+        """Only ticks inside the view: a label outside it is never drawn, so it cannot be checked either."""
+        lo, hi = sorted((float(vmin), float(vmax)))
+        return [v for v in self._candidates(lo, hi) if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)]
+
+    def _candidates(self, lo: float, hi: float) -> list[float]:
+        from matplotlib.ticker import MaxNLocator
+
+        if not (lo > 0 and math.isfinite(hi) and hi > lo):
+            return []
+        try:
+            length, font = self._length_px_and_font_px()
+        except (AttributeError, IndexError):
+            length, font = 300.0, 10.0
+        decades = math.log10(hi / lo)
+        middle = _round_inside(lo, hi)  # one label inside the view, if nothing else fits
+        if decades < 1:
+            for nbins in (5, 4, 3, 2, 1):
+                values = [float(v) for v in MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+                          if v > 0]
+                if any(lo <= v <= hi for v in values) and self._fits(values, lo, hi, length, font):
+                    return values
+            return [middle]
+        first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        candidates = [[m * 10.0 ** e for e in range(first, last + 1) for m in (1, 2, 5)]]
+        for every in range(1, last - first + 2):
+            start = first - (first % every)
+            candidates.append([10.0 ** e for e in range(start, last + 1, every)])
+        for values in candidates:
+            inside = [v for v in values if lo <= v <= hi]
+            if inside and self._fits(values, lo, hi, length, font):
+                return values
+        return [middle]
 
 
 def use_file_backend() -> None:
