@@ -151,7 +151,13 @@ _FORMS: dict[str, str] = {
     "gpu_fabric": "a mapping such as {compute_capability: 90, intra: nvswitch, nvlinks_per_gpu: 18, "
     "pcie: gen5x16, nvls: true}",
     "compute_capability": "the GPU's compute capability as an integer, e.g. 80 (A100), 90 (H100), 100 (B200)",
-    "intra": "one of 'nvswitch', 'nvlink-mesh', 'pcie'",
+    "intra": "one of 'nvswitch', 'nvlink-mesh', 'pcie', 'xgmi'",
+    "gcn_arch": "one of 'gfx90a', 'gfx942', 'gfx950' (the AMD GPU RCCL runs on)",
+    "xgmi_links_per_gpu": "xGMI links per GPU, an integer 0-16 (MI300X: 7)",
+    "nccl_version": "an NCCL release from 2.19 to 2.30, e.g. 2.20.3 or 2.28",
+    "network": "one of 'infiniband', 'roce', 'efa', 'slingshot', 'tcp'",
+    "net_plugin_latency": "a time such as 75us (what the NCCL net plugin reports to the tuner)",
+    "pcie_p2p": "true or false (GPU peer-to-peer over PCIe)",
     "nvlinks_per_gpu": "NVLinks per GPU, an integer 0-18 (A100: 12, H100: 18)",
     "pcie": _PCIE_FORM,
     "nic_pcie": _PCIE_FORM,
@@ -694,14 +700,20 @@ def pcie_GBps(spec: str) -> float:
 class GpuFabric(_Model):
     """What NCCL's topology detection would find inside a node: GPU generation, NVLink, PCIe, CPU.
 
-    Only the NCCL-grade model (:mod:`costmodel.nccl_topology`) reads it; the alpha-beta formulas keep
+    Only the NCCL-grade model (:mod:`costmodel.collective_libraries.topology`) reads it; the alpha-beta formulas keep
     using ``intra_link``. NIC count and speed come from ``nics_per_node`` and ``inter_link``.
     """
 
-    compute_capability: int = Field(ge=70, le=120)
+    #: the NVIDIA GPU's compute capability (80 A100, 90 H100, 100 B200); an AMD GPU names ``gcn_arch`` instead
+    compute_capability: int | None = Field(default=None, ge=70, le=120)
+    #: the AMD GPU's architecture as RCCL reads it: gfx90a (MI200), gfx942 (MI300X/MI325X), gfx950 (MI350X)
+    gcn_arch: Literal["gfx90a", "gfx942", "gfx950"] | None = None
     #: nvswitch (every GPU's links into NVSwitches: DGX/HGX), nvlink-mesh (point-to-point links: DGX-1's
-    #: hybrid cube mesh, NVLink bridges), pcie (no NVLink: GPUs talk through PCIe / host memory).
-    intra: Literal["nvswitch", "nvlink-mesh", "pcie"]
+    #: hybrid cube mesh, NVLink bridges), pcie (no NVLink: GPUs talk through PCIe / host memory), xgmi (AMD
+    #: Infinity Fabric: every GPU linked to every other, MI300X platforms).
+    intra: Literal["nvswitch", "nvlink-mesh", "pcie", "xgmi"]
+    #: xGMI links per GPU (intra: xgmi; 7 on an 8-GPU MI300X platform)
+    xgmi_links_per_gpu: int = Field(default=0, ge=0, le=16)
     nvlinks_per_gpu: int = Field(default=0, ge=0, le=18)
     #: the GPU's own PCIe link and the NIC's (``gen4x16``), as NCCL reads them from sysfs
     pcie: str = "gen4x16"
@@ -713,6 +725,18 @@ class GpuFabric(_Model):
     #: GPUs in one NVLink domain (multi-node NVLink, GB200 NVL72: 72); None: the node's GPUs
     nvlink_domain: int | None = Field(default=None, ge=1)
     library: Literal["nccl", "rccl"] = "nccl"
+    #: the library's release (``2.20.3``, ``2.28``): its tuner constants, algorithms and channel limits
+    #: (:mod:`costmodel.collective_libraries.versions`); None: the newest modelled
+    nccl_version: str | None = None
+    #: how the nodes' NICs talk (:mod:`costmodel.collective_libraries.transports`): InfiniBand, RoCE,
+    #: AWS EFA (through aws-ofi-nccl), HPE Slingshot (through libfabric), or TCP sockets
+    network: Literal["infiniband", "roce", "efa", "slingshot", "tcp"] = "infiniband"
+    #: what the NCCL net plugin reports as its latency (NCCL's tuner adds it per network step when choosing);
+    #: None: the transport's (0 for InfiniBand, RoCE, sockets; aws-ofi-nccl's 75 us for EFA)
+    net_plugin_latency_s: float | None = Field(default=None, validation_alias=AliasChoices(
+        "net_plugin_latency", "net_plugin_latency_s"))
+    #: GPU peer-to-peer over PCIe (off on GeForce cards' stock drivers: NCCL then goes through host memory)
+    pcie_p2p: bool = True
 
     _check_ints = field_validator("compute_capability", "nvlinks_per_gpu", "sockets", "nvlink_domain",
                                   mode="before")(_no_bool)
@@ -724,11 +748,41 @@ class GpuFabric(_Model):
             pcie_GBps(value)
         return value
 
+    @field_validator("net_plugin_latency_s", mode="before")
+    @classmethod
+    def _plugin_latency(cls, value: Any) -> Any:
+        return None if value is None else parse_time(value, "net_plugin_latency")
+
+    @field_validator("nccl_version", mode="before")
+    @classmethod
+    def _known_version(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        from flexcomm.costmodel.collective_libraries.versions import parse_version
+
+        if isinstance(value, float):  # YAML reads 2.20 as a number
+            value = f"{value:.2f}"
+        parse_version(value, "nccl_version")
+        return str(value)
+
     @model_validator(mode="after")
     def _nvlink_needs_links(self) -> GpuFabric:
+        if self.library == "nccl" and self.compute_capability is None:
+            raise _SubfieldError("compute_capability", None, "the NVIDIA GPU's compute capability (e.g. 90) for "
+                                 "library: nccl")
+        if self.library == "rccl" and self.gcn_arch is None:
+            raise _SubfieldError("gcn_arch", None, "the AMD GPU's architecture (gfx90a, gfx942, gfx950) for "
+                                 "library: rccl")
+        if self.intra == "xgmi":
+            if self.library != "rccl":
+                raise _SubfieldError("intra", "xgmi", "nvswitch, nvlink-mesh or pcie for library: nccl (xgmi is "
+                                     "AMD's Infinity Fabric, with library: rccl)")
+            if self.xgmi_links_per_gpu == 0:
+                raise _SubfieldError("xgmi_links_per_gpu", 0, "the xGMI links per GPU (>= 1) for intra: xgmi")
+            return self
         if self.intra != "pcie" and self.nvlinks_per_gpu == 0:
             raise _SubfieldError("nvlinks_per_gpu", 0, f"the NVLinks per GPU (>= 1) for intra: {self.intra}")
-        if self.nvls and (self.intra != "nvswitch" or self.compute_capability < 90):
+        if self.nvls and (self.intra != "nvswitch" or (self.compute_capability or 0) < 90):
             raise _SubfieldError("nvls", True, "false unless intra is nvswitch on compute capability 90 or later")
         return self
 

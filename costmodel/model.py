@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from flexcomm.costmodel.collective_libraries.logs import size_column
+from flexcomm.costmodel.collective_libraries.model import NcclChoice, is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.model import predict as nccl_predict
 from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonical_collective, formula
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
@@ -25,9 +28,6 @@ from flexcomm.costmodel.compressed import (
     scheme_parts,
 )
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_model import NcclChoice, is_nccl_algorithm
-from flexcomm.costmodel.nccl_model import predict as nccl_predict
-from flexcomm.costmodel.nccl_tests import size_column
 from flexcomm.costmodel.paths import PathPricer
 from flexcomm.costmodel.schedules import collective_plan
 from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_count, parse_size, parse_time
@@ -221,15 +221,18 @@ class CostModel:
         return CostBreakdown(np.array(latency), np.array(bandwidth), np.array(reduction))
 
     def nccl_choice(self, collective: str, algorithm: str, nbytes: float, ranks: int,
-                    env: dict[str, str] | None = None) -> NcclChoice:
-        """What NCCL runs for one call of ``nbytes`` (flexcomm's sizes) and its predicted time, from the
-        cluster's ``gpu_fabric`` (:mod:`costmodel.nccl_model`); ``env`` holds NCCL_ALGO / NCCL_PROTO."""
+                    env: dict[str, str] | None = None, gpus_per_process: int = 1,
+                    version: str | None = None) -> NcclChoice:
+        """What NCCL (RCCL on an AMD cluster) runs for one call of ``nbytes`` (flexcomm's sizes) and its
+        predicted time, from the cluster's ``gpu_fabric`` (:mod:`costmodel.collective_libraries.model`);
+        ``env`` holds NCCL_ALGO / NCCL_PROTO, ``gpus_per_process`` the GPUs one thread launches, ``version``
+        the library release (else the cluster's)."""
         if self.cluster is None:
             raise InputError("algorithm", algorithm, "a cluster with a gpu_fabric section to price NCCL on")
         collective = canonical_collective(collective)
         self._check_ranks(ranks)
         size = size_column(collective, float(nbytes), int(ranks))
-        return nccl_predict(self.cluster, collective, size, int(ranks), algorithm, env)
+        return nccl_predict(self.cluster, collective, size, int(ranks), algorithm, env, gpus_per_process, version)
 
     def _nccl(self, collective: str, algorithm: str, nbytes: ArrayLike, ranks: ArrayLike) -> CostBreakdown:
         n, p = np.broadcast_arrays(np.asarray(nbytes, dtype=float), np.asarray(ranks, dtype=float))

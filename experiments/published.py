@@ -2,7 +2,7 @@
 
 Each run ``DIR/<id>.txt`` has its hardware in ``DIR/clusters/<id>.yaml`` (usually ``extends:`` a shipped
 cluster, whose name is the run's *hardware class*). Every row is priced by the NCCL-grade model
-(:mod:`costmodel.nccl_model`) with the log's own NCCL_ALGO / NCCL_PROTO; nothing is fitted. Then, as a
+(:mod:`costmodel.collective_libraries.model`) with the log's own NCCL_ALGO / NCCL_PROTO; nothing is fitted. Then, as a
 second and separate figure, a leave-one-run-out calibration inside each hardware class: the run's
 predictions are scaled by the median measured/predicted ratio of the *other* runs of its class with the
 same collective and regime (inside one NVLink domain, or across NICs; rows >= 1 MiB), so a class-wide
@@ -83,10 +83,9 @@ def hardware_class(cluster_file: Path) -> str:
 def predict_run(log_path: Path, cluster_file: Path) -> RunResult:
     """Every row of one published log, priced from its cluster file alone."""
     from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.costmodel.log_validation import validate_log
+    from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
+    from flexcomm.costmodel.collective_libraries.validation import validate_log
     from flexcomm.costmodel.model import CostModel
-    from flexcomm.costmodel.nccl_tests import read_nccl_tests
-    from flexcomm.costmodel.nccl_topology import node_links
 
     run_id = log_path.stem
     if not cluster_file.is_file():
@@ -98,16 +97,14 @@ def predict_run(log_path: Path, cluster_file: Path) -> RunResult:
         return RunResult(run_id, klass, "not predicted", f"log unreadable: {exc}")
     cluster = Cluster.from_file(cluster_file)
     result = RunResult(run_id, klass, "not predicted", collective=log.collective, ranks=cluster.world_size)
-    if cluster.gpu_fabric is not None and cluster.gpu_fabric.library != "nccl":
-        result.reason = f"{cluster.gpu_fabric.library.upper()} run: AMD's library has its own tuner, not modelled"
-        return result
     try:
         report = validate_log(log, CostModel.from_cluster(cluster), cluster.world_size)
     except InputError as exc:
         result.reason = f"inconsistent: {exc}"
         return result
     result.status, result.rows = "predicted", report.rows
-    result.regime = "network" if node_links(cluster, cluster.world_size)[1] > 1 else "in-node"
+    domain = (cluster.gpu_fabric.nvlink_domain if cluster.gpu_fabric else None) or cluster.devices_per_node
+    result.regime = "network" if cluster.world_size > domain else "in-node"
     if not result.large:
         result.reason = "no rows of 1 MiB or more (latency-only run)"
     return result

@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from flexcomm.costmodel.atomic import AppendingCsv
+from flexcomm.costmodel.collective_libraries.logs import size_column
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_BENCH_BYTES
-from flexcomm.costmodel.nccl_tests import size_column
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
 
 FSYNC_EVERY_S = 1.0

@@ -52,6 +52,7 @@ import pandas as pd
 import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
@@ -62,7 +63,6 @@ from flexcomm.costmodel.compressed import (
     topk_count,
 )
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_model import is_nccl_algorithm
 from flexcomm.costmodel.schedules import (  # noqa: F401 - re-exported: the schedules moved to the cost model
     SCHEDULES,
     Group,

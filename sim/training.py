@@ -41,12 +41,12 @@ import simpy
 from simpy.events import Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
 from flexcomm.costmodel.model import CostModel
-from flexcomm.costmodel.nccl_model import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
 from flexcomm.sim.faults import (

@@ -1,5 +1,5 @@
-"""NCCL's topology search by capacity (costmodel.nccl_topology) and the NCCL-grade model on clusters
-(costmodel.nccl_model): the graphs the search's passes give on the shipped nodes, walked by hand from
+"""NCCL's topology search by capacity (costmodel.collective_libraries.topology) and the NCCL-grade model on clusters
+(costmodel.collective_libraries.model): the graphs the search's passes give on the shipped nodes, walked by hand from
 search.cc, NVIDIA's own per-NIC figures, overrides, the simulator agreeing with the model, and errors."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.collective_libraries.model import parse_nccl_algorithm, predict
+from flexcomm.costmodel.collective_libraries.topology import NodeLinks, nccl_system, ring_channels
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
-from flexcomm.costmodel.nccl_model import parse_nccl_algorithm, predict
-from flexcomm.costmodel.nccl_topology import NodeLinks, nccl_system, ring_channels
 
 GiB = 1 << 30
 
@@ -130,12 +130,16 @@ def test_the_simulated_nccl_call_slows_when_its_links_do() -> None:
     assert slowed - latency == pytest.approx(2 * (plain - latency), rel=1e-6)
 
 
-def test_clusters_without_a_gpu_fabric_or_with_rccl_are_refused_by_name() -> None:
+def test_clusters_without_a_gpu_fabric_are_refused_and_rccl_is_priced_as_rccl() -> None:
     with pytest.raises(InputError, match="cluster.gpu_fabric"):
         CostModel.from_cluster(load_cluster("4x8-a100-ib")).collective("allreduce", "nccl", 1 << 20, 8)
     amd = Path(__file__).parent.parent / "validation" / "nccl-tests" / "clusters" / "_amd-mi300x.yaml"
-    with pytest.raises(InputError, match="library"):
-        predict(Cluster.from_file(amd), "allreduce", 1 << 20, 8)
+    run = predict(Cluster.from_file(amd), "allreduce", 1 << 30, 8).execution
+    assert run is not None and run.library == "rccl" and (run.algorithm, run.protocol) == ("ring", "simple")
+    # RCCL's ring on one MI300X node carries 7 xGMI links x 48 GB/s: 1 GiB in about 2 x 7/8 x 1 GiB / 336 GB/s
+    assert run.bandwidth_s == pytest.approx(2 * 7 / 8 * (1 << 30) / 336e9, rel=1e-9)
+    with pytest.raises(InputError, match="collective"):
+        predict(Cluster.from_file(amd), "alltoall", 1 << 20, 8)
 
 
 def test_gpu_fabric_errors_name_the_field() -> None:

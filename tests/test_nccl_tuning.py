@@ -1,4 +1,4 @@
-"""NCCL's tuning model (costmodel.nccl_tuning): the table cells follow tuning.cc's formulas, overrides act as
+"""NCCL's tuner (costmodel.collective_libraries.tuner): the table cells follow tuning.cc's formulas, overrides act as
 NCCL_ALGO / NCCL_PROTO do, and the choice is the minimum predicted time."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_tuning import (
+from flexcomm.costmodel.collective_libraries.tuner import (
     ALGORITHMS,
     PROTOCOLS,
     Graph,
@@ -18,12 +17,16 @@ from flexcomm.costmodel.nccl_tuning import (
     parse_list,
     tune,
 )
+from flexcomm.costmodel.collective_libraries.versions import NcclVersion
+from flexcomm.costmodel.errors import InputError
 
 GRAPH = Graph(channels=16, bw_intra_GBps=20.0, bw_inter_GBps=20.0)
+#: The release these cells were first re-derived from (tuning.cc at v2.20.3-1 = b6475625); newer ones below.
+V220 = NcclVersion(2, 20, 3)
 
 
 def _node(**changes) -> NcclSystem:
-    base = {"ranks": 8, "nodes": 1, "compute_capability": 90,
+    base = {"ranks": 8, "nodes": 1, "compute_capability": 90, "version": V220,
             "graphs": {"ring": GRAPH, "tree": GRAPH, "nvls": Graph(16, 30.0, 30.0)}, "nvswitch": True}
     return NcclSystem(**{**base, **changes})
 
@@ -48,7 +51,7 @@ def test_single_node_ring_allreduce_cells_follow_the_source() -> None:
 
 
 def test_multi_node_ring_adds_network_steps_and_the_plateau() -> None:
-    system = NcclSystem(16, 2, 80, {"ring": GRAPH, "tree": GRAPH}, cpu_vendor="amd")
+    system = NcclSystem(16, 2, 80, {"ring": GRAPH, "tree": GRAPH}, cpu_vendor="amd", version=V220)
     table = tune(system, "allreduce")
     nsteps, inter = 2 * 15, 2 * 2
     # intra latency raised to the net overhead (AMD: 2 us, x3 for Simple); network steps at hwLat[NET]
@@ -81,7 +84,7 @@ def test_overrides_act_like_nccl_algo_and_nccl_proto() -> None:
 def test_nvls_tree_needs_nodes_and_nvls_needs_collnet_across_nodes() -> None:
     one = tune(_node(graphs={"ring": GRAPH, "nvls_tree": GRAPH}), "allreduce")
     assert one.cells[("nvls_tree", "simple")].bandwidth_GBps == 0
-    two = tune(NcclSystem(16, 2, 90, {"ring": GRAPH, "nvls": GRAPH}), "allreduce")
+    two = tune(NcclSystem(16, 2, 90, {"ring": GRAPH, "nvls": GRAPH}, version=V220), "allreduce")
     assert two.cells[("nvls", "simple")].bandwidth_GBps == 0
 
 
@@ -95,7 +98,7 @@ def test_small_messages_use_a_low_latency_protocol_and_large_ones_simple_or_nvls
 @given(nbytes=st.integers(1, 1 << 34), ranks=st.sampled_from([2, 4, 8]), cc=st.sampled_from([70, 80, 90]),
        collective=st.sampled_from(["allreduce", "allgather", "reduce-scatter", "broadcast"]))
 def test_the_choice_is_the_minimum_over_enabled_cells(nbytes: int, ranks: int, cc: int, collective: str) -> None:
-    table = tune(NcclSystem(ranks, 1, cc, {"ring": GRAPH, "tree": GRAPH}), collective)
+    table = tune(NcclSystem(ranks, 1, cc, {"ring": GRAPH, "tree": GRAPH}, version=V220), collective)
     pick = choose(table, nbytes)
     times = [algo_time_us(table, a, p, nbytes) for a in ALGORITHMS for p in PROTOCOLS]
     assert pick.seconds == pytest.approx(min(t for t in times if t is not None) * 1e-6)

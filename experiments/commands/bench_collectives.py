@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if args.nccl_tests_dir:
             import pandas as pd
 
-            from flexcomm.costmodel.nccl_tests import measurements_to_logs
+            from flexcomm.costmodel.collective_libraries.logs import measurements_to_logs
 
             mine = pd.read_csv(args.out).iloc[before:]  # this run's rows: the CSV is appended to
             for path in measurements_to_logs(mine, args.nccl_tests_dir, note=f"{_backends(mine)} backend"):

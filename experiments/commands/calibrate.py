@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from flexcomm.costmodel.calibration import fit, load_measurements
-    from flexcomm.costmodel.nccl_tests import looks_like_nccl_tests, read_nccl_tests, to_measurements
+    from flexcomm.costmodel.collective_libraries.logs import looks_like_nccl_tests, read_nccl_tests, to_measurements
 
     tables = []
     for path in args.measurements:

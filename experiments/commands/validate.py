@@ -100,9 +100,9 @@ def run_network_trace(args: argparse.Namespace, started: float) -> int:
 def run_log(args: argparse.Namespace) -> int:
     """``validate --nccl-tests LOG --cluster FILE``: the cost model against a pasted run, row by row."""
     from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.costmodel.log_validation import SUMMARY_MIN_BYTES, validate_log
+    from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
+    from flexcomm.costmodel.collective_libraries.validation import SUMMARY_MIN_BYTES, validate_log
     from flexcomm.costmodel.model import CostModel
-    from flexcomm.costmodel.nccl_tests import read_nccl_tests
 
     if not args.cluster:
         raise InputError("cluster", None, "--cluster NAME|FILE: the hardware the log ran on")

@@ -5,7 +5,7 @@ messages priced by latency, large ones by bandwidth), so every row keeps its siz
 seconds and relative error; the summary is over rows >= 1 MiB (``SUMMARY_MIN_BYTES``), where the
 bandwidth term dominates and a published run is most often complete. A log whose smallest row is above
 1 MiB is reported as partial. ``algorithm`` and ``protocol`` are what the cost model priced: on a cluster
-with a ``gpu_fabric`` the NCCL-grade model's choice per row (:mod:`costmodel.nccl_model`), else the
+with a ``gpu_fabric`` the NCCL-grade model's choice per row (:mod:`costmodel.collective_libraries.model`), else the
 alpha-beta formula's algorithm and no protocol.
 """
 
@@ -15,9 +15,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from flexcomm.costmodel.collective_libraries.logs import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
+from flexcomm.costmodel.collective_libraries.model import P2P, TUNED, is_nccl_algorithm
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_model import P2P, TUNED, is_nccl_algorithm
-from flexcomm.costmodel.nccl_tests import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
 
 SUMMARY_MIN_BYTES = 1 << 20
 
@@ -45,6 +45,21 @@ class LogValidation:
                 "ranks_from": self.log.ranks_from or "the cluster", "rows": self.rows, "summary": self.summary}
 
 
+def _modelled(version: str, cluster: Any) -> bool:
+    """Whether a log's stated release can price it (NCCL 2.19 to 2.30 on an NVIDIA cluster); an RCCL log's
+    version is RCCL's, and a release outside the range leaves the cluster's (the report says which)."""
+    from flexcomm.costmodel.collective_libraries.versions import parse_version
+
+    fabric = getattr(cluster, "gpu_fabric", None)
+    if fabric is None or fabric.library != "nccl":
+        return False
+    try:
+        parse_version(version)
+    except InputError:
+        return False
+    return True
+
+
 def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: str | None = None) -> LogValidation:
     """Price each row with ``model`` (a :class:`costmodel.model.CostModel`) on ``cluster_ranks`` ranks.
 
@@ -59,15 +74,26 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
     cluster = getattr(model, "cluster", None)
     default = "nccl" if cluster is not None and cluster.gpu_fabric is not None else None
     chosen = algorithm or log.algorithm or default or CALIBRATION_ALGORITHMS[log.collective]
+    # one thread launching several GPUs pays their launches in turn; a CUDA graph replay pays none
+    gpus_per_process = 0 if log.cuda_graph else (log.gpus_per_thread or 1)
+    version_known = log.nccl_version is not None and _modelled(log.nccl_version, cluster)
     rows = []
     for row in log.rows:
+        extra: dict[str, Any] = {}
         per_rank = flexcomm_bytes(log.collective, row.bytes, cluster_ranks)
         if is_nccl_algorithm(chosen):
-            choice = model.nccl_choice(log.collective, chosen, float(per_rank), cluster_ranks, log.env)
+            choice = model.nccl_choice(log.collective, chosen, float(per_rank), cluster_ranks, log.env,
+                                       gpus_per_process, log.nccl_version if version_known else None)
             predicted, algo, protocol = choice.seconds, choice.algorithm, choice.protocol
+            run = choice.execution
+            if run is not None:
+                extra = {"channels": run.channels, "threads": run.threads, "chunk_bytes": run.chunk_bytes,
+                         "launch_s": run.launch_s, "latency_s": run.latency_s, "fill_s": run.fill_s,
+                         "bandwidth_s": run.bandwidth_s, "mechanism": run.dominant, "version": run.version,
+                         "library": run.library}
         else:
             predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
             algo, protocol = chosen, None
         rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
-                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol})
+                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol, **extra})
     return LogValidation(log, cluster_ranks, rows)

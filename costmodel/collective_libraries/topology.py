@@ -5,7 +5,7 @@ tries a per-channel speed from a fixed list, finds as many channels (rings throu
 entering and leaving through a NIC when there are other nodes) as the links can carry at that speed,
 keeps the graph with the most bandwidth (channels x speed), doubles the channels when they are fast
 (``ncclTopoDupChannels``), and tries faster speeds again with that many channels. The tuner
-(:mod:`costmodel.nccl_tuning`) prices calls from the result.
+(:mod:`costmodel.collective_libraries.tuner`) prices calls from the result.
 
 This module runs the same passes with the same speed lists and link bandwidths, but decides whether
 *c* channels fit at speed *s* by counting capacity on the node's links instead of NCCL's recursive path
@@ -14,12 +14,19 @@ one NIC per GPU or per pair) and an approximation elsewhere (NVLink meshes, PCIe
 said where it is made. Constants, each from the public source:
 
 * link bandwidths, GB/s: ``SM70/80/90_NVLINK_BW`` 20/20/20.6 and ``SM86_NVLINK_BW`` 12 (topo.h at
-  b6475625), ``SM100_NVLINK_BW`` 40.1 (topo.h at master 5067397c); PCIe ``width*speed/80``
+  v2.20.3-1), ``SM100_NVLINK_BW`` 40.0 (v2.25.1-1) and 40.1 (v2.27.6-1 on); PCIe ``width*speed/80``
   (topo.cc); a NIC's port speed ``mbps/8000`` (topo.cc); inter-socket ``QPI_BW`` 6, ``SKL_QPI_BW`` 10,
   ``AMD_BW`` 16, ``ARM_BW`` 6; ``INTEL_P2P_OVERHEAD`` 6/5 on PCIe paths through an Intel CPU.
-* speed lists ``speedArrayIntra/Inter``, ``sm90SpeedArrayIntra/Inter`` (search.cc at b6475625),
-  ``sm100SpeedArrayIntra/Inter`` (search.cc at master); ``MAXCHANNELS`` 32, ring graphs up to
-  ``MAXCHANNELS/2`` (init.cc), NVLS up to one channel per GPU.
+* speed lists ``speedArrayIntra/Inter`` and ``sm90SpeedArrayIntra/Inter`` (search.cc @ v2.20.3-1
+  L839-847; 11 GB/s added to the Hopper intra list at v2.21.5-1), ``sm100SpeedArrayIntra/Inter``
+  (search.cc @ v2.26.2-1 L913-926, @ v2.27.7-1 L952-965, @ v2.30.7-1 L1051-1067); ``MAXCHANNELS`` 32
+  (64 from 2.25), ring graphs up to ``MAXCHANNELS/2`` (init.cc), NVLS up to one channel per GPU.
+* tree graphs: the ring's channel count, then pass 2 raises their intra speed while it is below twice the
+  inter speed ("increase bwIntra for trees (2 nodes or collnet)", search.cc @ v2.20.3-1 ``ncclTopoCompute``):
+  how the tuner credits a two-node tree with crossing the network with half a ring's bytes.
+
+Versions: every list and constant that changed is chosen by the communicator's NCCL release
+(:mod:`.versions`); Blackwell before 2.25 (no Blackwell rows) is searched as Hopper.
 """
 
 from __future__ import annotations
@@ -29,41 +36,54 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster, GpuFabric
+from flexcomm.costmodel.collective_libraries.tuner import Graph, NcclSystem
+from flexcomm.costmodel.collective_libraries.versions import DEFAULT, NcclVersion, max_channels, parse_version
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.nccl_tuning import Graph, NcclSystem
 
 NVLINK_BW_GBPS = {70: 20.0, 80: 20.0, 86: 12.0, 89: 0.0, 90: 20.6, 100: 40.1}
 SOCKET_BW_GBPS = {"intel": 10.0, "amd": 16.0, "arm": 6.0}  # SKL_QPI_BW, AMD_BW, ARM_BW
 INTEL_P2P_OVERHEAD = 6 / 5
-MAXCHANNELS = 32
 SPEEDS_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
 SPEEDS_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
                 0.24, 0.12)
 SM90_SPEEDS_INTRA = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0)
+SM90_SPEEDS_INTRA_221 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
 SM90_SPEEDS_INTER = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
                      0.12)
 SM100_SPEEDS_INTRA = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
 SM100_SPEEDS_INTER = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
                       3.0, 2.4, 1.2, 0.24, 0.12)
+#: Blackwell's lists by release: (intra, inter) from 2.25/2.26, 2.27, 2.29.7 (2.30 is the pair above)
+SM100_SPEEDS_BY_VERSION = (
+    ((2, 25, 0), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0), SM90_SPEEDS_INTER),
+    ((2, 27, 0), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+     (96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)),
+    ((2, 29, 7), SM100_SPEEDS_INTRA,
+     (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
+      0.12)),
+    ((2, 30, 0), SM100_SPEEDS_INTRA, SM100_SPEEDS_INTER),
+)
 
 
-def nvlink_bw_GBps(compute_capability: int) -> float:
+def nvlink_bw_GBps(compute_capability: int, version: NcclVersion = DEFAULT) -> float:
     """``ncclTopoNVLinkBw``: one NVLink's bandwidth for a GPU generation (0 for GPUs without NVLink)."""
     cc = compute_capability
-    if cc >= 100:
-        return NVLINK_BW_GBPS[100]
-    if cc >= 90:
+    if cc >= 100 and version >= (2, 25):
+        return NVLINK_BW_GBPS[100] if version >= (2, 27, 6) else 40.0
+    if cc >= 90:  # Blackwell before 2.25 is read as Hopper
         return NVLINK_BW_GBPS[90]
     if cc in (86, 89):
         return NVLINK_BW_GBPS[cc]
     return NVLINK_BW_GBPS[80 if cc >= 80 else 70]
 
 
-def _speeds(cc: int, net: bool) -> tuple[float, ...]:
-    if cc >= 100:
-        return SM100_SPEEDS_INTER if net else SM100_SPEEDS_INTRA
+def _speeds(cc: int, net: bool, version: NcclVersion = DEFAULT) -> tuple[float, ...]:
+    if cc >= 100 and version >= (2, 25):
+        lists = [(intra, inter) for since, intra, inter in SM100_SPEEDS_BY_VERSION if version >= since]
+        intra, inter = lists[-1]
+        return inter if net else intra
     if cc >= 90:
-        return SM90_SPEEDS_INTER if net else SM90_SPEEDS_INTRA
+        return SM90_SPEEDS_INTER if net else (SM90_SPEEDS_INTRA_221 if version >= (2, 21) else SM90_SPEEDS_INTRA)
     return SPEEDS_INTER if net else SPEEDS_INTRA
 
 
@@ -87,7 +107,7 @@ class NodeLinks:
         return min(bw, self.socket_GBps) if self.socket_GBps else bw
 
 
-def node_links(cluster: Cluster, ranks: int) -> tuple[NodeLinks, int]:
+def node_links(cluster: Cluster, ranks: int, version: NcclVersion = DEFAULT) -> tuple[NodeLinks, int]:
     """The NCCL node of ``ranks`` packed onto ``cluster`` and the number of such nodes."""
     fabric = _fabric(cluster)
     per_node = cluster.devices_per_node
@@ -106,7 +126,8 @@ def node_links(cluster: Cluster, ranks: int) -> tuple[NodeLinks, int]:
     nics = 0 if nodes == 1 else max(1, round(domain_nics * gpus / domain))
     port_GBps = cluster.inter_link.bandwidth_Bps * 8 / 1e6 / 8000  # NCCL: mbps / 8000
     nic_path = min(fabric.gpu_pcie_GBps, fabric.nic_pcie_GBps, port_GBps)
-    nvlink = fabric.nvlinks_per_gpu * nvlink_bw_GBps(fabric.compute_capability) if fabric.intra != "pcie" else 0.0
+    nvlink = (fabric.nvlinks_per_gpu * nvlink_bw_GBps(fabric.compute_capability, version)
+              if fabric.intra != "pcie" else 0.0)
     socket = SOCKET_BW_GBPS[fabric.cpu] if fabric.intra == "pcie" and fabric.sockets > 1 and gpus > 1 else None
     links = NodeLinks(gpus, nvlink, fabric.intra, fabric.gpu_pcie_GBps, nics, nic_path, socket, fabric.cpu == "intel")
     return links, nodes
@@ -228,10 +249,10 @@ def _faster(speeds: tuple[float, ...], bw: float) -> list[float]:
     return sorted(s for s in speeds if s > bw)
 
 
-def search_ring(node: NodeLinks, cc: int, net: bool) -> Graph | None:
+def search_ring(node: NodeLinks, cc: int, net: bool, version: NcclVersion = DEFAULT) -> Graph | None:
     """The ring graph (``NCCL_TOPO_PATTERN_RING``), pass 1, channel duplication and pass 2."""
-    speeds = _speeds(cc, net)
-    max_ch = MAXCHANNELS // 2
+    speeds = _speeds(cc, net, version)
+    max_ch = max_channels(version) // 2
     best = _pass1(speeds, _start(speeds, node, net, True), lambda s: ring_channels(node, s, net, max_ch),
                   lambda c, s, b: b is None or c * s > b.channels * b.bw_intra, max_ch, _total_bw(node))
     if best is None:
@@ -256,12 +277,26 @@ def _dup_channels(found: _Found, cc: int, max_channels: int) -> None:
     found.channels = dup
 
 
-def search_nvls(node: NodeLinks, cc: int, net: bool) -> Graph | None:
+def search_tree(node: NodeLinks, cc: int, net: bool, ring: Graph, version: NcclVersion = DEFAULT) -> Graph:
+    """The tree graph: the ring's channels and speed, then pass 2 raises the intra speed (NVLink or PCIe
+    inside the node) one listed step at a time while it is below twice the inter speed and the node's links
+    carry that many channels at it; the NICs stay at the inter speed."""
+    speeds = _speeds(cc, net, version)
+    bw_intra = ring.bw_intra_GBps
+    for s in _faster(speeds, bw_intra):
+        if bw_intra >= 2 * ring.bw_inter_GBps or ring_channels(node, s, False, ring.channels) < ring.channels:
+            break
+        bw_intra = s
+    return Graph(ring.channels, bw_intra, ring.bw_inter_GBps, intra=ring.intra, ll128_path=ring.ll128_path,
+                 latency_inter_us=ring.latency_inter_us)
+
+
+def search_nvls(node: NodeLinks, cc: int, net: bool, version: NcclVersion = DEFAULT) -> Graph | None:
     """The NVLS graph: channels are head GPUs pulling through the NVSwitch's multicast (``PATTERN_NVLS``);
     more channels win, then more channels x bwInter."""
     if node.intra != "nvswitch" or cc < 90 or node.gpus < 2:
         return None
-    speeds = _speeds(cc, net)
+    speeds = _speeds(cc, net, version)
     max_ch = node.gpus
     best = _pass1(speeds, _start(speeds, node, net, False), lambda s: nvls_channels(node, s, s, net, max_ch),
                   lambda c, s, b: b is None or c > b.channels or c * s > b.channels * b.bw_inter, max_ch,
@@ -277,29 +312,45 @@ def search_nvls(node: NodeLinks, cc: int, net: bool) -> Graph | None:
     return Graph(best.channels, best.bw_intra, best.bw_inter, intra="nvlink")
 
 
-def nccl_system(cluster: Cluster, ranks: int) -> NcclSystem:
-    """What the tuner sees for ``ranks`` on ``cluster``: ranks, nodes and the searched graphs.
-
-    The tree and CollNet graphs are given the ring's channels and speeds: NCCL searches them with the
-    ring's channel count as both minimum and maximum, and on the symmetric nodes described here the
-    tree's links are a subset of the ring's (an approximation where they are not)."""
+def fabric_version(cluster: Cluster) -> NcclVersion:
+    """The NCCL release a cluster names (``gpu_fabric.nccl_version``), else the newest modelled."""
     fabric = _fabric(cluster)
-    node, nodes = node_links(cluster, ranks)
+    return parse_version(fabric.nccl_version, "cluster.gpu_fabric.nccl_version") if fabric.nccl_version else DEFAULT
+
+
+def nccl_system(cluster: Cluster, ranks: int, version: NcclVersion | None = None,
+                plugin_latency: bool = True) -> NcclSystem:
+    """What the tuner sees for ``ranks`` on ``cluster``: ranks, nodes (NVLink domains), the searched graphs
+    and the release (``version``, else the cluster's). ``plugin_latency``: the net plugin's reported
+    latency in the graphs, as NCCL's tuner sees it (False: the system whose latencies are times).
+
+    CollNet graphs are given the ring's channels and speeds: NCCL searches them with the ring's channel
+    count as both minimum and maximum, and on the symmetric nodes described here their links are a subset
+    of the ring's (an approximation where they are not)."""
+    from dataclasses import replace
+
+    from flexcomm.costmodel.collective_libraries.transports import plugin_latency_us
+
+    fabric = _fabric(cluster)
+    version = version or fabric_version(cluster)
+    node, nodes = node_links(cluster, ranks, version)
     net = nodes > 1
     cc = fabric.compute_capability
-    ring = search_ring(node, cc, net)
+    ring = search_ring(node, cc, net, version)
     if ring is None:
         raise InputError("cluster", cluster.name, "a node whose links carry at least one NCCL ring channel")
-    graphs = {"ring": ring, "tree": ring}
-    nvls = search_nvls(node, cc, net) if fabric.nvls else None
-    if nvls is not None:
-        graphs["nvls"] = nvls
-        if net:
-            graphs["nvls_tree"] = nvls
-    if fabric.collnet and net:
-        graphs["collnet_direct"] = graphs["collnet_chain"] = ring
+    ring = replace(ring, latency_inter_us=plugin_latency_us(fabric) if net and plugin_latency else 0.0)
+    graphs = {"ring": ring, "tree": search_tree(node, cc, net, ring, version)}
     domain = fabric.nvlink_domain or cluster.devices_per_node
-    return NcclSystem(ranks=ranks, nodes=nodes, compute_capability=min(cc, 90), graphs=graphs,
+    mnnvl = domain > cluster.devices_per_node
+    nvls = search_nvls(node, cc, net, version) if fabric.nvls else None
+    if nvls is not None:
+        graphs["nvls"] = replace(nvls, latency_inter_us=ring.latency_inter_us)
+        if net:
+            graphs["nvls_tree"] = graphs["nvls"]
+    if fabric.collnet and net:
+        graphs["collnet_direct"] = graphs["collnet_chain"] = graphs["tree"]
+    return NcclSystem(ranks=ranks, nodes=nodes, compute_capability=cc, graphs=graphs,
                       cpu_vendor="intel" if fabric.cpu == "intel" else "amd" if fabric.cpu == "amd" else "other",
-                      mnnvl=nodes == 1 and domain > cluster.devices_per_node, collnet=fabric.collnet and net,
-                      nvswitch=fabric.intra == "nvswitch")
+                      mnnvl=mnnvl and nodes == 1, collnet=fabric.collnet and net,
+                      nvswitch=fabric.intra == "nvswitch", version=version, x86=fabric.cpu != "arm")

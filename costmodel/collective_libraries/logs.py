@@ -3,8 +3,13 @@
 GPU users share collective measurements as the text ``all_reduce_perf`` and its siblings print, so that
 text is an input format here, read as it is pasted: ``NCCL INFO`` lines, shell prompts, ``mpirun``'s
 ``[1,0]<stdout>:`` prefixes and the run's ``# nThread ... nGpus`` / ``#  Rank ... device`` preamble
-interleaved; both table layouts (nccl-tests >= 2.10: ``size count type redop root time algbw busbw
-#wrong`` twice, out-of-place then in-place; older: no ``root`` and a float ``error`` column).
+interleaved, ``srun --label``'s ``0:`` and ``mpirun --tag-output`` tags even where they split a row
+(``... -1[1,0]<stdout>:    85.70 ...``); both table layouts (nccl-tests >= 2.10: ``size count type redop root
+time algbw busbw #wrong`` twice, out-of-place then in-place; older: no ``root`` and a float ``error``
+column); and the CSV people transcribe runs into (``Nodes,GPUs,size(MB),...,out algbw(GB/s),out
+busbw(GB/s),...``: sizes in MiB, no time column, so the time is size / algbw). What decides the price is kept:
+the NCCL version the log or its header states, NCCL_ALGO / NCCL_PROTO / NCCL_BUFFSIZE, GPUs per thread
+(``nGpus``, ``-g``: one thread launching several GPUs' kernels) and CUDA-graph replay (``graph: 1``, ``-G``).
 
 Conventions, from nccl-tests' sources (``src/*.cu``, ``Get*Bw``), reproduced exactly by
 :func:`bus_factor`: ``algbw = size / time`` with ``size`` the column as printed (for allgather,
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flexcomm.costmodel.collective_libraries.versions import version_in_text
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
 
@@ -54,7 +60,11 @@ LAYOUTS = {
 }
 _HEADER = re.compile(r"^#?\s*size\s+count\s+type\s+redop\s+(?P<root>root\s+)?time\s+algbw\s+busbw\s+\S+\s+"
                      r"time\s+algbw\s+busbw\s+\S+\s*$")
-_PREFIX = re.compile(r"^.*?<std(?:out|err)>:\s?|^\[\d+,\d+\]\s?")  # mpirun --tag-output, timestamped logs
+_PREFIX = re.compile(r"^.*?<std(?:out|err)>:\s?|^\[\d+,\d+\]\s?|^\d+:\s")  # mpirun --tag-output, srun -l
+_MID_TAG = re.compile(r"\[\d+,\d+\]<std(?:out|err)>:")  # a tag inside a row: the row was split by its rank's output
+_CSV_HEADER = re.compile(r"^[^#]*size\(\s*(?P<unit>[KMG]i?B|B)\s*\)[^#]*algbw", re.IGNORECASE)
+_GPUS_FLAG = re.compile(r"(?:^|\s)-g\s+(?P<gpus>\d+)\b")
+_GRAPH = re.compile(r"\bgraph:\s*(?P<graph>\d+)|(?:^|\s)-G\s+(?P<flag>\d+)\b")
 _RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
 _THREADS = re.compile(r"nThread\s+(?P<threads>\d+)\s+nGpus\s+(?P<gpus>\d+)")
 _BINARY = re.compile(r"\b(" + "|".join(BINARIES) + r")\b")
@@ -62,7 +72,7 @@ _DECLARED = re.compile(r"^(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)|#\s*Collect
                        re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
 _ALGORITHM = re.compile(r"^#\s*flexcomm algorithm:\s*(?P<name>[\w-]+)")
-_ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO)=(?P<value>[\w,^:;]+)")
+_ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO|NCCL_BUFFSIZE)=(?P<value>[\w,^:;]+)")
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -115,7 +125,10 @@ class NcclTestsLog:
     ranks: int | None = None
     ranks_from: str = ""  # "Rank lines", "size / count", "busbw / algbw", "nThread x nGpus"
     nccl_version: str | None = None
-    env: dict[str, str] = field(default_factory=dict)  # NCCL_ALGO / NCCL_PROTO where the log shows them
+    env: dict[str, str] = field(default_factory=dict)  # NCCL_ALGO / NCCL_PROTO / NCCL_BUFFSIZE as shown
+    gpus_per_thread: int | None = None  # nccl-tests -g / nGpus: GPUs one thread launches (None: not shown)
+    cuda_graph: bool = False  # -G / "graph: N" with N > 0: calls replayed from a CUDA graph
+    zero_byte_rows: int = 0  # rows of 0 B left out (nothing moves; allgather prints them below one element)
     algorithm: str | None = None  # "# flexcomm algorithm: binomial" in a log flexcomm wrote
     source: str = "nccl-tests log"
 
@@ -153,6 +166,10 @@ def _row(cells: list[str], layout: str, where: str, line: int) -> NcclTestsRow:
     names = LAYOUTS[layout]
     if len(cells) == len(names) - 1 and _is_number(cells[3]):
         cells = [*cells[:3], "none", *cells[3:]]  # older alltoall prints an empty redop cell
+    half = len(names) - 4
+    if cells and cells[-1].lower() == "[cut]" and len(cells) > half:
+        # a transcription marks where its source cut the row off: the out-of-place half stands, the rest is N/A
+        cells = [*cells[:half], *(["N/A"] * 4)]
     if len(cells) != len(names):
         raise InputError(where, " ".join(cells), f"{len(names)} cells ({' '.join(names)}), got {len(cells)}: "
                          "a truncated or mangled row")
@@ -178,7 +195,30 @@ def _row(cells: list[str], layout: str, where: str, line: int) -> NcclTestsRow:
 
 
 def _clean(raw: str) -> str:
-    return _PREFIX.sub("", raw.rstrip("\r\n")).strip()
+    return _MID_TAG.sub(" ", _PREFIX.sub("", raw.rstrip("\r\n"))).strip()
+
+
+def _csv_row(line: str, columns: list[str], unit: str, where: str, number: int) -> NcclTestsRow | None:
+    """One row of a transcription: ``size(MB)`` and ``out algbw(GB/s)`` (``in ...`` where given)."""
+    cells = [c.strip() for c in line.split(",")]
+    if len(cells) != len(columns):
+        raise InputError(where, line[:60], f"{len(columns)} comma-separated cells as the header names, got "
+                         f"{len(cells)}")
+    by = dict(zip(columns, cells, strict=True))
+    scale = {"b": 1, "kb": 1 << 10, "kib": 1 << 10, "mb": 1 << 20, "mib": 1 << 20, "gb": 1 << 30, "gib": 1 << 30}
+    size = _number(by[next(c for c in columns if c.startswith("size"))], "size", where) * scale[unit.lower()]
+
+    def cell(prefix: str, kind: str) -> float | None:
+        name = next((c for c in columns if c.startswith(prefix) and kind in c), None)
+        return None if name is None else _number(by[name], name, where, allow_na=True)
+
+    algbw, busbw = cell("out", "algbw"), cell("out", "busbw")
+    if not algbw:
+        raise InputError(where, line[:60], "a positive out-of-place algbw (GB/s): the time is size / algbw")
+    ip_alg, ip_bus = cell("in", "algbw"), cell("in", "busbw")
+    return NcclTestsRow(number, int(size), 0, "", "", None, size / (algbw * 1e9), algbw * 1e9,
+                        (busbw or 0.0) * 1e9, size / (ip_alg * 1e9) if ip_alg else None,
+                        ip_alg * 1e9 if ip_alg else None, ip_bus * 1e9 if ip_bus else None)
 
 
 def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl-tests log") -> NcclTestsLog:
@@ -197,10 +237,40 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
     env: dict[str, str] = {}
     algorithm: str | None = None
     ended = False
-    for number, raw in enumerate(text.splitlines(), start=1):
+    gpus_flag: int | None = None
+    graph = False
+    csv_columns: list[str] | None = None
+    csv_unit = "MB"
+    csv_ranks: set[int] = set()
+    zero_rows = 0
+    lines = text.splitlines()
+    pending: str | None = None  # a row cut by a tag at its end: its rest follows on the next line
+    for number, raw in enumerate(lines, start=1):
         line = _clean(raw)
         where = f"{name} line {number}"
+        if pending is not None:
+            line, pending = f"{pending} {line}", None
         if not line:
+            continue
+        if (g := _GPUS_FLAG.search(line)) is not None and gpus_flag is None and not line[0].isdigit():
+            gpus_flag = int(g["gpus"])
+        if (gr := _GRAPH.search(line)) is not None and not line[0].isdigit():
+            graph = graph or int(gr["graph"] or gr["flag"] or 0) > 0
+        if csv_columns is None and (c := _CSV_HEADER.match(line)) is not None and "," in line:
+            csv_columns = [col.strip().lower() for col in line.split(",")]
+            csv_unit = c["unit"]
+            layout, header_line = "csv", number
+            continue
+        if csv_columns is not None and line[0].isdigit():
+            row = _csv_row(line, csv_columns, csv_unit, where, number)
+            if "gpus" in csv_columns:
+                gpus = line.split(",")[csv_columns.index("gpus")].strip()
+                if gpus.isdigit():
+                    csv_ranks.add(int(gpus))
+            if rows and row.bytes <= rows[-1].bytes:
+                raise InputError(where, row.bytes, f"a size above the previous row's {rows[-1].bytes} B (line "
+                                 f"{rows[-1].line}): sizes must increase")
+            rows.append(row)
             continue
         for match in _BINARY.finditer(line):
             named.setdefault(BINARIES[match[1]], number)
@@ -208,8 +278,13 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
             said = _collective_named(d["name"] or BINARIES.get(d["binary"], d["binary"]))
             if said is not None:
                 declared.setdefault(said, number)
-        if (v := _VERSION.search(line)) and version is None:
-            version = v["version"] or v["declared"]
+        lowered = line.lower()
+        if version is None and (_VERSION.search(line) or "nccl-library=" in lowered
+                                or lowered.lstrip("# ").startswith("nccl_version")):
+            stated = version_in_text(line)  # "nccl_version: NOT stated ..." states none
+            match = _VERSION.search(line)
+            version = (match["version"] or match["declared"]) if match and stated is not None else (
+                str(stated) if stated is not None else None)
         if (a := _ALGORITHM.match(line)) is not None:
             algorithm = a["name"]
         for e in _ENV.finditer(line):
@@ -232,12 +307,20 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
                 ended = True  # "# Out of bounds values", "# Avg bus bandwidth": the table is over
             continue
         cells = line.split()
+        if layout is not None and layout != "csv" and len(cells) < len(LAYOUTS[layout]) - 1 \
+                and _MID_TAG.search(lines[number - 1]) is None and number < len(lines) \
+                and _MID_TAG.search(lines[number]) is not None:
+            pending = line  # the rest of this row follows its rank's tag on the next line
+            continue
         if layout is None:
             raise InputError(where, line[:60], "a table header (# size count type redop root time algbw busbw "
                              "#wrong ...) before the first row: no header in this log")
         if ended:
             raise InputError(where, line[:60], "no rows after the table's summary lines (a second table?)")
         row = _row(cells, layout, where, number)
+        if row.bytes == 0:
+            zero_rows += 1  # allgather / reduce-scatter print 0-byte rows below one element a rank
+            continue
         if rows:
             last = rows[-1]
             if row.bytes <= last.bytes:
@@ -251,7 +334,8 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
         raise InputError(f"{name} line 1", name, "an nccl-tests table (a '# size count type redop ...' header); "
                          "none found")
     if not rows:
-        raise InputError(f"{name} line {header_line}", "a header without rows", "at least one table row")
+        raise InputError(f"{name} line {header_line}", "a header without rows", "at least one table row"
+                         + (f" of more than 0 bytes ({zero_rows} rows of 0 B)" if zero_rows else ""))
     evidence = declared or named  # a declaration decides; binaries on a command line only when none is made
     if len(evidence) > 1 and forced is None:
         (a, la), (b, lb) = sorted(evidence.items(), key=lambda kv: kv[1])[:2]
@@ -261,8 +345,16 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
     if chosen is None:
         raise InputError(f"{name} line {header_line}", "no *_perf binary or 'collective:' line",
                          "a log that names its test (e.g. all_reduce_perf), or collective= / --collective")
-    log = NcclTestsLog(chosen, rows, layout, nccl_version=version, env=env, algorithm=algorithm, source=name)
-    _count_ranks(log, ranks_seen, threads)
+    log = NcclTestsLog(chosen, rows, layout, nccl_version=version, env=env, algorithm=algorithm, source=name,
+                       gpus_per_thread=threads[1] if threads else gpus_flag, cuda_graph=graph,
+                       zero_byte_rows=zero_rows)
+    if len(csv_ranks) == 1:
+        log.ranks, log.ranks_from = csv_ranks.pop(), "GPUs column"
+    elif len(csv_ranks) > 1:
+        raise InputError(f"{name} line {header_line}", sorted(csv_ranks), "one rank count per file (the GPUs "
+                         "column names several: split the file)")
+    else:
+        _count_ranks(log, ranks_seen, threads)
     return log
 
 

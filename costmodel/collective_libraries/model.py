@@ -1,0 +1,178 @@
+"""One NCCL call priced end to end: the cluster's node, NCCL's topology search and tuner choosing, the runtime.
+
+``--algorithm nccl`` asks for what NCCL would run (its own minimum over algorithms and protocols);
+``nccl:ring``, ``nccl:tree/ll128`` or ``nccl:/simple`` force an algorithm and/or protocol as the
+``NCCL_ALGO`` / ``NCCL_PROTO`` environment variables do. Collectives the tuner prices (allreduce,
+allgather, reduce-scatter, broadcast, reduce) are chosen by :mod:`.tuner` on the graphs of
+:mod:`.topology` for the cluster's NCCL release (:mod:`.versions`), then timed as the runtime runs them
+(:mod:`.runtime`: channels and threads launched, pipeline fill, host launch, the fabric's latency).
+All-to-all and send/recv are NCCL point-to-point operations, outside the tuner: they are priced here by the
+bytes each GPU moves over NVLink and over its share of the NICs, with one Simple-protocol step latency of the
+ring table (an assumption, said in ``protocol = "p2p"``). RCCL clusters (``library: rccl``) are priced by
+:mod:`.rccl`.
+
+Sizes follow nccl-tests' ``size`` column (NCCL's own ``nBytes``: the gathered output of an allgather).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.collective_libraries import transports
+from flexcomm.costmodel.collective_libraries.runtime import Execution, execute
+from flexcomm.costmodel.collective_libraries.topology import fabric_version, nccl_system, node_links
+from flexcomm.costmodel.collective_libraries.tuner import (
+    ALGORITHMS,
+    NCCL_NAMES,
+    PROTOCOLS,
+    TuningTable,
+    choose,
+    tune,
+)
+from flexcomm.costmodel.collective_libraries.versions import NcclVersion, base_lat_us, hw_lat_us, parse_version
+from flexcomm.costmodel.errors import InputError
+
+TUNED = ("allreduce", "allgather", "reduce-scatter", "broadcast", "reduce")
+P2P = ("alltoall", "sendrecv")
+_FORM = "nccl, or nccl:ALGO, nccl:ALGO/PROTO, nccl:/PROTO (ALGO: ring, tree, nvls, nvls_tree, collnet_direct, " \
+        "collnet_chain, pat; PROTO: ll, ll128, simple)"
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """One call as NCCL would run it: algorithm, protocol and the predicted seconds split in two (the
+    alpha-beta split every engine reads); :attr:`execution` has the full story."""
+
+    algorithm: str
+    protocol: str
+    latency_s: float  # launch + per-step latency + pipeline fill
+    bandwidth_s: float
+    execution: Execution | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.latency_s + self.bandwidth_s
+
+    @property
+    def label(self) -> str:
+        if self.protocol == "p2p":
+            return "p2p"
+        return f"{NCCL_NAMES[self.algorithm]}/{NCCL_NAMES[self.protocol]}"
+
+
+def is_nccl_algorithm(name: str) -> bool:
+    return name == "nccl" or name.startswith("nccl:")
+
+
+def parse_nccl_algorithm(name: str, version: NcclVersion | None = None) -> tuple[str | None, str | None]:
+    """``nccl:tree/ll128`` -> NCCL_ALGO and NCCL_PROTO values (None: NCCL chooses); an algorithm the
+    release lacks (``nccl:pat`` before 2.23) is refused."""
+    if name == "nccl":
+        return None, None
+    if not name.startswith("nccl:"):
+        raise InputError("algorithm", name, _FORM)
+    algo, _, proto = name[len("nccl:"):].partition("/")
+    algo, proto = algo.strip().lower(), proto.strip().lower()
+    if algo and algo not in ALGORITHMS:
+        raise InputError("algorithm", name, _FORM)
+    if proto and proto not in PROTOCOLS:
+        raise InputError("algorithm", name, _FORM)
+    if not algo and not proto:
+        raise InputError("algorithm", name, _FORM)
+    if algo == "pat" and version is not None and version < (2, 23):
+        raise InputError("algorithm", name, f"an algorithm NCCL {version} has (PAT arrived in 2.23): ring, tree, "
+                         "nvls, nvls_tree, collnet_direct, collnet_chain")
+    return (NCCL_NAMES[algo] if algo else None), (NCCL_NAMES[proto] if proto else None)
+
+
+_TABLES: dict[tuple[object, ...], TuningTable] = {}
+_MAX_TABLES = 512
+
+
+def _table(cluster: Cluster, ranks: int, collective: str, algo_env: str | None, proto_env: str | None,
+           version: NcclVersion, plugin_latency: bool = True) -> TuningTable:
+    """The tuner's table, cached on what the search reads (clusters themselves are not hashable);
+    ``plugin_latency=False``: the same table without the net plugin's reported latency (the times)."""
+    key = (cluster.gpu_fabric, cluster.devices_per_node, cluster.nics_per_node, cluster.inter_link.bandwidth_Bps,
+           cluster.world_size, ranks, collective, algo_env, proto_env, version, plugin_latency)
+    if key not in _TABLES:
+        if len(_TABLES) >= _MAX_TABLES:
+            _TABLES.clear()
+        _TABLES[key] = tune(nccl_system(cluster, ranks, version, plugin_latency), collective, algo_env, proto_env)
+    return _TABLES[key]
+
+
+def call_version(cluster: Cluster, version: str | NcclVersion | None) -> NcclVersion:
+    """The release a call is priced with: the one given (a log's header), else the cluster's."""
+    if version is None:
+        return fabric_version(cluster)
+    return version if isinstance(version, NcclVersion) else parse_version(version)
+
+
+def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, algorithm: str = "nccl",
+            env: dict[str, str] | None = None, gpus_per_process: int = 1,
+            version: str | NcclVersion | None = None) -> Execution:
+    """How NCCL (or RCCL) runs one call of nccl-tests ``size`` bytes over ranks 0..ranks-1 of ``cluster``:
+    algorithm, protocol, channels, threads, chunk, steps and the time split into launch, latency, pipeline
+    fill and bandwidth.
+
+    ``env`` holds NCCL_ALGO / NCCL_PROTO as a log shows them (an explicit ``nccl:...`` wins over it);
+    ``gpus_per_process``: GPUs one thread drives (nccl-tests ``-g``; 1 under MPI or torchrun)."""
+    if cluster.gpu_fabric is None:
+        raise InputError("cluster.gpu_fabric", None, "a gpu_fabric section (compute_capability, intra, "
+                         "nvlinks_per_gpu, pcie, ...) for the NCCL-grade model; see docs/cost-model.md")
+    if cluster.gpu_fabric.library == "rccl":
+        from flexcomm.costmodel.collective_libraries.rccl import explain as rccl_explain
+
+        return rccl_explain(cluster, collective, size_bytes, ranks, algorithm, env, gpus_per_process, version)
+    release = call_version(cluster, version)
+    algo_env, proto_env = parse_nccl_algorithm(algorithm, release)
+    env = env or {}
+    algo_env = algo_env or env.get("NCCL_ALGO")
+    proto_env = proto_env or env.get("NCCL_PROTO")
+    host_us = transports.host_launch_us_per_gpu()
+    if collective in P2P:
+        return _p2p(cluster, collective, size_bytes, ranks, gpus_per_process * host_us, release)
+    if collective not in TUNED:
+        raise InputError("collective", collective, "one of " + ", ".join(TUNED + P2P))
+    if ranks < 2:
+        return Execution("nccl", str(release), collective, float(size_bytes), int(ranks), 1, "ring", "simple", 0, 0,
+                         0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    best = choose(_table(cluster, int(ranks), collective, algo_env, proto_env, release), size_bytes)
+    timing = _table(cluster, int(ranks), collective, algo_env, proto_env, release, plugin_latency=False)
+    return execute(timing, best.algorithm, best.protocol, size_bytes, gpus_per_process,
+                   transports.extra_latency_us(cluster), host_us)
+
+
+def predict(cluster: Cluster, collective: str, size_bytes: float, ranks: int, algorithm: str = "nccl",
+            env: dict[str, str] | None = None, gpus_per_process: int = 1,
+            version: str | NcclVersion | None = None) -> NcclChoice:
+    """Predicted time of one NCCL call (see :func:`explain`), as the two-term choice every engine reads."""
+    run = explain(cluster, collective, size_bytes, ranks, algorithm, env, gpus_per_process, version)
+    return NcclChoice(run.algorithm, run.protocol, run.launch_s + run.latency_s + run.fill_s, run.bandwidth_s, run)
+
+
+def _p2p(cluster: Cluster, collective: str, size_bytes: float, ranks: int, host_us: float,
+         version: NcclVersion) -> Execution:
+    """All-to-all (each rank sends size/ranks to every rank) or one send/recv pair, by bytes per link."""
+    node, nodes = node_links(cluster, ranks, version)
+    g = node.gpus
+    nvlink = node.nvlink_GBps if node.intra != "pcie" else node.pcie_ring_GBps
+    hw = "net" if nodes > 1 else ("nvlink" if node.intra != "pcie" else "pci")
+    latency_us = base_lat_us(version)["ring"][2] + hw_lat_us(version)[hw]["ring"][2]
+    if nodes > 1:
+        latency_us += transports.extra_latency_us(cluster)
+    if collective == "sendrecv":
+        bw = node.nic_path_GBps if nodes > 1 else nvlink
+        bandwidth_s = size_bytes / (bw * 1e9)
+    else:
+        intra_bytes = size_bytes * (g - 1) / ranks
+        inter_bytes = size_bytes * (ranks - g) / ranks
+        times = [intra_bytes / (nvlink * 1e9)] if g > 1 else [0.0]
+        if nodes > 1:
+            times.append(inter_bytes / (node.nics * node.nic_path_GBps / g * 1e9))
+        bandwidth_s = max(times)
+    gpu_us = latency_us + bandwidth_s * 1e6
+    return Execution("nccl", str(version), collective, float(size_bytes), int(ranks), nodes, "ring", "p2p", 0, 0, 0,
+                     0, 1, max(0.0, host_us - gpu_us) * 1e-6, latency_us * 1e-6, 0.0, bandwidth_s, host_us * 1e-6)
