@@ -1,8 +1,11 @@
-"""One figure per published run: bus bandwidth against size, measured and predicted, NCCL's choice marked.
+"""One figure per published run: bus bandwidth against size, measured and predicted, NCCL's choice marked,
+and beneath it predicted / measured with the targets' bands.
 
 Why busbw and not time: it is what nccl-tests prints and what people quote, and a flat asymptote shows the
 bandwidth term while the small-size slope shows the latency term. Each predicted point is marked by the
-(algorithm, protocol) NCCL's tuner picks at that size, so a miss at a switch-over is visible as such.
+(algorithm, protocol) NCCL's tuner picks at that size, so a miss at a switch-over is visible as such. Why the
+second panel: on a busbw axis spanning ten decades a 25 % miss is a hair's width, so a run that misses its
+targets looked like a perfect fit; the ratio panel shows every miss at its true size.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ def plot_run(result: Any, path: Path) -> Path:
     predicted = sizes / np.array([r["predicted_s"] for r in result.rows]) * factor / 1e9
     labels = [r["algorithm"] if r["protocol"] in (None, "p2p") else f"{r['algorithm']}/{r['protocol']}"
               for r in result.rows]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, (ax, err) = plt.subplots(2, 1, figsize=(7, 6.0), sharex=True, height_ratios=(3, 2))
     ax.plot(sizes, measured, "k-", lw=1.6, label="measured (published)")
+    ratio = np.array([r["predicted_s"] / r["measured_s"] for r in result.rows])
     for i, label in enumerate(dict.fromkeys(labels)):
         mask = np.array([lab == label for lab in labels])
-        ax.plot(sizes[mask], predicted[mask], _MARKERS[i % len(_MARKERS)], ms=5, ls="none",
-                label=f"predicted: {label}")
+        marker = _MARKERS[i % len(_MARKERS)]
+        ax.plot(sizes[mask], predicted[mask], marker, ms=5, ls="none", label=f"predicted: {label}")
+        err.plot(sizes[mask], ratio[mask], marker, ms=5, ls="none", color=f"C{i % 10}")
     if "loro_predicted_s" in result.rows[0]:
         loro = sizes / np.array([r["loro_predicted_s"] for r in result.rows]) * factor / 1e9
         ax.plot(sizes, loro, color="tab:orange", ls="--", lw=1.0, label="leave-one-run-out calibrated")
@@ -45,14 +50,25 @@ def plot_run(result: Any, path: Path) -> Path:
     ax.set_yscale("log")
     low, high = sizes.min(), sizes.max()
     ticks = [2.0 ** e for e in range(0, 41, 2) if low / 2 <= 2.0 ** e <= high * 2]
-    ax.set_xticks(ticks, [format_size(t) for t in ticks], fontsize=7, rotation=45)
     readable_log_axis(ax, "y")
-    ax.set_xlabel("size (nccl-tests bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.set_title(f"{result.run_id}\n{result.collective}, {result.ranks} ranks, class {result.hardware_class}",
                  fontsize=9)
     ax.grid(True, which="both", alpha=.3)
     ax.legend(fontsize=7, loc="best")
+    err.axhspan(1 - 0.05, 1 + 0.05, color="tab:green", alpha=0.25, lw=0, label="within 5 %")
+    for bound in (1 - 0.15, 1 + 0.15):
+        err.axhline(bound, color="tab:green", ls=":", lw=1.0)
+    err.axhline(1.0, color="k", lw=0.8)
+    err.set_yscale("log")
+    spread = max(1.3, float(np.max(np.maximum(ratio, 1 / ratio))) * 1.15)
+    err.set_ylim(1 / spread, spread)
+    readable_log_axis(err, "y")
+    err.set_ylabel("predicted / measured\n(band: 5 %, dotted: 15 %)", fontsize=8)
+    err.set_xticks(ticks, [format_size(t) for t in ticks], fontsize=7, rotation=45)
+    ax.tick_params(labelbottom=True, labelsize=7)  # both panels keep their sizes: each reads on its own
+    err.set_xlabel("size (nccl-tests bytes)")
+    err.grid(True, which="major", alpha=.3)
     fig.tight_layout()
     save_figure_atomic(fig, path)
     plt.close(fig)

@@ -55,6 +55,8 @@ class Cost:
     breakdown: CostBreakdown
     #: with ``algorithm="nccl..."``: what NCCL runs, e.g. ``NVLSTree/Simple``
     nccl_runs: str | None = None
+    #: with ``algorithm="nccl..."``: the whole call as the library runs it (channels, chunk, time split)
+    execution: Any = None
 
     @property
     def seconds(self) -> float:
@@ -167,6 +169,8 @@ def cost(
     reduce_bandwidth: float | str | None = None,
     ranks_per_node: int | None = None,
     order: str | list[int] = "rank",
+    nccl_version: str | None = None,
+    gpus_per_process: int = 1,
 ) -> Cost:
     """Predicted time of one collective, or with ``scheme`` of one compressed gradient exchange.
 
@@ -175,7 +179,9 @@ def cost(
     a scheme (which may instead be given as ``numel`` elements). The network is ``cluster`` (a name, file
     or :class:`Cluster`), or ``latency`` + ``bandwidth``, optionally calibrated by ``profile``. ``order``
     (with a cluster): the group's rank order, ``rank``, ``rack-major``, ``rail-aligned``, ``random`` or an
-    explicit list of ``ranks`` ranks; anything but ``rank`` prices the collective on its real paths.
+    explicit list of ``ranks`` ranks; anything but ``rank`` prices the collective on its real paths. With
+    ``algorithm="nccl..."``: ``nccl_version`` (default the cluster's) and ``gpus_per_process`` (GPUs one
+    thread launches; 1 under torchrun) shape NCCL's price, and :attr:`Cost.execution` explains it.
     """
     ranks = _whole("ranks", ranks, 1)
     if (size is None) == (numel is None):
@@ -214,9 +220,13 @@ def cost(
             raise InputError("order", order, "a cluster to order ranks on (--cluster)")
         members = _ordered(model.cluster, ranks, order)
         breakdown = model.on_ranks(name, chosen_algorithm, nbytes, members)
-    runs = model.nccl_choice(name, chosen_algorithm, float(nbytes), int(ranks)).label \
-        if is_nccl_algorithm(chosen_algorithm) else None
-    return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown, runs)
+    if is_nccl_algorithm(chosen_algorithm):
+        choice = model.nccl_choice(name, chosen_algorithm, float(nbytes), int(ranks), None, gpus_per_process,
+                                   nccl_version)
+        breakdown = CostBreakdown(np.array(choice.latency_s), np.array(choice.bandwidth_s), np.array(0.0))
+        return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown, choice.label,
+                    choice.execution)
+    return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown)
 
 
 def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:

@@ -49,14 +49,21 @@ def test_runs_are_priced_from_their_cluster_and_calibrated_on_the_others_only(tm
         r["measured_s"] / r["predicted_s"] for r in b.rows if r["bytes"] >= 1 << 20))
     assert b.loro_factor == pytest.approx(a.median_ratio())
     assert b.partial and not a.partial
-    assert results["rccl-1562-mi300x-azure-8g-allreduce"].status == "not predicted"
+    amd = results["rccl-1562-mi300x-azure-8g-allreduce"]
+    assert amd.status == "predicted" and {r["library"] for r in amd.rows} == {"rccl"}
     assert "line" in results["cut"].reason and results["cut"].status == "not predicted"
     csv = pd.read_csv(tmp_path / "out" / "errors.csv")
-    assert len(csv) == len(a.rows) + len(b.rows)
+    assert len(csv) == len(a.rows) + len(b.rows) + len(amd.rows)
+    parts = csv["launch_s"] + csv["latency_s"] + csv["fill_s"] + csv["bandwidth_s"]
+    assert (parts - csv["predicted_s"]).abs().max() < 1e-12
     assert set(csv["algorithm"]) <= {"ring", "tree", "nvls", "nvls_tree"}
     md = (tmp_path / "out" / "errors.md").read_text(encoding="utf-8")
-    assert "RCCL" in md and "| cut |" in md and PAIR[0] in md
-    assert sorted(p.name for p in (tmp_path / "out" / "figures").iterdir()) == sorted(f"{r}.png" for r in PAIR)
+    assert "rccl" in md and "| cut |" in md and PAIR[0] in md
+    assert "too few rows (4)" in md  # the slurm run has 4 rows >= 1 MiB: shown, not judged
+    for regime in ("< 1 MiB", "1-256 MiB", ">= 256 MiB"):
+        assert regime in md
+    figures = sorted(p.name for p in (tmp_path / "out" / "figures").iterdir())
+    assert figures == sorted(f"{r}.png" for r in (*PAIR, "rccl-1562-mi300x-azure-8g-allreduce"))
 
 
 def test_every_shipped_run_is_priced_or_says_why() -> None:
@@ -66,7 +73,7 @@ def test_every_shipped_run_is_priced_or_says_why() -> None:
         results = validate_published(CORPUS, Path(out), progress=False, figures=False)
     assert len(results) == len(list(CORPUS.glob("*.txt")))
     reasons = {r.reason.split(":")[0].split(" ")[0] for r in results if r.status != "predicted"}
-    assert reasons <= {"RCCL", "inconsistent", "log"}
+    assert reasons <= {"inconsistent", "log"}
     summarised = [r for r in results if r.status == "predicted" and r.large]
     assert len(summarised) >= 25
     assert all(r.errors() and all(e >= 0 for e in r.errors()) for r in summarised)
@@ -76,7 +83,7 @@ def test_cli_published_and_its_errors(tmp_path: Path, capsys: pytest.CaptureFixt
     folder = _mini_corpus(tmp_path)
     assert main(["validate", "--published", str(folder), "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "4 runs, 2 predicted" in out and (tmp_path / "o" / "errors.md").is_file()
+    assert "4 runs, 3 predicted" in out and "of 2 described runs" in out and (tmp_path / "o" / "errors.md").is_file()
     assert main(["validate", "--published", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "published" in err

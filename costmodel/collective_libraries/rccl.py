@@ -32,7 +32,7 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.runtime import Execution
 from flexcomm.costmodel.collective_libraries.tuner import PROTOCOLS, _log2i, parse_list, steps
-from flexcomm.costmodel.collective_libraries.versions import DEFAULT, NcclVersion, parse_version
+from flexcomm.costmodel.collective_libraries.versions import NcclVersion, parse_version
 from flexcomm.costmodel.errors import InputError
 
 #: ``baseLat`` (us) per algorithm (tuning.cc @ 0cbce2a7 L57-60).
@@ -42,6 +42,8 @@ XGMI_GBPS = {"gfx90a": 36.0, "gfx942": 48.0, "gfx950": 48.0}
 THREADS = 256
 THRESHOLD = {"ll": 8, "ll128": 8, "simple": 64}
 MSCCL_RANGE = (1024, 16 << 20)  # allpairs allreduce XMLs, 8 ranks (tools/msccl-algorithms @ 0cbce2a7)
+#: The newest RCCL whose tuning tables were read (develop 0cbce2a7; later releases keep tuning model 5's tables)
+RCCL_DEFAULT = NcclVersion(2, 21, 5)
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     assert fabric is not None
     if version is None:
         release = parse_version(fabric.nccl_version, "cluster.gpu_fabric.nccl_version") \
-            if fabric.nccl_version else DEFAULT
+            if fabric.nccl_version else RCCL_DEFAULT
     else:
         release = version if isinstance(version, NcclVersion) else parse_version(version)
     algo_env, proto_env = parse_nccl_algorithm(algorithm)
@@ -231,7 +233,9 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     gpu_us = latency_us + bandwidth_us
     msccl = (node.nodes == 1 and node.ranks == 8 and collective == "allreduce" and name == "ring"
              and MSCCL_RANGE[0] <= size_bytes <= MSCCL_RANGE[1] and (release >= (2, 21) or gpus_per_process <= 1))
-    return Execution("rccl" + (" (msccl not modelled)" if msccl else ""), str(release), collective, float(size_bytes),
-                     int(ranks), node.nodes, name, protocol, channels, node.comm_channels, THREADS,
-                     int(min(size_bytes / channels, 2 << 20)), steps(collective, node.ranks, node.nodes, release)[0],
-                     max(0.0, host_us - gpu_us) * 1e-6, latency_us * 1e-6, 0.0, bandwidth_us * 1e-6, host_us * 1e-6)
+    note = ("msccl not modelled: RCCL runs this call with MSCCL's allpairs kernels (8 ranks, one node, 1 KiB to "
+            "16 MiB); priced as its ring") if msccl else ""
+    return Execution("rccl", str(release), collective, float(size_bytes), int(ranks), node.nodes, name, protocol,
+                     channels, node.comm_channels, THREADS, int(min(size_bytes / channels, 2 << 20)),
+                     steps(collective, node.ranks, node.nodes, release)[0], max(0.0, host_us - gpu_us) * 1e-6,
+                     latency_us * 1e-6, 0.0, bandwidth_us * 1e-6, host_us * 1e-6, note)

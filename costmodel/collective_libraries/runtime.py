@@ -81,6 +81,7 @@ class Execution:
     fill_s: float  # the chunk pipeline filling and draining
     bandwidth_s: float  # bytes at the bandwidth of the channels and threads launched
     host_s: float  # the host's launch work per call (GPUs per process x per-GPU cost)
+    note: str = ""  # what runs this call but is not modelled (RCCL's MSCCL kernels), said where it applies
 
     @property
     def gpu_s(self) -> float:
@@ -98,7 +99,9 @@ class Execution:
 
     @property
     def dominant(self) -> str:
-        """The term that costs most: what a miss on this call points at."""
+        """The term that costs most: what a miss on this call points at (or what is not modelled)."""
+        if self.note:
+            return self.note.split(":")[0]
         parts = {"launch": self.launch_s, "latency": self.latency_s, "pipeline fill": self.fill_s,
                  "bandwidth": self.bandwidth_s}
         return max(parts, key=lambda k: parts[k])
@@ -107,6 +110,27 @@ class Execution:
         data = asdict(self)
         data.update(seconds=self.seconds, gpu_s=self.gpu_s, label=self.label, dominant=self.dominant)
         return data
+
+
+def describe(run: Execution) -> list[str]:
+    """``--explain``: what the library runs and where the predicted time goes, one fact a line."""
+    from flexcomm.costmodel.units import format_size, format_time
+
+    total = run.seconds or 1.0
+    parts = (("launch (host-bound)", run.launch_s), ("latency", run.latency_s), ("pipeline fill", run.fill_s),
+             ("bandwidth", run.bandwidth_s))
+    lines = [
+        f"{run.library.upper()} {run.version} runs {run.label}: {run.collective} of {format_size(run.nbytes)} on "
+        f"{run.ranks} ranks ({run.nodes} node{'s' if run.nodes != 1 else ''})",
+        f"  channels {run.channels} of {run.comm_channels}, {run.threads} threads a block, chunk "
+        f"{format_size(run.chunk_bytes)}, {run.steps} steps",
+        f"  host launch {format_time(run.host_s)} a call (GPUs a process x per-GPU launch)",
+    ]
+    lines += [f"  {name:<20s} {format_time(seconds):>10s}  {seconds / total:6.1%}" for name, seconds in parts]
+    lines.append(f"  {'total':<20s} {format_time(run.seconds):>10s}  (dominated by {run.dominant})")
+    if run.note:
+        lines.append(f"  note: {run.note}")
+    return lines
 
 
 def comm_channels(system: NcclSystem, algorithm: str) -> int:

@@ -16,7 +16,11 @@ said where it is made. Constants, each from the public source:
 * link bandwidths, GB/s: ``SM70/80/90_NVLINK_BW`` 20/20/20.6 and ``SM86_NVLINK_BW`` 12 (topo.h at
   v2.20.3-1), ``SM100_NVLINK_BW`` 40.0 (v2.25.1-1) and 40.1 (v2.27.6-1 on); PCIe ``width*speed/80``
   (topo.cc); a NIC's port speed ``mbps/8000`` (topo.cc); inter-socket ``QPI_BW`` 6, ``SKL_QPI_BW`` 10,
-  ``AMD_BW`` 16, ``ARM_BW`` 6; ``INTEL_P2P_OVERHEAD`` 6/5 on PCIe paths through an Intel CPU.
+  ``AMD_BW`` 16, ``ARM_BW`` 6; ``INTEL_P2P_OVERHEAD`` 6/5 on peer-to-peer PCIe paths through an Intel CPU
+  (paths.cc). With PCIe peer-to-peer off (``gpu_fabric.pcie_p2p: false``, GeForce cards' stock drivers)
+  NCCL moves data through host memory (its SHM transport): the P2P overhead does not apply. What else
+  differs (each byte crossing the root complex and host memory; PCIe switches shared by two GPUs) is not
+  in the description, and a measured difference beyond this is reported, not fitted.
 * speed lists ``speedArrayIntra/Inter`` and ``sm90SpeedArrayIntra/Inter`` (search.cc @ v2.20.3-1
   L839-847; 11 GB/s added to the Hopper intra list at v2.21.5-1), ``sm100SpeedArrayIntra/Inter``
   (search.cc @ v2.26.2-1 L913-926, @ v2.27.7-1 L952-965, @ v2.30.7-1 L1051-1067); ``MAXCHANNELS`` 32
@@ -98,7 +102,7 @@ class NodeLinks:
     nics: int  # NICs the communicator's GPUs use (0 on one node)
     nic_path_GBps: float  # GPU -> NIC path: min(GPU PCIe, NIC PCIe, port speed)
     socket_GBps: float | None  # inter-socket link a PCIe ring crosses (None: one socket or NVLink)
-    intel_cpu: bool
+    intel_cpu: bool  # peer-to-peer through an Intel CPU: NCCL's INTEL_P2P_OVERHEAD applies
 
     @property
     def pcie_ring_GBps(self) -> float:
@@ -129,7 +133,8 @@ def node_links(cluster: Cluster, ranks: int, version: NcclVersion = DEFAULT) -> 
     nvlink = (fabric.nvlinks_per_gpu * nvlink_bw_GBps(fabric.compute_capability, version)
               if fabric.intra != "pcie" else 0.0)
     socket = SOCKET_BW_GBPS[fabric.cpu] if fabric.intra == "pcie" and fabric.sockets > 1 and gpus > 1 else None
-    links = NodeLinks(gpus, nvlink, fabric.intra, fabric.gpu_pcie_GBps, nics, nic_path, socket, fabric.cpu == "intel")
+    links = NodeLinks(gpus, nvlink, fabric.intra, fabric.gpu_pcie_GBps, nics, nic_path, socket,
+                      fabric.cpu == "intel" and fabric.pcie_p2p)
     return links, nodes
 
 

@@ -87,3 +87,27 @@ def extra_latency_us(cluster: object) -> float:
 
 def host_launch_us_per_gpu() -> float:
     return HOST_LAUNCH_US
+
+
+def library_defaults(cluster: object) -> dict[str, object]:
+    """What the collective-library model will use for ``cluster`` and where each value comes from
+    (``flexcomm clusters NAME`` shows it): release, transport, latencies, host launch."""
+    from flexcomm.costmodel.collective_libraries.versions import DEFAULT
+
+    fabric = cluster.gpu_fabric  # type: ignore[attr-defined]
+    chosen = transport(fabric)
+    stated_plugin = getattr(fabric, "net_plugin_latency_s", None)
+    return {
+        "library": fabric.library,
+        "version": fabric.nccl_version or f"{DEFAULT} (default: the newest modelled; set gpu_fabric.nccl_version)",
+        "network": f"{chosen.name}" + ("" if getattr(fabric, "network", None) else " (default)"),
+        "fabric_latency_us": cluster.inter_link.latency_s * 1e6,  # type: ignore[attr-defined]
+        "extra_latency_per_network_step_us": extra_latency_us(cluster),
+        "typical_latency_of_this_network_us": chosen.typical_latency_us,
+        "plugin_latency_us": plugin_latency_us(fabric),
+        "plugin_latency_from": "gpu_fabric.net_plugin_latency" if stated_plugin is not None else
+        f"the {chosen.name} default",
+        "network_source": chosen.source,
+        "host_launch_us_per_gpu": HOST_LAUNCH_US,
+        "pcie_p2p": getattr(fabric, "pcie_p2p", True),
+    }

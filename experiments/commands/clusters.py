@@ -37,7 +37,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}: {fabric.kind}, {fabric.graph.number_of_nodes()} vertices, "
                   f"{fabric.graph.number_of_edges() // 2} cables")
             return 0
-        print_json(cluster.to_dict())
+        data = cluster.to_dict()
+        if cluster.gpu_fabric is not None:
+            from flexcomm.costmodel.collective_libraries.transports import library_defaults
+
+            data["collective_library"] = library_defaults(cluster)
+        print_json(data)
         return 0
     for name in cluster_names():
         c = load_cluster(name)

@@ -27,6 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--scheme", help="price a gradient exchange instead: " + ", ".join(SCHEMES))
     parser.add_argument("--ratio", type=float, default=0.01, help="Top-k fraction of elements kept (default 0.01)")
     parser.add_argument("--index-dtype", default="int32", help="dtype of Top-k indices on the wire (default int32)")
+    parser.add_argument("--explain", action="store_true", help="with --algorithm nccl[:...]: the algorithm, "
+                        "protocol, channels, threads, chunk and steps NCCL runs, and the time split into launch, "
+                        "latency, pipeline fill and bandwidth")
+    parser.add_argument("--nccl-version", help="with --algorithm nccl: price as this NCCL release (2.19-2.30; default "
+                        "the cluster's gpu_fabric.nccl_version, else the newest modelled)")
+    parser.add_argument("--gpus-per-process", type=int, default=1, help="with --algorithm nccl: GPUs one thread "
+                        "launches (nccl-tests -g; default 1, as under torchrun or MPI)")
     add_network_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON object")
     parser.set_defaults(handler=run)
@@ -44,15 +51,40 @@ def _order(text: str) -> str | list[int]:
         raise InputError("order", text, "rank, rack-major, rail-aligned, random or a comma list of ranks") from None
 
 
+def _check_nccl_options(args: argparse.Namespace) -> None:
+    """``--explain``, ``--nccl-version`` and ``--gpus-per-process`` only mean something for NCCL's model."""
+    from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm
+    from flexcomm.costmodel.collective_libraries.versions import parse_version
+    from flexcomm.costmodel.errors import InputError
+
+    nccl = args.algorithm is not None and is_nccl_algorithm(args.algorithm)
+    for flag, used in (("explain", args.explain), ("nccl-version", args.nccl_version is not None),
+                       ("gpus-per-process", args.gpus_per_process != 1)):
+        if used and not nccl:
+            raise InputError(flag, args.algorithm, "--algorithm nccl (or nccl:ALGO[/PROTO]) with --cluster: "
+                             f"--{flag} explains or prices NCCL's model only")
+    if args.nccl_version is not None:
+        parse_version(args.nccl_version, "nccl-version")
+    if args.gpus_per_process < 0:
+        raise InputError("gpus-per-process", args.gpus_per_process, "an integer >= 0 (0: a CUDA-graph replay)")
+
+
 def run(args: argparse.Namespace) -> int:
     from flexcomm._pricing import cost
 
+    _check_nccl_options(args)
     result = cost(args.collective, args.algorithm, ranks=args.ranks, size=args.size, scheme=args.scheme,
                   ratio=args.ratio, index_dtype=args.index_dtype, cluster=args.cluster or None,
                   profile=args.profile or None, latency=args.latency, bandwidth=args.bandwidth or None,
-                  reduce_bandwidth=args.reduce_bandwidth, ranks_per_node=args.ranks_per_node, order=_order(args.order))
+                  reduce_bandwidth=args.reduce_bandwidth, ranks_per_node=args.ranks_per_node, order=_order(args.order),
+                  nccl_version=args.nccl_version, gpus_per_process=args.gpus_per_process)
+    explained = result.execution.as_dict() if args.explain and result.execution is not None else None
     if args.json:
-        print_json(result.as_dict())
+        print_json({**result.as_dict(), **({"explain": explained} if explained else {})})
     else:
         print(result)
+        if args.explain and result.execution is not None:
+            from flexcomm.costmodel.collective_libraries.runtime import describe
+
+            print("\n".join(describe(result.execution)))
     return 0

@@ -144,14 +144,15 @@ def published_folder(text: str) -> Path:
 
 def run_published(args: argparse.Namespace) -> int:
     """``validate --published [DIR]``: every published run predicted from its hardware description."""
-    from flexcomm.experiments.published import TARGET_MEDIAN, TARGET_WORST, validate_published
+    from flexcomm.experiments.published import MIN_ROWS, TARGET_MEDIAN, TARGET_WORST, target_counts, validate_published
 
     out = Path("results/published" if args.out == "results/validate" else args.out)
     results = validate_published(published_folder(args.published), out, progress=not args.no_progress)
-    summarised = [r for r in results if r.status == "predicted" and r.large]
-    met = sum(1 for r in summarised if r.meets_targets)
-    print(f"{len(results)} runs, {len(summarised)} predicted with rows >= 1 MiB; targets (median <= "
-          f"{TARGET_MEDIAN:.0%}, worst <= {TARGET_WORST:.0%}) met by {met}")
+    predicted = [r for r in results if r.status == "predicted" and r.rows]
+    met, judged, short = target_counts(results)
+    print(f"{len(results)} runs, {len(predicted)} predicted; targets (rows >= 1 MiB: median <= {TARGET_MEDIAN:.0%}, "
+          f"worst <= {TARGET_WORST:.0%}) met by {met} of {judged} described runs with >= {MIN_ROWS} such rows "
+          f"({short} runs too short to judge)")
     figures = len([r for r in results if r.rows])
     print(f"wrote {out}/: errors.md, errors.csv, figures/ ({figures} runs)")
     return 0
