@@ -307,4 +307,7 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
     if others:
         lines += ["", "## Not predicted", "", "| run | why |", "|---|---|"]
         lines += [f"| {r.run_id} | {r.reason or 'no rows'} |" for r in others]
+    from flexcomm.experiments.published_summary import summaries_section
+
+    lines += summaries_section(folder)
     return "\n".join(lines) + "\n"

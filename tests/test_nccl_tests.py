@@ -211,3 +211,34 @@ def test_validate_refuses_a_cluster_of_another_size_in_one_line(tmp_path: Path,
     bad.write_text("./all_reduce_perf\n" + HEADER + "\n" + ROW[:50] + "\n", encoding="utf-8")
     assert main(["calibrate", str(bad), "-o", str(tmp_path / "p.json")]) == 2
     assert f"{bad} line 3:" in capsys.readouterr().err
+
+
+def test_logs_as_people_paste_them_srun_labels_split_rows_cut_rows_and_empty_rows() -> None:
+    lines = ["0: # nThread 1 nGpus 8 minBytes 0 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20 "
+             "agg iters: 1 validation: 1 graph: 0", "0: " + HEADER,
+             "0:            0             0     float     sum      -1     0.10    0.00    0.00      0     0.10    0.00"
+             "    0.00      0", "0: " + ROW,
+             ROW2[:60] + "[1,0]<stdout>:" + ROW2[60:],  # a row split by its rank's tag
+             "     4194304       1048576     float     sum      -1    90.00   46.60   69.90      0    91.00   46.09 "
+             "[cut]", "# Collective test concluded: all_reduce_perf"]
+    log = parse_nccl_tests("\n".join(lines), name="pasted")
+    assert log.sizes == [1048576, 2097152, 4194304] and log.zero_byte_rows == 1
+    assert log.gpus_per_thread == 8 and not log.cuda_graph
+    assert log.rows[-1].in_place_time_s is None and log.rows[-1].time_s == pytest.approx(90e-6)
+    graph = parse_nccl_tests("\n".join(lines).replace("graph: 0", "graph: 1"), name="graph")
+    assert graph.cuda_graph
+
+
+def test_csv_transcriptions_are_read_with_time_from_size_and_algbw() -> None:
+    text = "\n".join(["# collective: all_reduce", "# nccl_version: pins NCCL v2.27.7-1", "# env: NCCL_BUFFSIZE=8388608",
+                      "Nodes,GPUs,size(MB),iterations,blocking,out algbw(GB/s),out busbw(GB/s),in algbw(GB/s),"
+                      "in busbw(GB/s)", "2,16,32,1000,false,78.57,147.32,78.52,147.22",
+                      "2,16,64,1000, false,110.40,207.00,120.51,225.95"])
+    log = parse_nccl_tests(text, name="csv")
+    assert (log.collective, log.ranks, log.ranks_from, log.nccl_version) == ("allreduce", 16, "GPUs column", "2.27.7")
+    assert log.sizes == [32 << 20, 64 << 20] and log.env["NCCL_BUFFSIZE"] == "8388608"
+    assert log.rows[0].time_s == pytest.approx((32 << 20) / 78.57e9)
+    with pytest.raises(InputError, match="comma-separated"):
+        parse_nccl_tests(text + "\n2,16,128,1000", name="csv")
+    with pytest.raises(InputError, match="one rank count"):
+        parse_nccl_tests(text + "\n4,32,128,1000,false,162.74,305.13,160.16,300.29", name="csv")

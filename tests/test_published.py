@@ -102,3 +102,17 @@ def test_validate_a_log_on_a_gpu_cluster_reports_nccls_choice(capsys: pytest.Cap
                  str(CORPUS / "clusters" / f"{run}.yaml"), "--algorithm", "nccl:ring/simple", "--json"]) == 0
     forced = json.loads(capsys.readouterr().out)["rows"]
     assert {(r["algorithm"], r["protocol"]) for r in forced} == {("ring", "simple")}
+
+
+def test_algorithm_choice_across_scale_is_checked_against_the_b200_summary() -> None:
+    from flexcomm.experiments.published_summary import check_summary, read_summary, summary_markdown
+
+    summary = CORPUS / "summaries" / "together-b200-1to64n-algo-peaks-summary-nccl2289.txt"
+    rows = read_summary(summary)
+    assert [r.nodes for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    assert rows[2].measured["collnet_direct"] == 605.90 and "collnet_direct" not in rows[3].measured  # "retry"
+    checked = check_summary(summary, summary.with_suffix(".yaml"))
+    for row in checked:  # a ring and a tree are priced for every node count; NCCL's own choice is named
+        assert {"ring", "tree"} <= set(row.predicted) and row.nccl_choice
+    text = "\n".join(summary_markdown(summary.stem, checked))
+    assert "measured best" in text and "of 7 node counts" in text

@@ -68,7 +68,8 @@ _GRAPH = re.compile(r"\bgraph:\s*(?P<graph>\d+)|(?:^|\s)-G\s+(?P<flag>\d+)\b")
 _RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
 _THREADS = re.compile(r"nThread\s+(?P<threads>\d+)\s+nGpus\s+(?P<gpus>\d+)")
 _BINARY = re.compile(r"\b(" + "|".join(BINARIES) + r")\b")
-_DECLARED = re.compile(r"^(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)|#\s*Collective test concluded:\s*(?P<binary>\w+))",
+_DECLARED = re.compile(r"^(?:#\s*)?(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)"
+                       r"|#\s*Collective test concluded:\s*(?P<binary>\w+))",
                        re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
 _ALGORITHM = re.compile(r"^#\s*flexcomm algorithm:\s*(?P<name>[\w-]+)")
@@ -195,7 +196,7 @@ def _row(cells: list[str], layout: str, where: str, line: int) -> NcclTestsRow:
 
 
 def _clean(raw: str) -> str:
-    return _MID_TAG.sub(" ", _PREFIX.sub("", raw.rstrip("\r\n"))).strip()
+    return _PREFIX.sub("", _MID_TAG.sub("", raw.rstrip("\r\n")).strip()).strip()
 
 
 def _csv_row(line: str, columns: list[str], unit: str, where: str, number: int) -> NcclTestsRow | None:
