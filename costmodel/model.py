@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.logs import size_column
-from flexcomm.costmodel.collective_libraries.model import NcclChoice, is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.model import NcclChoice
 from flexcomm.costmodel.collective_libraries.model import predict as nccl_predict
 from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonical_collective, formula
 from flexcomm.costmodel.compressed import (

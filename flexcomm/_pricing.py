@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, CostBreakdown, algorithms, canonical_collective
 from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload
 from flexcomm.costmodel.errors import InputError

@@ -52,7 +52,7 @@ import pandas as pd
 import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
-from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,

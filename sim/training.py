@@ -41,7 +41,7 @@ import simpy
 from simpy.events import Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
-from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm, parse_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
 from flexcomm.costmodel.errors import InputError

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
-from flexcomm.costmodel.collective_libraries.model import parse_nccl_algorithm, predict
+from flexcomm.costmodel.collective_libraries.algorithms import parse_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.model import predict
 from flexcomm.costmodel.collective_libraries.topology import NodeLinks, nccl_system, ring_channels
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel

@@ -20,23 +20,12 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
+from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution, execute
 from flexcomm.costmodel.collective_libraries.topology import fabric_version, nccl_system, node_links
-from flexcomm.costmodel.collective_libraries.tuner import (
-    ALGORITHMS,
-    NCCL_NAMES,
-    PROTOCOLS,
-    TuningTable,
-    choose,
-    tune,
-)
+from flexcomm.costmodel.collective_libraries.tuner import NCCL_NAMES, TuningTable, choose, tune
 from flexcomm.costmodel.collective_libraries.versions import NcclVersion, base_lat_us, hw_lat_us, parse_version
 from flexcomm.costmodel.errors import InputError
-
-TUNED = ("allreduce", "allgather", "reduce-scatter", "broadcast", "reduce")
-P2P = ("alltoall", "sendrecv")
-_FORM = "nccl, or nccl:ALGO, nccl:ALGO/PROTO, nccl:/PROTO (ALGO: ring, tree, nvls, nvls_tree, collnet_direct, " \
-        "collnet_chain, pat; PROTO: ll, ll128, simple)"
 
 
 @dataclass(frozen=True)
@@ -59,31 +48,6 @@ class NcclChoice:
         if self.protocol == "p2p":
             return "p2p"
         return f"{NCCL_NAMES[self.algorithm]}/{NCCL_NAMES[self.protocol]}"
-
-
-def is_nccl_algorithm(name: str) -> bool:
-    return name == "nccl" or name.startswith("nccl:")
-
-
-def parse_nccl_algorithm(name: str, version: NcclVersion | None = None) -> tuple[str | None, str | None]:
-    """``nccl:tree/ll128`` -> NCCL_ALGO and NCCL_PROTO values (None: NCCL chooses); an algorithm the
-    release lacks (``nccl:pat`` before 2.23) is refused."""
-    if name == "nccl":
-        return None, None
-    if not name.startswith("nccl:"):
-        raise InputError("algorithm", name, _FORM)
-    algo, _, proto = name[len("nccl:"):].partition("/")
-    algo, proto = algo.strip().lower(), proto.strip().lower()
-    if algo and algo not in ALGORITHMS:
-        raise InputError("algorithm", name, _FORM)
-    if proto and proto not in PROTOCOLS:
-        raise InputError("algorithm", name, _FORM)
-    if not algo and not proto:
-        raise InputError("algorithm", name, _FORM)
-    if algo == "pat" and version is not None and version < (2, 23):
-        raise InputError("algorithm", name, f"an algorithm NCCL {version} has (PAT arrived in 2.23): ring, tree, "
-                         "nvls, nvls_tree, collnet_direct, collnet_chain")
-    return (NCCL_NAMES[algo] if algo else None), (NCCL_NAMES[proto] if proto else None)
 
 
 _TABLES: dict[tuple[object, ...], TuningTable] = {}

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
+from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution
 from flexcomm.costmodel.collective_libraries.tuner import PROTOCOLS, _log2i, parse_list, steps
 from flexcomm.costmodel.collective_libraries.versions import NcclVersion, parse_version
@@ -179,8 +180,6 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
             env: dict[str, str] | None = None, gpus_per_process: int = 1,
             version: str | NcclVersion | None = None) -> Execution:
     """One RCCL call of nccl-tests ``size`` bytes: the tuner's choice (corrections applied), then its time."""
-    from flexcomm.costmodel.collective_libraries.model import P2P, TUNED, parse_nccl_algorithm
-
     fabric = cluster.gpu_fabric
     assert fabric is not None
     if version is None:

@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, is_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.logs import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
-from flexcomm.costmodel.collective_libraries.model import P2P, TUNED, is_nccl_algorithm
 from flexcomm.costmodel.errors import InputError
 
 SUMMARY_MIN_BYTES = 1 << 20

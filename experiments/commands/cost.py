@@ -53,7 +53,7 @@ def _order(text: str) -> str | list[int]:
 
 def _check_nccl_options(args: argparse.Namespace) -> None:
     """``--explain``, ``--nccl-version`` and ``--gpus-per-process`` only mean something for NCCL's model."""
-    from flexcomm.costmodel.collective_libraries.model import is_nccl_algorithm
+    from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
     from flexcomm.costmodel.collective_libraries.versions import parse_version
     from flexcomm.costmodel.errors import InputError
 
