@@ -738,7 +738,8 @@ class GpuFabric(_Model):
     #: GPU peer-to-peer over PCIe (off on GeForce cards' stock drivers: NCCL then goes through host memory)
     pcie_p2p: bool = True
 
-    _check_ints = field_validator("compute_capability", "nvlinks_per_gpu", "sockets", "nvlink_domain",
+    _check_ints = field_validator("compute_capability", "nvlinks_per_gpu", "xgmi_links_per_gpu", "sockets",
+                                  "nvlink_domain",
                                   mode="before")(_no_bool)
 
     @field_validator("pcie", "nic_pcie", mode="after")

@@ -99,8 +99,15 @@ class RunResult:
         rows = self.in_regime(low, high)
         if not rows:
             return None, ""
-        mechanisms = [r.get("mechanism") or "-" for r in rows]
-        return statistics.median(abs(r["rel_err"]) for r in rows), max(set(mechanisms), key=mechanisms.count)
+        return statistics.median(abs(r["rel_err"]) for r in rows), most_common([r.get("mechanism") for r in rows])
+
+
+def most_common(labels: list[Any]) -> str:
+    """The most frequent label, ties broken by name (the same report for the same rows, whatever the hash seed)."""
+    from collections import Counter
+
+    counts = Counter(str(label or "-") for label in labels)
+    return min(counts, key=lambda k: (-counts[k], k)) if counts else "-"
 
 
 def undescribed(cluster_file: Path) -> str:
@@ -130,12 +137,15 @@ def predict_run(log_path: Path, cluster_file: Path) -> RunResult:
     run_id = log_path.stem
     if not cluster_file.is_file():
         return RunResult(run_id, "-", "not predicted", f"no cluster file {cluster_file.name}")
-    klass = hardware_class(cluster_file)
+    try:
+        klass = hardware_class(cluster_file)
+        cluster = Cluster.from_file(cluster_file)
+    except InputError as exc:
+        return RunResult(run_id, "-", "not predicted", f"cluster file unreadable: {exc}")
     try:
         log = read_nccl_tests(log_path)
     except InputError as exc:
         return RunResult(run_id, klass, "not predicted", f"log unreadable: {exc}")
-    cluster = Cluster.from_file(cluster_file)
     result = RunResult(run_id, klass, "not predicted", collective=log.collective, ranks=cluster.world_size,
                        undescribed=undescribed(cluster_file))
     try:
@@ -207,7 +217,8 @@ def _write_csv(results: list[RunResult], path: Path) -> None:
 
     columns = ["run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
                "rel_err", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
-               "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "loro_predicted_s", "loro_rel_err"]
+               "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "stated_version", "loro_predicted_s",
+               "loro_rel_err"]
     records = [{"run": r.run_id, "hardware_class": r.hardware_class, "collective": r.collective, "ranks": r.ranks,
                 **{k: row.get(k) for k in columns[4:]}} for r in results for row in r.rows]
     write_csv_atomic(pd.DataFrame.from_records(records, columns=columns), path)
@@ -269,6 +280,9 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
             met_text += " (undescribed)"
         library = r.rows[0].get("library") or "-"
         version = r.rows[0].get("version")
+        stated = r.rows[0].get("stated_version")
+        if stated and version and stated != version:
+            version = f"{version} (its log states {stated})"
         lines.append(
             f"| {r.run_id} | {r.hardware_class} | {r.collective} | {r.ranks} | "
             f"{library}{f' {version}' if version else ''} | {_large_algorithms(r)} | {len(r.large)} | "
@@ -295,9 +309,8 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
             if not rows:
                 cells.append("-")
                 continue
-            mechanisms = [row.get("mechanism") or "-" for row in rows]
             cells.append(f"{statistics.median(abs(row['rel_err']) for row in rows):.1%} "
-                         f"({max(set(mechanisms), key=mechanisms.count)})")
+                         f"({most_common([row.get('mechanism') for row in rows])})")
         loro = [statistics.median(e) for r in runs if (e := r.errors("loro_rel_err"))]
         judged_runs = [r for r in runs if r.meets_targets is not None]
         met_here = sum(1 for r in judged_runs if r.meets_targets)

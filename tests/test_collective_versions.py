@@ -92,10 +92,22 @@ def test_pat_exists_from_2_23_for_one_gpu_per_node_only() -> None:
 def test_blackwell_reads_hopper_rows_before_2_25_and_its_own_after() -> None:
     assert arch_index(NcclVersion(2, 23, 4), 100) == 2
     assert arch_index(NcclVersion(2, 26, 2), 100) == 3
-    cluster = load_cluster("dgx-b200")
-    old = explain(cluster, "allreduce", 8 << 30, 16, version="2.23.4")
-    new = explain(cluster, "allreduce", 8 << 30, 16, version="2.28.9")
-    assert old.version == "2.23.4" and new.version == "2.28.9" and old.seconds != new.seconds
+    wide = Graph(channels=8, bw_intra_GBps=90.0, bw_inter_GBps=90.0)
+    one = dict(ranks=8, nodes=1, cc=100, graphs={"ring": wide})
+    cell = {v: tune(_system(v, **one), "allreduce", proto_env="LL128").cells[("ring", "ll128")].bandwidth_GBps
+            for v in ((2, 23, 4), (2, 26, 2), (2, 29, 2), (2, 29, 7))}
+    ratio = 8 / 14  # the per-channel LL128 cap: Hopper's 36.7, Blackwell's 73.4 (2.25), 34.5 (2.29.2), 40 (2.29.7)
+    assert cell[(2, 23, 4)] == pytest.approx(8 * 36.7 * ratio)
+    assert cell[(2, 26, 2)] == pytest.approx(8 * 73.4 * ratio)
+    assert cell[(2, 29, 2)] == pytest.approx(8 * 34.5 * ratio)
+    assert cell[(2, 29, 7)] == pytest.approx(8 * 40.0 * ratio)
+    assert explain(load_cluster("dgx-b200"), "allreduce", 8 << 30, 16, version="2.23.4").version == "2.23.4"
+
+
+def test_versions_compare_with_tuples_in_every_direction() -> None:
+    v = NcclVersion(2, 28, 0)
+    assert v <= (2, 28, 0) and v >= (2, 28) and v == (2, 28) and not v > (2, 28, 0) and v < (2, 28, 1)
+    assert sorted([NcclVersion(2, 30, 7), NcclVersion(2, 20, 3)])[0] == NcclVersion(2, 20, 3)
 
 
 def test_a_cluster_names_its_release_and_a_bad_one_is_refused_by_field() -> None:

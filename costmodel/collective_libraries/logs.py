@@ -71,7 +71,7 @@ _BINARY = re.compile(r"\b(" + "|".join(BINARIES) + r")\b")
 _DECLARED = re.compile(r"^(?:#\s*)?(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)"
                        r"|#\s*Collective test concluded:\s*(?P<binary>\w+))",
                        re.IGNORECASE)
-_VERSION = re.compile(r"NCCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
+_VERSION = re.compile(r"[NR]CCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
 _ALGORITHM = re.compile(r"^#\s*flexcomm algorithm:\s*(?P<name>[\w-]+)")
 _ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO|NCCL_BUFFSIZE)=(?P<value>[\w,^:;]+)")
 

@@ -7,8 +7,10 @@ RCCL is NCCL's code with AMD's tuner and topology (``ROCm/rccl``). What differs,
   an 8-GPU MI300X-class node uses model 5 (``rome_models.cc``: ``tuning=5`` on the 8-GPU xGMI models
   79/81/84). NCCL's llMaxBw and per-channel caps are not applied on AMD. Values: RCCL 2.21.5 (ROCm 6.3,
   develop 0cbce2a7, tuning.cc L224-252) and 2.20.5 (tag rocm-6.2.2, L224-252), chosen by the cluster's
-  ``nccl_version`` (RCCL numbers its releases as NCCL's). The correction factors (down to 0.1) steer the
-  choice; as NCCL's tuner, they are not times, and the time uses the uncorrected cell.
+  ``nccl_version`` or the version a log states (RCCL numbers its releases as NCCL's). The time uses the
+  chosen cell's latency and bandwidth as NCCL's model does; the per-size correction factors (down to 0.1)
+  only steer the choice. Across nodes the model's network latencies are large (320 us a ring/Simple step
+  in 2.21.5) and only runs of 1 GiB and more check them.
 * **Topology**: every GPU pair has one xGMI link, counted at 48 GB/s per direction for gfx94x and gfx95x
   (``GFX94X_XGMI_WIDTH``, ``src/graph/topo.h`` @ 0cbce2a7 L31-33), so a GPU's ``totalBw`` is links x 48;
   rings come from fixed templates (``rome_model_79``: 28 rings on one node, 56 channels after doubling;
@@ -33,7 +35,7 @@ from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution
 from flexcomm.costmodel.collective_libraries.tuner import PROTOCOLS, _log2i, parse_list, steps
-from flexcomm.costmodel.collective_libraries.versions import NcclVersion, parse_version
+from flexcomm.costmodel.collective_libraries.versions import RCCL_DEFAULT, NcclVersion, parse_version
 from flexcomm.costmodel.errors import InputError
 
 #: ``baseLat`` (us) per algorithm (tuning.cc @ 0cbce2a7 L57-60).
@@ -43,8 +45,6 @@ XGMI_GBPS = {"gfx90a": 36.0, "gfx942": 48.0, "gfx950": 48.0}
 THREADS = 256
 THRESHOLD = {"ll": 8, "ll128": 8, "simple": 64}
 MSCCL_RANGE = (1024, 16 << 20)  # allpairs allreduce XMLs, 8 ranks (tools/msccl-algorithms @ 0cbce2a7)
-#: The newest RCCL whose tuning tables were read (develop 0cbce2a7; later releases keep tuning model 5's tables)
-RCCL_DEFAULT = NcclVersion(2, 21, 5)
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,8 @@ def _cell(node: RcclNode, collective: str, algorithm: str, protocol: str, model:
     if bus <= 0:
         return None
     nsteps, inter_steps = steps(collective, node.ranks, node.nodes, node.version)
-    if algorithm == "ring" and protocol == "ll" and collective in ("broadcast", "reduce") and node.nodes == 1:
+    if (algorithm == "ring" and protocol == "ll" and collective in ("broadcast", "reduce") and node.nodes == 1
+            and node.arch in ("gfx942", "gfx950")):
         bus *= 1.65
     algbw = bus * (node.ranks / nsteps if algorithm == "ring" else 0.5)
     intra = model.hw_lat["nvlink"][algorithm][p]
@@ -218,10 +219,12 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
             if best is None or chosen_time < best[0]:
                 best = (chosen_time, name, protocol, latency, bw)
     if best is None:
-        raise InputError("NCCL_ALGO", algo_env, f"an algorithm and protocol RCCL runs for {collective}")
+        forced = ("NCCL_ALGO", algo_env) if algo_env else ("NCCL_PROTO", proto_env)
+        raise InputError(forced[0], forced[1], f"an algorithm and protocol RCCL runs for {collective} on "
+                         f"{fabric.gcn_arch} (ring or tree; LL or Simple, LL128 only where RCCL enables it)")
     _, name, protocol, latency_us, bw = best
     channels = node.comm_channels
-    threshold = THRESHOLD[protocol] * (node.ranks if protocol == "ll" else 1)
+    threshold = THRESHOLD[protocol] * (node.ranks if (name, protocol) == ("ring", "ll") else 1)
     while size_bytes < channels * THREADS * threshold and channels >= 2:
         channels -= 1
     share = min(1.0, channels / node.comm_channels)

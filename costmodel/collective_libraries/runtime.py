@@ -220,20 +220,21 @@ def chunk_bytes(system: NcclSystem, collective: str, algorithm: str, protocol: s
     return int(max(1, min(cs, math.ceil(per_channel))))
 
 
-def pipeline_stages(system: NcclSystem, collective: str, algorithm: str) -> int:
-    """Stages a chunk passes one after another: a tree's hops up and down (its depth twice), NVLS's
-    scatter, reduce and gather, NVLS-tree's NVLS stages then the inter-node tree, a CollNet chain's GPUs;
-    1 for a ring (no fill) and for what has no chain."""
+def pipeline_stages(system: NcclSystem, collective: str, algorithm: str) -> tuple[int, int]:
+    """Stages a chunk passes one after another, as (inside a node, across nodes): a tree's hops up and down
+    (its depth twice: ``ppn - 1`` inside, ``log2i(nNodes)`` across), NVLS's scatter, reduce and gather,
+    NVLS-tree's NVLS stages then the inter-node tree, a CollNet chain's GPUs; (1, 0) for a ring (no fill)
+    and for what has no chain."""
     nodes, ppn = system.tuned_nodes, system.ranks // system.tuned_nodes
     if algorithm == "tree" and collective == "allreduce":
-        return 2 * (ppn - 1 + _log2i(nodes))
+        return 2 * (ppn - 1), 2 * _log2i(nodes)
     if algorithm == "nvls":
-        return 3
+        return 3, 0
     if algorithm == "nvls_tree":
-        return 3 + 2 * _log2i(nodes)
+        return 3, 2 * _log2i(nodes)
     if algorithm == "collnet_chain":
-        return 2 * ppn
-    return 1
+        return 2 * ppn, 0
+    return 1, 0
 
 
 def inter_hops(system: NcclSystem, collective: str, algorithm: str) -> float:
@@ -266,9 +267,19 @@ def execute(table: TuningTable, algorithm: str, protocol: str, nbytes: float, gp
     bandwidth_us = max(full_bw_us, full_bw_us * cell.bandwidth_GBps / scaled_GBps)
     chunk = chunk_bytes(system, table.collective, algorithm, protocol, nbytes, channels)
     # LL and LL128 forward each line as it arrives (prims_ll*.h): no chunk fill; Simple forwards whole slices
-    stages = pipeline_stages(system, table.collective, algorithm) if protocol == "simple" else 1
-    per_channel_us = bandwidth_us / max(1.0, nbytes / channels / chunk)  # one chunk's time on one channel
-    fill_us = (stages - 1) * per_channel_us if stages > 1 else 0.0
+    intra_stages, net_stages = pipeline_stages(system, table.collective, algorithm) if protocol == "simple" \
+        else (1, 0)
+    stages = intra_stages + net_stages
+    per_channel_us = bandwidth_us / max(1.0, nbytes / channels / chunk)  # one chunk's time at the bottleneck
+    fill_us = 0.0
+    if stages > 1:
+        # each stage moves a chunk at its own link's speed (a graph channel's speed, shared by its two copies);
+        # the slowest stage's chunk time is already the bandwidth term's
+        graph = system.graphs.get(algorithm, system.graphs["ring"])
+        intra_us = chunk / (graph.bw_intra_GBps * 1e3 / 2) if graph.bw_intra_GBps else per_channel_us
+        inter_us = chunk / (graph.bw_inter_GBps * 1e3 / 2) if graph.bw_inter_GBps else per_channel_us
+        staged = intra_stages * min(intra_us, per_channel_us) + net_stages * min(inter_us, per_channel_us)
+        fill_us = max(0.0, staged - per_channel_us)
     latency_us += inter_hops(system, table.collective, algorithm) * extra_net_latency_us
     host_us = gpus_per_process * host_us_per_gpu
     gpu_us = latency_us + fill_us + bandwidth_us

@@ -14,7 +14,7 @@ one NIC per GPU or per pair) and an approximation elsewhere (NVLink meshes, PCIe
 said where it is made. Constants, each from the public source:
 
 * link bandwidths, GB/s: ``SM70/80/90_NVLINK_BW`` 20/20/20.6 and ``SM86_NVLINK_BW`` 12 (topo.h at
-  v2.20.3-1), ``SM100_NVLINK_BW`` 40.0 (v2.25.1-1) and 40.1 (v2.27.6-1 on); PCIe ``width*speed/80``
+  v2.20.3-1), ``SM100_NVLINK_BW`` 40.0 (v2.25.1-1) and 40.1 (v2.27.5-1 on); PCIe ``width*speed/80``
   (topo.cc); a NIC's port speed ``mbps/8000`` (topo.cc); inter-socket ``QPI_BW`` 6, ``SKL_QPI_BW`` 10,
   ``AMD_BW`` 16, ``ARM_BW`` 6; ``INTEL_P2P_OVERHEAD`` 6/5 on peer-to-peer PCIe paths through an Intel CPU
   (paths.cc). With PCIe peer-to-peer off (``gpu_fabric.pcie_p2p: false``, GeForce cards' stock drivers)
@@ -41,7 +41,13 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster, GpuFabric
 from flexcomm.costmodel.collective_libraries.tuner import Graph, NcclSystem
-from flexcomm.costmodel.collective_libraries.versions import DEFAULT, NcclVersion, max_channels, parse_version
+from flexcomm.costmodel.collective_libraries.versions import (
+    DEFAULT,
+    NcclVersion,
+    max_channels,
+    nvls_arity,
+    parse_version,
+)
 from flexcomm.costmodel.errors import InputError
 
 NVLINK_BW_GBPS = {70: 20.0, 80: 20.0, 86: 12.0, 89: 0.0, 90: 20.6, 100: 40.1}
@@ -57,10 +63,13 @@ SM90_SPEEDS_INTER = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0,
 SM100_SPEEDS_INTRA = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
 SM100_SPEEDS_INTER = (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
                       3.0, 2.4, 1.2, 0.24, 0.12)
-#: Blackwell's lists by release: (intra, inter) from 2.25/2.26, 2.27, 2.29.7 (2.30 is the pair above)
+#: Blackwell's lists by release: (intra, inter) from 2.25/2.26, 2.27, 2.29.2, 2.29.7 (2.30 is the pair above;
+#: search.cc at each tag)
 SM100_SPEEDS_BY_VERSION = (
     ((2, 25, 0), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0), SM90_SPEEDS_INTER),
     ((2, 27, 0), (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+     (96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)),
+    ((2, 29, 2), SM100_SPEEDS_INTRA,
      (96.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)),
     ((2, 29, 7), SM100_SPEEDS_INTRA,
      (96.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
@@ -73,7 +82,7 @@ def nvlink_bw_GBps(compute_capability: int, version: NcclVersion = DEFAULT) -> f
     """``ncclTopoNVLinkBw``: one NVLink's bandwidth for a GPU generation (0 for GPUs without NVLink)."""
     cc = compute_capability
     if cc >= 100 and version >= (2, 25):
-        return NVLINK_BW_GBPS[100] if version >= (2, 27, 6) else 40.0
+        return NVLINK_BW_GBPS[100] if version >= (2, 27, 5) else 40.0
     if cc >= 90:  # Blackwell before 2.25 is read as Hopper
         return NVLINK_BW_GBPS[90]
     if cc in (86, 89):
@@ -302,10 +311,10 @@ def search_nvls(node: NodeLinks, cc: int, net: bool, version: NcclVersion = DEFA
     if node.intra != "nvswitch" or cc < 90 or node.gpus < 2:
         return None
     speeds = _speeds(cc, net, version)
-    max_ch = node.gpus
+    max_ch = min(node.gpus, nvls_arity(version)) if version >= (2, 25) else node.gpus
     best = _pass1(speeds, _start(speeds, node, net, False), lambda s: nvls_channels(node, s, s, net, max_ch),
                   lambda c, s, b: b is None or c > b.channels or c * s > b.channels * b.bw_inter, max_ch,
-                  _total_bw(node), min_channels=1 if net else node.gpus)  # one node: every GPU pulls evenly
+                  _total_bw(node), min_channels=1 if net else max_ch)  # one node: every head pulls evenly
     if best is None:
         return None
     # pass 2: the same channels with a faster inter speed while it stays below twice the intra speed

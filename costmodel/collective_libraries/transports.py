@@ -92,14 +92,15 @@ def host_launch_us_per_gpu() -> float:
 def library_defaults(cluster: object) -> dict[str, object]:
     """What the collective-library model will use for ``cluster`` and where each value comes from
     (``flexcomm clusters NAME`` shows it): release, transport, latencies, host launch."""
-    from flexcomm.costmodel.collective_libraries.versions import DEFAULT
+    from flexcomm.costmodel.collective_libraries.versions import DEFAULT, RCCL_DEFAULT
 
     fabric = cluster.gpu_fabric  # type: ignore[attr-defined]
     chosen = transport(fabric)
+    newest = RCCL_DEFAULT if fabric.library == "rccl" else DEFAULT
     stated_plugin = getattr(fabric, "net_plugin_latency_s", None)
     return {
         "library": fabric.library,
-        "version": fabric.nccl_version or f"{DEFAULT} (default: the newest modelled; set gpu_fabric.nccl_version)",
+        "version": fabric.nccl_version or f"{newest} (default: the newest modelled; set gpu_fabric.nccl_version)",
         "network": f"{chosen.name}" + ("" if getattr(fabric, "network", None) else " (default)"),
         "fabric_latency_us": cluster.inter_link.latency_s * 1e6,  # type: ignore[attr-defined]
         "extra_latency_per_network_step_us": extra_latency_us(cluster),

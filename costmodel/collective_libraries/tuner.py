@@ -38,7 +38,8 @@ NCCL_NAMES = {"tree": "Tree", "ring": "Ring", "collnet_direct": "CollnetDirect",
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reduce-scatter", "allreduce")
 
 #: ``treeCorrectionFactor`` per protocol, for log2(bytes / 64) = 0..22 (64 B to 256 MiB); the same in every
-#: release modelled (v2.20.3-1 L415-419, v2.30.7-1 L623-627; 2.29.7 adds a 24th entry, 1/1/.9).
+#: release modelled (v2.20.3-1 L415-419, v2.30.7-1 L623-627; 2.29.2 adds a 24th entry, 1/1/.9, which only
+#: the NVLS-tree correction reads).
 TREE_CORRECTION = {
     "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
     "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0,
@@ -404,8 +405,8 @@ def algo_time_parts_us(table: TuningTable, algorithm: str, protocol: str, nbytes
     if algorithm == "tree" and log_size < 23 and tree_corrected:
         bw *= TREE_CORRECTION[protocol][log_size]
     if (algorithm == "nvls_tree" and table.collective == "allreduce" and log_size < 24
-            and system.version >= (2, 29, 7) and system.compute_capability >= 100 and system.x86):
-        bw *= TREE_CORRECTION[protocol][log_size]  # v2.30.7-1 L630-655
+            and system.version >= (2, 29, 2) and system.compute_capability >= 100 and system.x86):
+        bw *= TREE_CORRECTION[protocol][log_size]  # v2.29.2-1 L595
     ring = system.graphs["ring"]
     legacy_mnnvl = system.mnnvl and system.version < (2, 21)
     if (algorithm == "ring" and protocol == "simple" and not legacy_mnnvl and system.tuned_nodes > 1

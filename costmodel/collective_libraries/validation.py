@@ -46,12 +46,12 @@ class LogValidation:
 
 
 def _modelled(version: str, cluster: Any) -> bool:
-    """Whether a log's stated release can price it (NCCL 2.19 to 2.30 on an NVIDIA cluster); an RCCL log's
-    version is RCCL's, and a release outside the range leaves the cluster's (the report says which)."""
+    """Whether a log's stated release can price it (2.19 to 2.30: NCCL's releases, and RCCL's, which number
+    theirs as NCCL's); a release outside the range leaves the cluster's (the row's ``version`` says which)."""
     from flexcomm.costmodel.collective_libraries.versions import parse_version
 
     fabric = getattr(cluster, "gpu_fabric", None)
-    if fabric is None or fabric.library != "nccl":
+    if fabric is None:
         return False
     try:
         parse_version(version)
@@ -90,7 +90,7 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
                 extra = {"channels": run.channels, "threads": run.threads, "chunk_bytes": run.chunk_bytes,
                          "launch_s": run.launch_s, "latency_s": run.latency_s, "fill_s": run.fill_s,
                          "bandwidth_s": run.bandwidth_s, "mechanism": run.dominant, "version": run.version,
-                         "library": run.library}
+                         "library": run.library, "stated_version": log.nccl_version}
         else:
             predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
             algo, protocol = chosen, None

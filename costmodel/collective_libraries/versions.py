@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import total_ordering
 
 from flexcomm.costmodel.errors import InputError
 
@@ -30,8 +29,7 @@ NEWEST = (2, 30, 7)
 _FORM = "an NCCL version from 2.19 to 2.30 (e.g. 2.20.3, 2.28.9, or NCCL_VERSION_CODE 22809)"
 
 
-@total_ordering
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NcclVersion:
     """One NCCL release (major.minor.patch); compares as a tuple."""
 
@@ -50,6 +48,22 @@ class NcclVersion:
             return self.key < other
         return NotImplemented
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NcclVersion):
+            return self.key == other.key
+        if isinstance(other, tuple):
+            return self.key == tuple(other) + (0,) * (3 - len(other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __le__(self, other: object) -> bool:
+        return self < other or self == other
+
+    def __gt__(self, other: object) -> bool:
+        return not self <= other
+
     def __ge__(self, other: object) -> bool:  # tuples on the right: ``version >= (2, 23)``
         if isinstance(other, (NcclVersion, tuple)):
             return not self < other
@@ -60,6 +74,9 @@ class NcclVersion:
 
 
 DEFAULT = NcclVersion(*NEWEST)
+#: The newest RCCL whose tuning tables were read (ROCm/rccl develop 0cbce2a7, RCCL 2.21.5; later releases keep
+#: tuning model 5's tables): an RCCL cluster's default
+RCCL_DEFAULT = NcclVersion(2, 21, 5)
 
 
 def parse_version(text: object, field: str = "nccl_version") -> NcclVersion:
@@ -91,7 +108,7 @@ def version_in_text(text: str) -> NcclVersion | None:
     if code:
         value = int(code[1])
         return NcclVersion(value // 10000, value // 100 % 100, value % 100)
-    match = re.search(r"(?:NCCL|nccl)[ _-]*(?:version)?[ :=v]*(\d+)\.(\d+)\.(\d+)", text)
+    match = re.search(r"(?:NCCL|nccl|RCCL|rccl)[ _-]*(?:version)?[ :=v]*(\d+)\.(\d+)\.(\d+)", text)
     if match:
         return NcclVersion(int(match[1]), int(match[2]), int(match[3]))
     return None
@@ -147,23 +164,34 @@ def ll_max_bw(version: NcclVersion) -> tuple[tuple[float, float, float], ...]:
 
 def per_channel_caps(version: NcclVersion) -> dict[str, tuple[tuple[float, float, float], ...]]:
     """Per-channel bandwidth caps (GB/s) per architecture row and node column: ring LL128, tree LL128,
-    tree, NVLS-tree (the last from 2.28; v2.20.3-1 L92-106, v2.26.2-1 L158-175, v2.28.9-1 L175-198,
-    v2.29.7-1 L180, v2.30.7-1 L185-211)."""
-    if version >= (2, 29, 7):
-        bw_ring_ll128, bw_tree_ll128, bw_tree = (40.0, 40.0, 40.0), (55.6, 31.67, 20.0), (70.0, 42.8, 24.0)
-        bw_nvls_tree = (0.0, 96.0, 80.0)
-    elif version >= (2, 28):
-        bw_ring_ll128, bw_tree_ll128, bw_tree = (73.4, 34.6, 73.4), (55.6, 31.67, 20.0), (70.0, 42.8, 24.0)
+    tree, NVLS-tree (the last from 2.28). Blackwell's rows changed at 2.25.1 (2 x Hopper), 2.28.3 (tree,
+    tree LL128, NVLS-tree), 2.28.7 (ring LL128 N2 34.6), 2.28.9 (NVLS-tree N4 43.8), 2.29.2 (ring LL128
+    34.5/34.6/34.5), 2.29.7 (ring LL128 40) and 2.30.3 (NVLS-tree N4 80) (tuning.cc at each tag)."""
+    bw_ring_ll128, bw_tree_ll128, bw_tree = (73.4, 73.4, 73.4), (73.4, 73.4, 58.0), (77.4, 82.8, 72.0)
+    bw_nvls_tree = (0.0, 0.0, 0.0)
+    if version >= (2, 28):
+        bw_tree_ll128, bw_tree = (55.6, 31.67, 20.0), (70.0, 42.8, 24.0)
         bw_nvls_tree = (0.0, 96.0, 43.8 if version >= (2, 28, 9) else 43.1)
-    else:
-        bw_ring_ll128, bw_tree_ll128, bw_tree = (73.4, 73.4, 73.4), (73.4, 73.4, 58.0), (77.4, 82.8, 72.0)
-        bw_nvls_tree = (0.0, 0.0, 0.0)
+    if version >= (2, 28, 7):
+        bw_ring_ll128 = (73.4, 34.6, 73.4)
+    if version >= (2, 29, 2):
+        bw_ring_ll128 = (34.5, 34.6, 34.5)
+    if version >= (2, 29, 7):
+        bw_ring_ll128 = (40.0, 40.0, 40.0)
+    if version >= (2, 30, 3):
+        bw_nvls_tree = (0.0, 96.0, 80.0)
     return {
         "ring_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), bw_ring_ll128),
         "tree_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), bw_tree_ll128),
         "tree": ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), bw_tree),
         "nvls_tree": ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), bw_nvls_tree),
     }
+
+
+def nvls_arity(version: NcclVersion) -> int:
+    """``NCCL_MAX_NVLS_ARITY``: 8 until 2.20, 32 from 2.21 (device.h); the NVLS search caps its channels at it
+    from 2.25.1 (search.cc @ v2.25.1-1 L992), at the GPU count before (a domain had at most 8 then)."""
+    return 32 if version >= (2, 21) else 8
 
 
 #: ``nvlsEfficiency`` per architecture row (2.28+; v2.28.9-1 L133-139).

@@ -65,8 +65,9 @@ def _check_nccl_options(args: argparse.Namespace) -> None:
                              f"--{flag} explains or prices NCCL's model only")
     if args.nccl_version is not None:
         parse_version(args.nccl_version, "nccl-version")
-    if args.gpus_per_process < 0:
-        raise InputError("gpus-per-process", args.gpus_per_process, "an integer >= 0 (0: a CUDA-graph replay)")
+    if not 0 <= args.gpus_per_process <= max(1, args.ranks):
+        raise InputError("gpus-per-process", args.gpus_per_process, f"an integer from 0 (a CUDA-graph replay) to the "
+                         f"{args.ranks} ranks (GPUs one thread launches)")
 
 
 def run(args: argparse.Namespace) -> int:
