@@ -22,9 +22,9 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution, execute
-from flexcomm.costmodel.collective_libraries.topology import fabric_version, nccl_system, node_links
-from flexcomm.costmodel.collective_libraries.tuner import NCCL_NAMES, TuningTable, choose, tune
-from flexcomm.costmodel.collective_libraries.versions import NcclVersion, base_lat_us, hw_lat_us, parse_version
+from flexcomm.costmodel.collective_libraries.topology import call_version, nccl_system, node_links
+from flexcomm.costmodel.collective_libraries.tuner import TuningTable, choose, label, tune
+from flexcomm.costmodel.collective_libraries.versions import NcclVersion, base_lat_us, hw_lat_us
 from flexcomm.costmodel.errors import InputError
 
 
@@ -45,9 +45,7 @@ class NcclChoice:
 
     @property
     def label(self) -> str:
-        if self.protocol == "p2p":
-            return "p2p"
-        return f"{NCCL_NAMES[self.algorithm]}/{NCCL_NAMES[self.protocol]}"
+        return label(self.algorithm, self.protocol)
 
 
 _TABLES: dict[tuple[object, ...], TuningTable] = {}
@@ -65,13 +63,6 @@ def _table(cluster: Cluster, ranks: int, collective: str, algo_env: str | None, 
             _TABLES.clear()
         _TABLES[key] = tune(nccl_system(cluster, ranks, version, plugin_latency), collective, algo_env, proto_env)
     return _TABLES[key]
-
-
-def call_version(cluster: Cluster, version: str | NcclVersion | None) -> NcclVersion:
-    """The release a call is priced with: the one given (a log's header), else the cluster's."""
-    if version is None:
-        return fabric_version(cluster)
-    return version if isinstance(version, NcclVersion) else parse_version(version)
 
 
 def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, algorithm: str = "nccl",
@@ -101,8 +92,7 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     if collective not in TUNED:
         raise InputError("collective", collective, "one of " + ", ".join(TUNED + P2P))
     if ranks < 2:
-        return Execution("nccl", str(release), collective, float(size_bytes), int(ranks), 1, "ring", "simple", 0, 0,
-                         0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return Execution.alone("nccl", release, collective, size_bytes, ranks)
     best = choose(_table(cluster, int(ranks), collective, algo_env, proto_env, release), size_bytes)
     timing = _table(cluster, int(ranks), collective, algo_env, proto_env, release, plugin_latency=False)
     return execute(timing, best.algorithm, best.protocol, size_bytes, gpus_per_process,

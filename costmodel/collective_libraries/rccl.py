@@ -34,8 +34,9 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution
+from flexcomm.costmodel.collective_libraries.topology import call_version
 from flexcomm.costmodel.collective_libraries.tuner import PROTOCOLS, _log2i, parse_list, steps
-from flexcomm.costmodel.collective_libraries.versions import RCCL_DEFAULT, NcclVersion, parse_version
+from flexcomm.costmodel.collective_libraries.versions import NcclVersion
 from flexcomm.costmodel.errors import InputError
 
 #: ``baseLat`` (us) per algorithm (tuning.cc @ 0cbce2a7 L57-60).
@@ -183,11 +184,7 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     """One RCCL call of nccl-tests ``size`` bytes: the tuner's choice (corrections applied), then its time."""
     fabric = cluster.gpu_fabric
     assert fabric is not None
-    if version is None:
-        release = parse_version(fabric.nccl_version, "cluster.gpu_fabric.nccl_version") \
-            if fabric.nccl_version else RCCL_DEFAULT
-    else:
-        release = version if isinstance(version, NcclVersion) else parse_version(version)
+    release = call_version(cluster, version)
     algo_env, proto_env = parse_nccl_algorithm(algorithm)
     env = env or {}
     algo_env = algo_env or env.get("NCCL_ALGO")
@@ -197,8 +194,7 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     node = rccl_node(cluster, int(ranks), release)
     host_us = gpus_per_process * transports.host_launch_us_per_gpu()
     if ranks < 2:
-        return Execution("rccl", str(release), collective, float(size_bytes), int(ranks), 1, "ring", "simple",
-                         0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return Execution.alone("rccl", release, collective, size_bytes, ranks)
     algos = parse_list(algo_env, ("tree", "ring"), "NCCL_ALGO") if algo_env else {"tree", "ring"}
     protos = parse_list(proto_env, PROTOCOLS, "NCCL_PROTO")
     model = _model(release)

@@ -24,9 +24,9 @@ channel count, to *choose*. What the call then costs depends on what the runtime
   launches G kernels a call; back-to-back calls then go no faster than the host launches them
   (:mod:`.transports` holds the per-GPU host cost and its source). One GPU a process (MPI, torchrun)
   is GPU-bound for every size.
-* **the fabric**: per network step, the latency the net plugin reports (NCCL adds it itself) and the extra
-  one-way latency of a transport slower than the InfiniBand NCCL's network constants were measured on
-  (:mod:`.transports`).
+* **the fabric**: per network step, the extra one-way latency of a transport slower than the InfiniBand
+  NCCL's network constants were measured on (:mod:`.transports`). The latency a net plugin *reports* only
+  steers the tuner's choice: the times here come from a table without it.
 
 Not modelled: the per-slice handshake inside a ring step (folded into the tuner's per-step latency),
 contention with other traffic, GPU clock and power limits, registered (zero-copy) buffers.
@@ -39,11 +39,11 @@ from dataclasses import asdict, dataclass
 
 from flexcomm.costmodel.collective_libraries import versions as V
 from flexcomm.costmodel.collective_libraries.tuner import (
-    NCCL_NAMES,
     NcclSystem,
     TuningTable,
     _log2i,
     algo_time_parts_us,
+    label,
     steps,
 )
 
@@ -93,9 +93,13 @@ class Execution:
 
     @property
     def label(self) -> str:
-        if self.protocol == "p2p":
-            return "p2p"
-        return f"{NCCL_NAMES.get(self.algorithm, self.algorithm)}/{NCCL_NAMES.get(self.protocol, self.protocol)}"
+        return label(self.algorithm, self.protocol)
+
+    @classmethod
+    def alone(cls, library: str, version: object, collective: str, nbytes: float, ranks: int) -> Execution:
+        """A communicator of fewer than two ranks: nothing moves, nothing is launched."""
+        return cls(library, str(version), collective, float(nbytes), int(ranks), 1, "ring", "simple", 0, 0, 0, 0, 0,
+                   0.0, 0.0, 0.0, 0.0, 0.0)
 
     @property
     def dominant(self) -> str:
@@ -168,8 +172,8 @@ def launched(system: NcclSystem, algorithm: str, protocol: str, nbytes: float) -
     nt = MAX_THREADS[protocol]
     if protocol == "simple" and algorithm == "ring" and ring_graph.bw_intra_GBps * ring_graph.channels <= 12.0:
         nt = 256
-    if algorithm in ("collnet_direct", "collnet_chain", "pat") and protocol == "simple":
-        nt = NVLS_THREADS if algorithm != "collnet_chain" else nt
+    if algorithm in ("collnet_direct", "pat") and protocol == "simple":
+        nt = NVLS_THREADS
     threshold = COLLNET_THRESHOLD if algorithm.startswith("collnet") else THREAD_THRESHOLD[protocol]
     if algorithm == "ring" and protocol == "ll":
         threshold *= system.ranks
@@ -252,7 +256,7 @@ def inter_hops(system: NcclSystem, collective: str, algorithm: str) -> float:
 
 
 def execute(table: TuningTable, algorithm: str, protocol: str, nbytes: float, gpus_per_process: int = 1,
-            extra_net_latency_us: float = 0.0, host_us_per_gpu: float = 0.0, library: str = "nccl") -> Execution:
+            extra_net_latency_us: float = 0.0, host_us_per_gpu: float = 0.0) -> Execution:
     """The call of ``nbytes`` (nccl-tests' size) as NCCL runs it with the tuner's chosen cell."""
     system = table.system
     parts = algo_time_parts_us(table, algorithm, protocol, nbytes)
@@ -285,7 +289,7 @@ def execute(table: TuningTable, algorithm: str, protocol: str, nbytes: float, gp
     gpu_us = latency_us + fill_us + bandwidth_us
     nsteps = steps(table.collective, system.ranks, system.tuned_nodes, system.version)[0]
     return Execution(
-        library=library, version=str(system.version), collective=table.collective, nbytes=float(nbytes),
+        library="nccl", version=str(system.version), collective=table.collective, nbytes=float(nbytes),
         ranks=system.ranks, nodes=system.nodes, algorithm=algorithm, protocol=protocol, channels=channels,
         comm_channels=comm_channels(system, algorithm), threads=threads, chunk_bytes=chunk,
         steps=stages if stages > 1 else nsteps, launch_s=max(0.0, host_us - gpu_us) * 1e-6,

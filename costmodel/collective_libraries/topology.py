@@ -43,6 +43,7 @@ from flexcomm.costmodel.cluster import Cluster, GpuFabric
 from flexcomm.costmodel.collective_libraries.tuner import Graph, NcclSystem
 from flexcomm.costmodel.collective_libraries.versions import (
     DEFAULT,
+    RCCL_DEFAULT,
     NcclVersion,
     max_channels,
     nvls_arity,
@@ -327,9 +328,18 @@ def search_nvls(node: NodeLinks, cc: int, net: bool, version: NcclVersion = DEFA
 
 
 def fabric_version(cluster: Cluster) -> NcclVersion:
-    """The NCCL release a cluster names (``gpu_fabric.nccl_version``), else the newest modelled."""
+    """The release a cluster names (``gpu_fabric.nccl_version``), else the newest modelled of its library."""
     fabric = _fabric(cluster)
-    return parse_version(fabric.nccl_version, "cluster.gpu_fabric.nccl_version") if fabric.nccl_version else DEFAULT
+    if fabric.nccl_version:
+        return parse_version(fabric.nccl_version, "cluster.gpu_fabric.nccl_version")
+    return RCCL_DEFAULT if fabric.library == "rccl" else DEFAULT
+
+
+def call_version(cluster: Cluster, version: str | NcclVersion | None) -> NcclVersion:
+    """The release a call is priced with: the one given (a log's header), else the cluster's."""
+    if version is None:
+        return fabric_version(cluster)
+    return version if isinstance(version, NcclVersion) else parse_version(version)
 
 
 def nccl_system(cluster: Cluster, ranks: int, version: NcclVersion | None = None,

@@ -415,6 +415,13 @@ def algo_time_parts_us(table: TuningTable, algorithm: str, protocol: str, nbytes
     return lat, nbytes / (1000 * bw)
 
 
+def label(algorithm: str, protocol: str) -> str:
+    """What NCCL's logs call a call's choice (``NVLSTree/Simple``); ``p2p`` for point-to-point operations."""
+    if protocol == "p2p":
+        return "p2p"
+    return f"{NCCL_NAMES.get(algorithm, algorithm)}/{NCCL_NAMES.get(protocol, protocol)}"
+
+
 @dataclass(frozen=True)
 class Choice:
     """What NCCL runs for one call and the time its tuner predicts (seconds)."""
@@ -425,7 +432,7 @@ class Choice:
 
     @property
     def label(self) -> str:
-        return f"{NCCL_NAMES[self.algorithm]}/{NCCL_NAMES[self.protocol]}"
+        return label(self.algorithm, self.protocol)
 
 
 def choose(table: TuningTable, nbytes: float) -> Choice:
