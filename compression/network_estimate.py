@@ -142,7 +142,12 @@ class NetworkEstimator:
 
     @classmethod
     def from_cost_model(cls, model: CostModel, ranks: int, **options: float | int) -> NetworkEstimator:
-        """Prior = the link the cost model gives a group of ``ranks`` (the cluster's slowest link in it)."""
+        """Prior = the link the cost model gives a group of ``ranks`` (the cluster's slowest link in it); on a
+        cluster with a ``gpu_fabric``, the (alpha, beta) that best reproduce NCCL's allreduce there
+        (:func:`nccl_prior`), so the first decisions already compare schemes as NCCL would run them."""
+        if model.cluster is not None and model.cluster.gpu_fabric is not None and int(ranks) > 1:
+            alpha, beta = nccl_prior(model, int(ranks))
+            return cls(alpha, beta, gamma=model.gamma, **options)  # type: ignore[arg-type]
         _, link = model.group_link(int(ranks))
         return cls(link.alpha, link.beta, gamma=model.gamma, **options)  # type: ignore[arg-type]
 
@@ -290,3 +295,18 @@ class NetworkEstimator:
         a, b = self._estimate
         return (f"NetworkEstimator(alpha={a:.3g}s, bandwidth={1 / b if b else math.inf:.3g}B/s, "
                 f"n={len(self.observations)}, identified={self._identified})")
+
+
+#: Sizes NCCL's allreduce is priced at to fit a prior: 4 KiB .. 1 GiB, a point every factor of 4.
+PRIOR_SIZES = 4.0 ** np.arange(6, 16)
+
+
+def nccl_prior(model: CostModel, ranks: int) -> tuple[float, float]:
+    """(alpha, beta) of the ring-allreduce form a = 2(p-1), b = 2(p-1)/p n that fit NCCL's predicted
+    allreduce of :data:`PRIOR_SIZES` over ``ranks`` in relative error (nonnegative least squares): the
+    estimator's measurements on a real NCCL cluster land on this form, so its prior should too."""
+    p = float(ranks)
+    seconds = np.array([model.nccl_choice("allreduce", "nccl", float(n), ranks).seconds for n in PRIOR_SIZES])
+    design = np.column_stack([np.full_like(PRIOR_SIZES, 2 * (p - 1)), 2 * (p - 1) / p * PRIOR_SIZES])
+    (alpha, beta), _ = nnls(design / seconds[:, None], np.ones_like(seconds))
+    return float(alpha), float(beta)

@@ -24,8 +24,11 @@ from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonica
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
+    Message,
     SchemeAlgorithms,
     SparsePayload,
+    check_library_dtypes,
+    scheme_messages,
     scheme_parts,
 )
 from flexcomm.costmodel.errors import InputError
@@ -243,6 +246,30 @@ class CostModel:
             latency[index], bandwidth[index] = choice.latency_s, choice.bandwidth_s
         return CostBreakdown(latency, bandwidth, np.zeros(n.shape))
 
+    def scheme_choices(self, scheme: str, numel: float, ranks: int, ratio: float,
+                       payload: SparsePayload = DEFAULT_PAYLOAD,
+                       algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS) -> list[tuple[Message, NcclChoice]]:
+        """Each call of one exchange through ``algorithms.library`` (NCCL, or RCCL on an AMD cluster) and
+        what the library runs for it: the baseline and the compressed schemes priced by one model."""
+        if algorithms.library is None or not is_nccl_algorithm(algorithms.library):
+            raise InputError("algorithm", algorithms.library, "nccl, nccl:ALGO or nccl:ALGO/PROTO")
+        check_library_dtypes(scheme, payload)
+        messages = scheme_messages(scheme, numel, ranks, ratio, payload, algorithms)
+        return [(m, self.nccl_choice(m.collective, m.algorithm, m.nbytes, ranks)) for m in messages]
+
+    def _library_scheme(self, scheme: str, numel: ArrayLike, ranks: ArrayLike, ratio: ArrayLike,
+                        payload: SparsePayload, algorithms: SchemeAlgorithms) -> CostBreakdown:
+        n, p, c = np.broadcast_arrays(np.asarray(numel, dtype=float), self._check_ranks(ranks),
+                                      np.asarray(ratio, dtype=float))
+        latency, bandwidth, compute = np.zeros(n.shape), np.zeros(n.shape), np.zeros(n.shape)
+        for index in np.ndindex(n.shape):
+            for message, choice in self.scheme_choices(scheme, float(n[index]), int(p[index]), float(c[index]),
+                                                       payload, algorithms):
+                latency[index] += choice.latency_s
+                bandwidth[index] += choice.bandwidth_s
+                compute[index] += self.gamma * message.extra_reduce_bytes
+        return CostBreakdown(latency, bandwidth, compute)
+
     def hierarchical_allreduce(
         self, nbytes: ArrayLike, ranks: ArrayLike, inter_algorithm: str = "ring"
     ) -> CostBreakdown:
@@ -287,6 +314,8 @@ class CostModel:
         """Predicted time of one gradient exchange (dense, topk-ag or topk-ar) of ``numel`` elements
         (a count such as ``"11.69M"`` or a number) over ``ranks``, keeping the fraction ``ratio``."""
         numel = coerce(numel, parse_count, "numel")
+        if algorithms.library is not None:
+            return self._library_scheme(scheme, numel, ranks, ratio, payload, algorithms)
         total: CostBreakdown | None = None
         for collective, algorithm, coef in scheme_parts(scheme, numel, ranks, ratio, payload, algorithms):
             p = self._check_ranks(np.broadcast_to(np.asarray(ranks, dtype=float), coef.alpha.shape))

@@ -3,7 +3,8 @@
 Why a module of its own: the emulated clock, the learned controller's traces and the speedup study all
 read the same phase tables; keeping them beside the clock that uses them stops three copies drifting.
 Each collective a step really issued is priced by the current phase's :class:`~costmodel.model.CostModel`
-(optionally with seeded, mean-one log-normal jitter).
+(optionally with seeded, mean-one log-normal jitter); on a cluster with a ``gpu_fabric`` it is priced as
+NCCL runs it (``library="nccl"``), whatever algorithm the emulated communicator names.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ Phase = tuple[int, CostModel, float, float]
 class NetworkClock:
     """Seconds each collective takes on the simulated cluster at the current step (see module docstring)."""
 
-    def __init__(self, phases: list[Phase], price_scale: float = 1.0, jitter: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, phases: list[Phase], price_scale: float = 1.0, jitter: float = 0.0, seed: int = 0,
+                 library: str | None = None) -> None:
         self.phases = phases
+        self.library = library
         self.price_scale = price_scale
         self.jitter = jitter
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC10C]))
@@ -50,7 +53,8 @@ class NetworkClock:
         if network == "static":
             model = CostModel.from_cluster(cluster)
             _, link = model.group_link(workers)
-            return cls([(0, model, link.alpha, 1.0 / link.beta)], price_scale, jitter, seed)
+            library = "nccl" if cluster.gpu_fabric is not None else None
+            return cls([(0, model, link.alpha, 1.0 / link.beta)], price_scale, jitter, seed, library)
         schedule, epochs = DYNAMIC_NETWORKS[network]
         phases = [(int(round(start / epochs * steps)), CostModel.from_link(latency, gbits * 1.25e8), latency,
                    gbits * 1.25e8) for start, latency, gbits in schedule]
@@ -69,7 +73,8 @@ class NetworkClock:
 
     def seconds(self, record: CollectiveRecord, world_size: int) -> float:
         nbytes = record.nbytes * (self.price_scale if record.purpose == "payload" else 1.0)
-        t = float(self._current[1].collective(record.collective, record.algorithm, nbytes, world_size).total)
+        algorithm = self.library or record.algorithm
+        t = float(self._current[1].collective(record.collective, algorithm, nbytes, world_size).total)
         if self.jitter > 0:
             t *= math.exp(self.rng.normal(0.0, self.jitter) - self.jitter**2 / 2)  # mean-one noise
         return t

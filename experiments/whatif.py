@@ -3,21 +3,37 @@
 For each model size it prices dense ring allreduce, Top-k over Allgather and Allreduce-compatible
 Top-k over a grid of compression ratios, bandwidths, latencies and rank counts (or, given a
 cluster, over that cluster's own links at every rank count it can hold). Every configuration is
-one vectorised call of the shared cost model, so the whole default grid (~200k predictions)
-takes well under a second; the CSV and the plots take the rest.
+one vectorised call of the shared cost model, so the whole default grid (~300k predictions)
+takes well under a second; the CSV and the plots take the rest. The bandwidths reach NVLink's
+(1 Gbit/s to 3.2 Tbit/s), so GPU fabrics sit inside the maps, not beyond them.
+
+On a cluster with a ``gpu_fabric`` the study is the one a GPU user asks: every scheme, the dense
+baseline included, is priced call by call as NCCL runs it (:meth:`CostModel.scheme_choices`), over
+the rank counts the cluster holds and a sweep of its NIC speed (10-800 Gbit/s and its own), with
+PowerSGD and fp16/bf16 beside the Top-k exchanges, their device work priced per scheme
+(:mod:`costmodel.compression_compute`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload, scheme_coefficients
+from flexcomm.costmodel.compressed import (
+    PRICED_SCHEMES,
+    SCHEMES,
+    SchemeAlgorithms,
+    SparsePayload,
+    powersgd_sides,
+    scheme_coefficients,
+)
+from flexcomm.costmodel.compression_compute import compression_seconds
 from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
 from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.units import format_time
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -26,13 +42,17 @@ if TYPE_CHECKING:
 DEFAULT_MODELS: dict[str, float] = {"resnet50": 25.557e6, "vgg16": 138.36e6, "transformer-1.3b": 1.3e9}
 
 
+#: NIC speeds a GPU cluster's study sweeps (Gbit/s): 10/25 GbE to NDR 400G and XDR 800G.
+NIC_SWEEP_GBIT = (10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
+
+
 @dataclass
 class WhatIfGrid:
     """Axes of the sweep; every combination is priced for every model and scheme."""
 
     models: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODELS))
     ratios: np.ndarray = field(default_factory=lambda: np.logspace(-1, -4, 13))
-    bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.logspace(0, 2, 11) * 1.25e8)  # 1..100 Gbit/s
+    bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.logspace(0, 3.5, 15) * 1.25e8)  # 1..3162 Gbit/s
     latencies_s: np.ndarray = field(default_factory=lambda: np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2]))
     ranks: np.ndarray = field(default_factory=lambda: 2 ** np.arange(1, 11))  # 2..1024
     payload: SparsePayload = field(default_factory=SparsePayload)
@@ -43,6 +63,9 @@ class WhatIfGrid:
     #: ResNet-18's 11.7M and ~36 ms for ResNet-50's 25.6M elements (~0.75e9 elements/s), nearly
     #: constant in the ratio, so it is priced as numel / throughput whatever the ratio.
     compress_elements_per_s: float = V100_TOPK_ELEMENTS_PER_S
+
+    #: with a gpu_fabric cluster: the NIC speeds swept (bytes/s per NIC; the cluster's own is added)
+    nic_bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.array(NIC_SWEEP_GBIT) * 1.25e8)
 
     def size(self) -> int:
         return (len(self.models) * len(self.ratios) * len(self.bandwidths_Bps) * len(self.latencies_s)
@@ -87,6 +110,8 @@ def run_whatif(
     and their CSVs concatenate into exactly the unsharded table.
     """
     grid = grid or WhatIfGrid()
+    if cluster is not None and cluster.gpu_fabric is not None:
+        return run_library_whatif(grid, cluster, shard)
     configs = _cluster_grid(grid, cluster) if cluster is not None else _link_grid(grid)
     index, count = shard
     configs = configs.iloc[index::count].reset_index(drop=True)  # shard K of N: every N-th configuration
@@ -123,6 +148,120 @@ def run_whatif(
     table = pd.concat(frames, ignore_index=True)
     table["bandwidth_gbit_s"] = table["bandwidth_Bps"] * 8 / 1e9
     return table
+
+
+def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
+    """(ranks, NIC bandwidth, ratio) for a GPU cluster: every rank count it holds (one node's ranks only
+    once: NVLink does not see the NIC) and the swept NIC speeds plus its own."""
+    world, per_node = cluster.world_size, cluster.devices_per_node
+    ranks = sorted({int(r) for r in grid.ranks if 2 <= r <= world} | {world})
+    own = float(cluster.inter_link.bandwidth_Bps)
+    speeds = sorted({float(b) for b in grid.nic_bandwidths_Bps} | {own})
+    rows = []
+    for p in ranks:
+        for bandwidth in (speeds if p > per_node else [own]):
+            for ratio in grid.ratios:
+                rows.append({"ratio": float(ratio), "bandwidth_Bps": bandwidth,
+                             "latency_s": float(cluster.inter_link.latency_s), "ranks": p,
+                             "fabric_nic": bandwidth == own})
+    return pd.DataFrame(rows)
+
+
+def _layer_params(model_name: str) -> list[float] | None:
+    """The parameter counts of a model flexcomm knows layer by layer (PowerSGD's matrices); None otherwise."""
+    from flexcomm.costmodel.compute import MODEL_ZOO, get_model
+
+    if model_name not in MODEL_ZOO:
+        return None
+    return [float(layer.params) for layer in get_model(model_name).layers if layer.params > 0]
+
+
+def _with_nic(cluster: Cluster, bandwidth_Bps: float) -> Cluster:
+    link = cluster.inter_link.model_copy(update={"bandwidth_Bps": bandwidth_Bps})
+    return cluster.model_copy(update={"inter_link": link})
+
+
+def run_library_whatif(grid: WhatIfGrid, cluster: Cluster, shard: tuple[int, int] = (0, 1)) -> pd.DataFrame:
+    """The study on a GPU cluster (see the module doc): one row per (model, scheme, ratio, NIC speed,
+    ranks), every exchange priced call by call as NCCL runs it, plus ``nccl_runs`` (what it ran)."""
+    configs = _nic_grid(grid, cluster)
+    index, count = shard
+    configs = configs.iloc[index::count].reset_index(drop=True)
+    models = {bw: CostModel.from_cluster(_with_nic(cluster, bw), gamma=grid.reduce_gamma_s_per_byte)
+              for bw in configs["bandwidth_Bps"].unique()}
+    library = SchemeAlgorithms(library="nccl", index_owner=grid.algorithms.index_owner,
+                               powersgd_rank=grid.algorithms.powersgd_rank)
+    device = cluster.device
+    frames = []
+    for model_name, params in grid.models.items():
+        layers = _layer_params(model_name)
+        payload = replace(grid.payload, matrix_sides=None if layers is None else powersgd_sides(layers))
+        priced: dict[tuple[str, float, int, float], tuple[float, float, float, str]] = {}
+        columns: dict[str, list] = {k: [] for k in ("scheme", "comm", "lat", "bw", "red", "runs", "compress")}
+        for scheme in PRICED_SCHEMES:
+            compress = 0.0 if grid.compress_elements_per_s <= 0 else compression_seconds(
+                scheme, params, device.peak_flops, device.memory_bandwidth_Bps, grid.compress_elements_per_s,
+                library.powersgd_rank, matrices=layers)
+            for row in configs.itertuples(index=False):
+                ratio = row.ratio if scheme.startswith("topk") else 1.0
+                key = (scheme, row.bandwidth_Bps, row.ranks, ratio)
+                if key not in priced:
+                    calls = models[row.bandwidth_Bps].scheme_choices(scheme, params, row.ranks, ratio, payload,
+                                                                     library)
+                    priced[key] = (sum(c.latency_s for _, c in calls), sum(c.bandwidth_s for _, c in calls),
+                                   sum(grid.reduce_gamma_s_per_byte * m.extra_reduce_bytes for m, _ in calls),
+                                   " + ".join(c.label for _, c in calls))
+                lat, bw, red, runs = priced[key]
+                for name, value in (("scheme", scheme), ("comm", lat + bw + red), ("lat", lat), ("bw", bw),
+                                    ("red", red), ("runs", runs), ("compress", compress)):
+                    columns[name].append(value)
+        frame = pd.concat([configs] * len(PRICED_SCHEMES), ignore_index=True)
+        frame.insert(0, "model", model_name)
+        frame.insert(1, "params", params)
+        frame.insert(2, "scheme", columns["scheme"])
+        comm, compress = np.array(columns["comm"]), np.array(columns["compress"])
+        frame["seconds"] = comm + compress
+        frame["communication_seconds"] = comm
+        frame["compression_seconds"] = compress
+        frame["latency_seconds"] = columns["lat"]
+        frame["bandwidth_seconds"] = columns["bw"]
+        frame["compute_seconds"] = columns["red"]
+        frame["nccl_runs"] = columns["runs"]
+        seconds = frame["seconds"].to_numpy().reshape(len(PRICED_SCHEMES), len(configs))
+        best = np.array(PRICED_SCHEMES)[np.argmin(seconds, axis=0)]
+        frame["speedup_vs_dense"] = np.tile(seconds[0], len(PRICED_SCHEMES)) / frame["seconds"].to_numpy()
+        frame["best_scheme"] = np.tile(best, len(PRICED_SCHEMES))
+        frame["is_best"] = frame["best_scheme"] == frame["scheme"]
+        frames.append(frame)
+    table = pd.concat(frames, ignore_index=True)
+    table["bandwidth_gbit_s"] = table["bandwidth_Bps"] * 8 / 1e9
+    return table
+
+
+def where_compression_does_not_pay(table: pd.DataFrame) -> list[str]:
+    """Plain sentences per model, at the cluster's own NIC speed: which compressed exchanges never beat the
+    dense allreduce (at any rank count and ratio priced) and why, and which wins where it pays."""
+    lines = []
+    own = table[table["fabric_nic"]] if "fabric_nic" in table else table
+    for model_name, rows in own.groupby("model", sort=False):
+        dense = rows[rows["scheme"] == "dense"].set_index(["ranks", "ratio"])["seconds"]
+        for scheme in [s for s in rows["scheme"].unique() if s != "dense"]:
+            mine = rows[rows["scheme"] == scheme].set_index(["ranks", "ratio"])
+            if (mine["seconds"] < dense.reindex(mine.index)).any():
+                continue
+            work, exchange = float(mine["compression_seconds"].min()), float(dense.max())
+            why = (f"its device work alone ({format_time(work)}) exceeds dense's slowest exchange "
+                   f"({format_time(exchange)})" if work >= exchange else "its exchange is no faster than dense's")
+            lines.append(f"{model_name}: {scheme} does not pay at any rank count or ratio: {why}")
+        best = rows.loc[rows.groupby("ranks")["seconds"].idxmin()]
+        gains = ", ".join(f"{int(r.ranks)}: {r.scheme} {r.speedup_vs_dense:.2f}x" for r in best.itertuples())
+        lines.append(f"{model_name}: fastest per rank count (speedup over dense): {gains}")
+    return lines
+
+
+def _ranks_text(ranks: pd.Index) -> str:
+    values = [str(int(r)) for r in ranks]
+    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
 
 
 def winners(table: pd.DataFrame) -> pd.DataFrame:

@@ -14,14 +14,16 @@ from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
-from flexcomm.costmodel.compressed import SCHEMES  # noqa: E402
+from flexcomm.costmodel.compressed import PRICED_SCHEMES as SCHEMES  # noqa: E402
 from flexcomm.costmodel.units import format_time  # noqa: E402
 
-SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e"}
+SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "powersgd": "#2ca02c",
+                  "fp16": "#9467bd", "bf16": "#8c564b"}
 #: Speedup contours drawn where the data spans them: dense enough that a panel shows more than one.
 CONTOUR_LEVELS = (1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 300, 1000)
-SCHEME_LABELS = {"dense": "dense ring allreduce", "topk-ag": "Top-k over Allgather",
-                 "topk-ar": "Allreduce-compatible Top-k"}
+SCHEME_LABELS = {"dense": "dense allreduce", "topk-ag": "Top-k over Allgather",
+                 "topk-ar": "Allreduce-compatible Top-k", "powersgd": "PowerSGD", "fp16": "fp16 allreduce",
+                 "bf16": "bf16 allreduce"}
 
 
 def _nearest(values: np.ndarray, wanted: float) -> float:
@@ -52,7 +54,7 @@ def _winner_panel(ax: plt.Axes, best: pd.DataFrame, x: str, y: str, xlabel: str,
     values = speed.to_numpy()
     levels = [lv for lv in CONTOUR_LEVELS if np.nanmin(values) < lv < np.nanmax(values)]
     if levels and len(xs) > 1 and len(ys) > 1:
-        contour = ax.contour(xs, ys, speed.to_numpy(), levels=levels, colors="k", linewidths=0.7)
+        contour = ax.contour(xs, ys, speed.to_numpy(), levels=levels, colors="k", linewidths=1.2)
         ax.clabel(contour, fmt=lambda v: f"{v:g}x", fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -117,6 +119,26 @@ def plot_ranks_sweep(table: pd.DataFrame, out_dir: Path, title: str) -> Path:
     _legend(fig, best_all)
     fig.tight_layout(rect=(0, 0.06, 1, 0.94))
     return save_figure_atomic(fig, out_dir / "whatif_cluster.png")
+
+
+def plot_nic_sweep(table: pd.DataFrame, out_dir: Path, cluster_name: str, own_gbit_s: float) -> Path:
+    """One panel per model over (NIC speed x ratio) at the cluster's largest rank count: where each
+    exchange wins as the network gets faster, the cluster's own NIC marked."""
+    best_all = _best_rows(table)
+    top = int(best_all["ranks"].max())
+    best_all = best_all[best_all["ranks"] == top]
+    models = list(best_all["model"].unique())
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False, sharey=True)
+    for ax, model_name in zip(axes[0], models, strict=True):
+        _winner_panel(ax, best_all[best_all["model"] == model_name], "bandwidth_gbit_s", "ratio",
+                      "NIC bandwidth (Gbit/s)", "compression ratio (fraction kept)")
+        ax.axvline(own_gbit_s, color="k", ls="--", lw=1)
+        ax.set_title(f"{model_name}; dashed: {cluster_name}'s {own_gbit_s:g} Gbit/s", fontsize=9)
+    fig.suptitle(f"{cluster_name}, {top} ranks, every exchange as NCCL runs it: fastest exchange by NIC speed; "
+                 "contours = speedup over dense", fontsize=10)
+    _legend(fig, best_all)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.94))
+    return save_figure_atomic(fig, out_dir / "whatif_nic_sweep.png")
 
 
 def plot_crossover(table: pd.DataFrame, out_dir: Path) -> Path:

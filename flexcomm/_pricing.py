@@ -8,7 +8,7 @@ or convert units first. ``flexcomm cost`` (the CLI) calls :func:`cost` too, so t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,13 @@ import numpy as np
 
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, CostBreakdown, algorithms, canonical_collective
-from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms, SparsePayload
+from flexcomm.costmodel.compressed import (
+    LOW_PRECISION_BYTES,
+    PRICED_SCHEMES,
+    SchemeAlgorithms,
+    SparsePayload,
+    powersgd_side,
+)
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import (
@@ -57,6 +63,14 @@ class Cost:
     nccl_runs: str | None = None
     #: with ``algorithm="nccl..."``: the whole call as the library runs it (channels, chunk, time split)
     execution: Any = None
+    #: with a scheme: PowerSGD's rank
+    powersgd_rank: int | None = None
+    #: with a scheme through ``nccl``: each call (collective, bytes, what the library runs, seconds)
+    calls: tuple[tuple[str, float, str, float], ...] = ()
+    #: with a scheme through ``nccl``: each call's :class:`Execution` (what ``--explain`` prints)
+    call_executions: tuple[Any, ...] = ()
+    #: with PowerSGD: the shape of its matrices as given (None: one square matrix)
+    powersgd_matrix: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -93,20 +107,51 @@ class Cost:
 
     def __str__(self) -> str:
         if self.scheme:
-            what = f"{self.scheme} (ratio {self.ratio:g}, {self.index_dtype} indices)"
+            what = _scheme_words(self)
         else:
             what = f"{self.collective}/{self.algorithm}" + (f" ({self.nccl_runs})" if self.nccl_runs else "")
         bus = self.bus_bandwidth_Bps
         return (f"{what} over {self.ranks} ranks, {format_size(self.nbytes)}: {format_time(self.seconds)} "
                 f"(latency {format_time(self.latency_s)}, bandwidth {format_time(self.bandwidth_s)}, "
                 f"reduction {format_time(self.reduction_s)})"
-                + (f"; bus bandwidth {format_bandwidth(bus)}" if bus is not None else ""))
+                + (f"; bus bandwidth {format_bandwidth(bus)}" if bus is not None else "")
+                + "".join(f"\n  {collective} {format_size(nbytes)}: {runs}, {format_time(seconds)}"
+                          for collective, nbytes, runs, seconds in self.calls))
 
     def as_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "algorithm": self.algorithm, "scheme": self.scheme,
                 "ranks": self.ranks, "bytes": self.nbytes, **self.breakdown.as_dict(),
                 "algorithm_bandwidth_Bps": self.algorithm_bandwidth_Bps, "bus_bandwidth_Bps": self.bus_bandwidth_Bps,
-                **({"nccl_runs": self.nccl_runs} if self.nccl_runs else {})}
+                **({"nccl_runs": self.nccl_runs} if self.nccl_runs else {}),
+                **({"powersgd_rank": self.powersgd_rank} if self.powersgd_rank else {}),
+                **({"calls": [{"collective": c, "bytes": b, "runs": r, "seconds": t} for c, b, r, t in self.calls]}
+                   if self.calls else {})}
+
+
+def matrix_sides(text: str, elements: float) -> float:
+    """``4096x16384``: the gradient as elements / (rows x cols) matrices of that shape; PowerSGD's P and Q
+    then carry (rows + cols) / 2 x rank values each per matrix (:attr:`SparsePayload.matrix_sides`)."""
+    try:
+        rows, cols = (int(part) for part in str(text).lower().split("x"))
+    except ValueError:
+        raise InputError("powersgd-matrix", text, "ROWSxCOLS of each gradient matrix, e.g. 4096x16384") from None
+    if rows < 1 or cols < 1:
+        raise InputError("powersgd-matrix", text, "ROWSxCOLS with both >= 1, e.g. 4096x16384")
+    return max(1.0, elements / (rows * cols)) * (rows + cols) / 2
+
+
+def _scheme_words(result: Cost) -> str:
+    """What a scheme's line says it priced: the ratio and indices of Top-k, PowerSGD's rank and layout."""
+    if result.scheme in ("topk-ag", "topk-ar"):
+        return f"{result.scheme} (ratio {result.ratio:g}, {result.index_dtype} indices)"
+    if result.scheme == "powersgd":
+        if result.powersgd_matrix:
+            return f"powersgd (rank {result.powersgd_rank}, the gradient as {result.powersgd_matrix} matrices)"
+        side = int(powersgd_side(max(1.0, result.nbytes / 4)))
+        return f"powersgd (rank {result.powersgd_rank}, the gradient as one {side}x{side} matrix)"
+    if result.scheme in LOW_PRECISION_BYTES:
+        return f"{result.scheme} (dense allreduce in 2-byte values)"
+    return "dense"
 
 
 def cost_model(
@@ -171,6 +216,8 @@ def cost(
     order: str | list[int] = "rank",
     nccl_version: str | None = None,
     gpus_per_process: int = 1,
+    powersgd_rank: int = 4,
+    powersgd_matrix: str | None = None,
 ) -> Cost:
     """Predicted time of one collective, or with ``scheme`` of one compressed gradient exchange.
 
@@ -200,8 +247,12 @@ def cost(
     else:
         nbytes = float(parse_size(size, "size"))
         elements = max(1.0, nbytes / payload.value_bytes) if payload else 0.0
-    if scheme and scheme not in SCHEMES:
-        raise InputError("scheme", scheme, "one of " + ", ".join(SCHEMES))
+    if powersgd_matrix is not None:
+        if scheme != "powersgd":
+            raise InputError("powersgd-matrix", powersgd_matrix, "--scheme powersgd (the shape of its matrices)")
+        payload = replace(payload, matrix_sides=matrix_sides(powersgd_matrix, elements))
+    if scheme and scheme not in PRICED_SCHEMES:
+        raise InputError("scheme", scheme, "one of " + ", ".join(PRICED_SCHEMES))
     name = canonical_collective(collective)
     table = algorithms()
     if not scheme and name not in table:
@@ -209,9 +260,9 @@ def cost(
     model = cost_model(cluster=cluster, profile=profile, latency=latency, bandwidth=bandwidth,
                        reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node)
     if scheme:
-        chosen = SchemeAlgorithms(allreduce=algorithm or "ring")
-        breakdown = model.scheme(scheme, elements, ranks, ratio, payload, chosen)
-        return Cost("allreduce", chosen.allreduce, scheme, float(ratio), index_dtype, ranks, nbytes, breakdown)
+        result = _scheme_cost(model, scheme, algorithm, elements, nbytes, ranks, float(ratio), payload, index_dtype,
+                              powersgd_rank)
+        return replace(result, powersgd_matrix=powersgd_matrix) if powersgd_matrix else result
     chosen_algorithm = algorithm or table[name][0]
     if isinstance(order, str) and order == "rank" or is_nccl_algorithm(chosen_algorithm):
         breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
@@ -227,6 +278,28 @@ def cost(
         return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown, choice.label,
                     choice.execution)
     return Cost(name, chosen_algorithm, None, None, None, ranks, nbytes, breakdown)
+
+
+def _scheme_cost(model: CostModel, scheme: str, algorithm: str | None, elements: float, nbytes: float, ranks: int,
+                 ratio: float, payload: SparsePayload, index_dtype: str, powersgd_rank: int) -> Cost:
+    """One exchange priced by formulas on the cluster's links, or call by call as NCCL runs it."""
+    rank = powersgd_rank if scheme == "powersgd" else None
+    if algorithm is not None and is_nccl_algorithm(algorithm):
+        chosen = SchemeAlgorithms(library=algorithm, powersgd_rank=powersgd_rank)
+        calls = model.scheme_choices(scheme, elements, ranks, ratio, payload, chosen)
+        latency = sum(choice.latency_s for _, choice in calls)
+        bandwidth = sum(choice.bandwidth_s for _, choice in calls)
+        compute = sum(model.gamma * message.extra_reduce_bytes for message, _ in calls)
+        breakdown = CostBreakdown(np.array(latency), np.array(bandwidth), np.array(compute))
+        runs = ", ".join(dict.fromkeys(choice.label for _, choice in calls))
+        return Cost("allreduce", algorithm, scheme, ratio, index_dtype, ranks, nbytes, breakdown, runs,
+                    calls[0][1].execution if len(calls) == 1 else None, rank,
+                    tuple((m.collective, m.nbytes, c.label, c.seconds) for m, c in calls),
+                    tuple(c.execution for _, c in calls))
+    chosen = SchemeAlgorithms(allreduce=algorithm or "ring", powersgd_rank=powersgd_rank)
+    breakdown = model.scheme(scheme, elements, ranks, ratio, payload, chosen)
+    return Cost("allreduce", chosen.allreduce, scheme, ratio, index_dtype, ranks, nbytes, breakdown,
+                powersgd_rank=rank)
 
 
 def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:

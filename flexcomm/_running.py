@@ -81,7 +81,7 @@ def simulate(
     batch: float | None = None,
     scheme: str = "dense",
     ratio: float = 0.01,
-    algorithm: str = "ring",
+    algorithm: str = "auto",
     bucket_size: float | str = "25MiB",
     buckets: int | None = None,
     efficiency: float | None = None,
@@ -108,7 +108,8 @@ def simulate(
     """Simulate data-parallel training iterations on ``cluster`` (what ``flexcomm simulate`` runs).
 
     Per-layer compute, DDP-style gradient buckets overlapping backward, the exchange ``scheme`` (dense
-    with ``algorithm``, or topk-ag / topk-ar at ``ratio``), network dynamics, ``stragglers``
+    with ``algorithm``: ``auto`` is nccl on a gpu_fabric cluster; topk-ag / topk-ar at ``ratio``, powersgd, fp16,
+    bf16), network dynamics, ``stragglers``
     (``{rank: factor}`` or ``["3=1.5"]``) and ``faults`` (``"node3@12s"``, ``"link:node3->switch@5s"``,
     ``"random:mtbf=2h"``) with checkpoint-restart or ``elastic`` shrink. Returns the
     :class:`~flexcomm.sim.training.TrainingResult` (``.iterations``, ``.summary()``, ``.job_time_s``...).

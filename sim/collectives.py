@@ -53,14 +53,12 @@ import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
-from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
     SchemeAlgorithms,
     SparsePayload,
-    scheme_parts,
-    topk_count,
+    scheme_messages,
 )
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.schedules import (  # noqa: F401 - re-exported: the schedules moved to the cost model
@@ -199,34 +197,80 @@ def run_collective(
     size = parse_size(nbytes, "nbytes")
     gamma = _check_gamma(gamma)
     if is_nccl_algorithm(algorithm):
-        return env.process(_execute_nccl(env, network, collective, algorithm, group, size, tag))
+        return env.process(_execute_nccl(env, network, collective, algorithm, group, size, tag,
+                                         _check_granularity(granularity)))
     segments = collective_segments(network, collective, algorithm, group, size, granularity, inter_algorithm, tag)
     return env.process(_execute(env, network, segments, gamma))
 
 
-def _execute_nccl(env: simpy.Environment, network: Network, collective: str, algorithm: str, ranks: np.ndarray,
-                  nbytes: float, tag: str) -> Generator[Any, Any, float]:
-    """One NCCL call: the NCCL-grade model's latency, then its bandwidth term as one ring coflow.
+#: Chunks a call's bytes are cut into under ``granularity="steps"`` (at most): enough for a link change or
+#: another job's arrival to act inside the call, few enough to keep a 16k-rank step fast.
+MAX_NCCL_CHUNKS = 16
 
-    NCCL's channels are not flows the network graph knows (NVLink, per-rail NICs), so the call carries the
-    bytes that take exactly the model's bandwidth time on the *uncontended* ring of these ranks; when links
-    slow down (traces, jitter) or other jobs share them, the coflow slows with them. Uncontended, the
-    simulator therefore equals :meth:`CostModel.nccl_choice` to rounding."""
+
+def _nccl_model(network: Network, ranks: np.ndarray):  # -> CostModel for this group's layout, cached per network
+    """The model NCCL's choice for ``ranks`` is priced with: the cluster's, or, for a group spread evenly with
+    g < devices_per_node ranks on each of several nodes, a view of the cluster whose nodes hold g GPUs and the
+    NICs nearest them (what NCCL's topology search sees for that communicator; the cost model prices ranks
+    packed onto nodes, which a spread group is not)."""
     from flexcomm.costmodel.model import CostModel
 
+    cluster = network.cluster
+    per_node = cluster.devices_per_node
+    counts = np.unique(ranks // per_node, return_counts=True)[1]
+    g, nodes = int(counts.max()), len(counts)
+    fabric = cluster.gpu_fabric
+    spread = (nodes > 1 and g < per_node and int(counts.min()) == g and fabric is not None
+              and fabric.nvlink_domain in (None, per_node))
+    key = (g, nodes) if spread else None
+    models = getattr(network, "_nccl_cost_models", None)
+    if models is None:
+        models = network._nccl_cost_models = {}  # type: ignore[attr-defined]
+    if key not in models:
+        view = cluster
+        if spread:
+            nics = max(1, round((cluster.nics_per_node or 1) * g / per_node))
+            view = cluster.model_copy(update={"devices_per_node": g, "nodes": nodes, "nics_per_node": nics})
+        models[key] = CostModel.from_cluster(view)
+    return models[key]
+
+
+def _execute_nccl(env: simpy.Environment, network: Network, collective: str, algorithm: str, ranks: np.ndarray,
+                  nbytes: float, tag: str, chunked: bool = False) -> Generator[Any, Any, float]:
+    """One NCCL call: the cost model's latency, then its channels' flows over the fabric (:mod:`sim.nccl_flows`).
+
+    Every channel is a flow on each link it crosses (rings through each node's rail GPU, trees over the
+    nodes), so jobs sharing NICs or uplinks meet channel by channel. The flows carry the bytes that take
+    exactly the model's bandwidth term at their uncontended rate, so with nothing else on the fabric the
+    simulator equals :meth:`CostModel.nccl_choice` to rounding; slower links (traces, jitter) or other
+    jobs slow them. ``chunked``: the bytes go in up to :data:`MAX_NCCL_CHUNKS` sequential chunks (NCCL's
+    pipeline), so a change of the network takes effect inside the call."""
+    from flexcomm.sim.nccl_flows import channel_pairs
+
     start = env.now
-    choice = CostModel.from_cluster(network.cluster).nccl_choice(collective, algorithm, nbytes, len(ranks))
+    choice = _nccl_model(network, ranks).nccl_choice(collective, algorithm, nbytes, len(ranks))
     if choice.latency_s > 0:
         yield env.timeout(choice.latency_s)
-    if len(ranks) > 1 and choice.bandwidth_s > 0:
-        pairs = np.stack([ranks, np.roll(ranks, -1)], axis=1)
-        pattern = network.pattern(pairs, key=("nccl-ring", ranks.tobytes()))
-        rate = float((network.cluster_bandwidth[pattern.res] / pattern.cnt).min()) if len(pattern.res) else math.inf
-        if math.isfinite(rate):
-            yield network.transfer(pattern, choice.bandwidth_s * rate, f"{tag}:{collective}/nccl" if tag
-                                   else f"{collective}/nccl", latency_s=0.0)
-        else:  # ranks of one node: no modelled link to share
-            yield env.timeout(choice.bandwidth_s)
+    if len(ranks) < 2 or choice.bandwidth_s <= 0:
+        return env.now - start
+    run = choice.execution
+    channels = max(1, run.channels) if run is not None else 1
+    key = ("nccl", ranks.tobytes(), channels, choice.algorithm)
+    pattern = network.cached(key)
+    if pattern is None:
+        pattern = network.pattern(channel_pairs(ranks, network.cluster.devices_per_node, channels, choice.algorithm),
+                                  key=key)
+    rate = float((network.cluster_bandwidth[pattern.res] / pattern.cnt).min()) if len(pattern.res) else math.inf
+    if not math.isfinite(rate):  # nothing the fabric models (a PCIe box): the model's time, alone
+        yield env.timeout(choice.bandwidth_s)
+        return env.now - start
+    total = choice.bandwidth_s * rate
+    chunks = 1
+    if chunked and run is not None and run.chunk_bytes > 0:
+        chunks = int(min(MAX_NCCL_CHUNKS, max(1, math.ceil(run.nbytes / (channels * run.chunk_bytes)))))
+    label = f"{tag}:{collective}/nccl" if tag else f"{collective}/nccl"
+    for _ in range(chunks):
+        yield network.transfer(pattern, total / chunks, label, latency_s=0.0)
     return env.now - start
 
 
@@ -238,42 +282,6 @@ def _check_gamma(gamma: float) -> float:
 
 
 # --- compressed schemes -----------------------------------------------------------------------
-
-
-def scheme_collectives(
-    scheme: str,
-    numel: float,
-    ranks: int,
-    ratio: float,
-    payload: SparsePayload = DEFAULT_PAYLOAD,
-    algorithms: SchemeAlgorithms = DEFAULT_ALGORITHMS,
-) -> list[tuple[str, str, float, float]]:
-    """The scheme's collectives in order as (collective, algorithm, nbytes, extra reduced bytes).
-
-    The list and its order come from :func:`costmodel.compressed.scheme_parts`; the message sizes
-    are the payload's (values n*vb for dense; k (vb + ib) per rank for topk-ag; k ib indices and
-    k vb values for topk-ar, 4-byte norms for VAR's owner election), checked against the parts'
-    beta coefficients so the simulator cannot drift from the cost model. Reduction work the
-    collective itself does not account for (topk-ag's scatter-add) is the extra reduced bytes.
-    """
-    parts = scheme_parts(scheme, numel, ranks, ratio, payload, algorithms)
-    vb, ib = payload.value_bytes, payload.index_bytes
-    if scheme == "dense":
-        sizes = [float(numel) * vb]
-    else:
-        k = float(topk_count(numel, ratio))
-        sizes = [k * (vb + ib)] if scheme == "topk-ag" else [k * ib, k * vb]
-        if scheme == "topk-ar" and algorithms.index_owner == "var":
-            sizes.append(4.0)  # one fp32 norm per rank to elect the owner
-    if len(sizes) != len(parts):
-        raise AssertionError(f"costmodel.compressed lists {len(parts)} collectives for {scheme}, sim {len(sizes)}")
-    plan = []
-    for (collective, algorithm, coef), nbytes in zip(parts, sizes, strict=True):
-        own = formula(collective, algorithm)(nbytes, ranks)
-        if not (np.allclose(own.beta, coef.beta) and np.allclose(own.alpha, coef.alpha)):
-            raise AssertionError(f"sim and costmodel.compressed disagree on the size of {scheme}'s {collective}")
-        plan.append((collective, algorithm, nbytes, float(coef.gamma - own.gamma)))
-    return plan
 
 
 def run_scheme(
@@ -289,19 +297,28 @@ def run_scheme(
     gamma: float = 0.0,
     granularity: str = "aggregate",
 ) -> simpy.Process:
-    """Start one gradient exchange (dense, topk-ag or topk-ar) of ``numel`` elements kept at ``ratio``.
+    """Start one gradient exchange (a :data:`~costmodel.compressed.PRICED_SCHEMES` scheme) of ``numel``
+    elements kept at ``ratio``; with ``SchemeAlgorithms(allreduce="nccl")`` every call runs as NCCL does.
 
-    Runs the scheme's collectives one after the other (:func:`scheme_collectives`), each followed
+    Runs the scheme's calls one after the other (:func:`costmodel.compressed.scheme_messages`, which the
+    cost model prices the same way), each followed
     by its extra reduction work; the process's value is the simulated duration in seconds.
     """
     group = _check_ranks(network, ranks)
     gamma = _check_gamma(gamma)
-    plan = scheme_collectives(scheme, numel, len(group), ratio, payload, algorithms)
+    plan = [(m.collective, m.algorithm, m.nbytes, m.extra_reduce_bytes)
+            for m in scheme_messages(scheme, numel, len(group), ratio, payload, algorithms)]
     prefix = f"{tag}:{scheme}" if tag else scheme
 
     def run() -> Generator[Any, Any, float]:
         start = env.now
         for collective, algorithm, nbytes, extra in plan:
+            if is_nccl_algorithm(algorithm):
+                yield from _execute_nccl(env, network, collective, algorithm, group, nbytes, prefix,
+                                         _check_granularity(granularity))
+                if gamma * extra > 0:
+                    yield env.timeout(gamma * extra)
+                continue
             segments = collective_segments(network, collective, algorithm, group, nbytes, granularity, tag=prefix)
             yield from _execute(env, network, segments, gamma, gamma * extra)
         return env.now - start

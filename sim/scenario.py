@@ -7,7 +7,9 @@ allreduced as soon as it is ready and the previous one is done) or a *collective
 all-to-all of independent flows as MoE dispatch sends, or ``p2p`` for each rank sending to the next as
 pipeline stages do, with an optional ``compute`` gap per iteration). A job has a placement (``packed``:
 the first free GPUs; ``spread``: one GPU per node across racks first; ``random``: seeded; or explicit
-``nodes`` / ``gpus``), a ``start`` time and an ``iterations`` count; ``order`` arranges its ring.
+``nodes`` / ``gpus``), a ``start`` time and an ``iterations`` count; ``order`` arranges its ring. On a
+cluster with a ``gpu_fabric`` a job's collectives run as NCCL runs them (``algorithm: auto``, the default;
+a pattern without an algorithm likewise), channel by channel on the fabric (:mod:`sim.nccl_flows`).
 
 All jobs run in one simulation on one :class:`~sim.network.Network` (``sharing`` and ``coupling`` as
 there), then each job runs alone on the same GPUs: its *slowdown* is its mean iteration time shared over
@@ -42,7 +44,7 @@ from flexcomm.costmodel.ring_orders import ORDERS, ring_order
 from flexcomm.costmodel.units import parse_size, parse_time
 from flexcomm.sim.collectives import run_collective
 from flexcomm.sim.network import COUPLINGS, SHARINGS, Network
-from flexcomm.sim.training import DEFAULT_BUCKET_CAP, bucket_ready_seconds, make_buckets
+from flexcomm.sim.training import DEFAULT_BUCKET_CAP, bucket_ready_seconds, default_algorithm, make_buckets
 from flexcomm.sim.workload import get_training_workload
 
 PLACEMENTS = ("packed", "spread", "random")
@@ -151,7 +153,9 @@ def _job(data: Any, where: str, cluster: Cluster, held: dict[int, str], seed: in
         raise InputError(_field(where, "order"), order, "one of " + ", ".join(ORDERS))
     ranks = ring_order(cluster, ranks, order, seed) if order != "rank" else ranks
     cluster.fabric.check_connected(ranks)
-    job = JobSpec(name, ranks, start, iterations, algorithm=str(data.get("algorithm", "ring")))
+    algorithm = str(data.get("algorithm", "auto"))
+    job = JobSpec(name, ranks, start, iterations,
+                  algorithm=default_algorithm(cluster) if algorithm == "auto" else algorithm)
     if "workload" in data:
         job.workload = str(data["workload"])
         get_training_workload(job.workload)  # the name, checked now
@@ -330,7 +334,8 @@ def _pattern_iteration(env: simpy.Environment, net: Network, job: JobSpec, i: in
     elif kind == "p2p":
         yield net.send(np.stack([ranks, np.roll(ranks, -1)], axis=1), size, tag=tag)
     else:
-        algorithm = pattern["algorithm"] or {"alltoall": "pairwise", "broadcast": "binomial"}.get(kind, "ring")
+        formula_default = {"alltoall": "pairwise", "broadcast": "binomial"}.get(kind, "ring")
+        algorithm = pattern["algorithm"] or ("nccl" if net.cluster.gpu_fabric is not None else formula_default)
         yield run_collective(env, net, kind, algorithm, job.ranks, size, tag=tag)
     spans.append({"job": job.name, "iteration": i, "kind": kind, "start_s": start, "end_s": env.now})
 

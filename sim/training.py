@@ -7,9 +7,10 @@ layer order, a bucket closes once it holds ``bucket_cap`` bytes; or ``bucket_cou
 about equal size). A bucket is exchanged as soon as its last gradient is ready on *every* rank
 (a collective starts when all its ranks reached it), one bucket after the other (one
 communication stream, as NCCL/DDP), overlapping the rest of the backward pass; the optimizer
-step follows the last bucket. A compressed scheme (``topk-ag``, ``topk-ar``) first selects Top-k
-on the device: that compression runs on the compute stream when the bucket is ready (a DDP
-communication hook's kernels delay the backward kernels queued behind them), then the exchange
+step follows the last bucket. A compressed scheme (``topk-ag``, ``topk-ar``, ``powersgd``, ``fp16``,
+``bf16``) first compresses on the device (:func:`costmodel.compression_compute.compression_seconds`):
+that work runs on the compute stream when the bucket is ready (a DDP communication hook's kernels
+delay the backward kernels queued behind them), then the exchange
 runs as :func:`sim.collectives.run_scheme`.
 
 Why compute is not simulated event by event: a device's kernels do not contend with other
@@ -32,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,8 @@ from simpy.events import Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
-from flexcomm.costmodel.compressed import SCHEMES, SchemeAlgorithms
+from flexcomm.costmodel.compressed import PRICED_SCHEMES, SchemeAlgorithms, SparsePayload, powersgd_sides
+from flexcomm.costmodel.compression_compute import compression_seconds
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
@@ -165,7 +167,7 @@ class TrainingConfig:
     batch_per_rank: float | None = None
     scheme: str = "dense"
     ratio: float = 0.01
-    algorithm: str = "ring"
+    algorithm: str = "auto"
     bucket_cap: float | str | None = DEFAULT_BUCKET_CAP
     bucket_count: int | None = None
     first_bucket_cap: float | str | None = None
@@ -184,8 +186,8 @@ class TrainingConfig:
         if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it < 1:
             raise InputError("iterations", it, "an integer >= 1")
         MAX_SIM_ITERATIONS.check("iterations", it)
-        if self.scheme not in SCHEMES:
-            raise InputError("scheme", self.scheme, "one of " + ", ".join(SCHEMES))
+        if self.scheme not in PRICED_SCHEMES:
+            raise InputError("scheme", self.scheme, "one of " + ", ".join(PRICED_SCHEMES))
         if self.scheme != "dense" and not (0 < self.ratio <= 1):
             raise InputError("ratio", self.ratio, "a fraction of elements kept in (0, 1]")
         if self.granularity != "auto" and self.granularity not in GRANULARITIES:
@@ -287,6 +289,18 @@ class TrainingResult:
         }
 
 
+def default_algorithm(cluster: Cluster) -> str:
+    """``auto``: ``nccl`` on a cluster with a ``gpu_fabric`` (what a GPU job runs), else the ring formula."""
+    return "nccl" if cluster.gpu_fabric is not None else "ring"
+
+
+def scheme_algorithms(algorithm: str) -> SchemeAlgorithms:
+    """A job's ``--algorithm`` as a scheme's: a formula's allreduce, or every call through NCCL."""
+    if is_nccl_algorithm(algorithm):
+        return SchemeAlgorithms(library=algorithm)
+    return SchemeAlgorithms(allreduce=algorithm)
+
+
 # --- the simulator --------------------------------------------------------------------------------
 
 
@@ -311,15 +325,14 @@ class TrainingSimulator:
         if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or not 1 <= ranks <= world:
             raise InputError("ranks", ranks, f"a rank count 1..{world} of cluster {self.cluster.name}")
         self.ranks = int(ranks)
+        if config.algorithm == "auto":  # as the job would run: NCCL where the cluster describes its GPU fabric
+            config = self.config = replace(config, algorithm=default_algorithm(self.cluster))
         for rank in config.stragglers:
             if not (isinstance(rank, (int, np.integer)) and 0 <= rank < self.ranks):
                 raise InputError("straggler", rank, f"a rank 0..{self.ranks - 1} of the job")
         dense_algorithms = ("ring", "tree", "rabenseifner", "recursive-doubling", "hierarchical")
         hierarchical_sparse = config.scheme != "dense" and config.algorithm == "hierarchical"
         nccl = is_nccl_algorithm(config.algorithm)
-        if nccl and config.scheme != "dense":
-            raise InputError("algorithm", config.algorithm, "a formula's algorithm for compressed schemes "
-                             f"(nccl prices dense allreduces only); one of {', '.join(dense_algorithms[:-1])}")
         if nccl:
             parse_nccl_algorithm(config.algorithm)
             if self.cluster.gpu_fabric is None:
@@ -340,11 +353,15 @@ class TrainingSimulator:
         self.forward_s = forward
         self.backward_s = float(bwd.sum())
         self.bucket_compute = bucket_ready_seconds(fwd, bwd, self.buckets)
-        if config.scheme == "dense":
-            self.compress = np.zeros(len(self.buckets))
-        else:
-            self.compress = np.array([b.numel / config.compress_elements_per_s for b in self.buckets])
+        device = self.cluster.device
+        self.compress = np.array([compression_seconds(
+            config.scheme, b.numel, device.peak_flops, device.memory_bandwidth_Bps, config.compress_elements_per_s,
+            efficiency=config.efficiency, matrices=[model.layers[i].params for i in b.layers if model.layers[i].params])
+            for b in self.buckets])
         self.compress_cum = np.cumsum(self.compress)
+        # PowerSGD's factors: one square matrix per layer of the bucket (see costmodel.compressed.powersgd_sides)
+        self.payloads = [SparsePayload(matrix_sides=powersgd_sides([model.layers[i].params for i in b.layers]))
+                         for b in self.buckets]
         self.compute_total = forward + self.backward_s
         dpn = self.cluster.devices_per_node
         self.job_nodes = sorted({r // dpn for r in range(self.ranks)})
@@ -368,8 +385,8 @@ class TrainingSimulator:
             return run_collective(self.env, self.network, "allreduce", cfg.algorithm, world, bucket.nbytes, tag=tag,
                                   gamma=cfg.gamma, granularity=self.granularity)
         return run_scheme(self.env, self.network, cfg.scheme, bucket.numel, world, cfg.ratio,
-                          algorithms=SchemeAlgorithms(allreduce=cfg.algorithm), tag=tag, gamma=cfg.gamma,
-                          granularity=self.granularity)
+                          payload=self.payloads[bucket.index], algorithms=scheme_algorithms(cfg.algorithm), tag=tag,
+                          gamma=cfg.gamma, granularity=self.granularity)
 
     def _watchdog(self, token: object, _event: Any) -> None:
         watch = self._watch
@@ -784,8 +801,8 @@ def analytical_iteration(cluster: Cluster | str, config: TrainingConfig | None =
     elif cfg.scheme == "dense":
         times = np.asarray(model.collective("allreduce", cfg.algorithm, numel * 4.0, p).total, dtype=float)
     else:
-        times = np.asarray(model.scheme(cfg.scheme, numel, p, cfg.ratio,
-                                        algorithms=SchemeAlgorithms(allreduce=cfg.algorithm)).total, dtype=float)
+        times = np.array([float(model.scheme(cfg.scheme, n, p, cfg.ratio, sim.payloads[b],
+                                             scheme_algorithms(cfg.algorithm)).total) for b, n in enumerate(numel)])
     times = np.broadcast_to(times, numel.shape)
     ready = sim.bucket_compute + sim.compress_cum
     end = 0.0

@@ -101,7 +101,8 @@ def test_whatif_writes_a_tidy_csv_and_maps(tmp_path: Path, capsys: pytest.Captur
     assert set(table["scheme"]) == {"dense", "topk-ag", "topk-ar"}
     assert table["ranks"].min() == 2 and table["ranks"].max() == 1024
     assert table["ratio"].max() == pytest.approx(0.1) and table["ratio"].min() == pytest.approx(1e-4)
-    assert table["bandwidth_gbit_s"].min() == pytest.approx(1) and table["bandwidth_gbit_s"].max() == pytest.approx(100)
+    assert table["bandwidth_gbit_s"].min() == pytest.approx(1)
+    assert table["bandwidth_gbit_s"].max() == pytest.approx(10 ** 3.5)  # the maps reach NVLink's speed
     # exactly one best scheme per configuration, and it is the fastest one
     keys = ["model", "ratio", "bandwidth_Bps", "latency_s", "ranks"]
     assert (table.groupby(keys)["is_best"].sum() == 1).all()

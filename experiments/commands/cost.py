@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flexcomm.costmodel.compressed import SCHEMES
+from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.experiments.commands.common import add_network_arguments, print_json
 
 
@@ -24,9 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--order", default="rank", help="with --cluster: the group's rank order, rank, rack-major, "
                         "rail-aligned, random, or a comma list of ranks; other than rank it is priced on the "
                         "links its flows really cross (default rank)")
-    parser.add_argument("--scheme", help="price a gradient exchange instead: " + ", ".join(SCHEMES))
+    parser.add_argument("--scheme", help="price a gradient exchange instead: " + ", ".join(PRICED_SCHEMES)
+                        + "; with --algorithm nccl each of its calls runs as NCCL runs it")
     parser.add_argument("--ratio", type=float, default=0.01, help="Top-k fraction of elements kept (default 0.01)")
     parser.add_argument("--index-dtype", default="int32", help="dtype of Top-k indices on the wire (default int32)")
+    parser.add_argument("--powersgd-rank", type=int, default=4, help="with --scheme powersgd: rank of the low-rank "
+                        "factors (default 4)")
+    parser.add_argument("--powersgd-matrix", metavar="ROWSxCOLS", help="with --scheme powersgd: the gradient as "
+                        "matrices of this shape, e.g. 4096x16384 (default: one square matrix, the most favourable)")
     parser.add_argument("--explain", action="store_true", help="with --algorithm nccl[:...]: the algorithm, "
                         "protocol, channels, threads, chunk and steps NCCL runs, and the time split into launch, "
                         "latency, pipeline fill and bandwidth")
@@ -78,14 +83,18 @@ def run(args: argparse.Namespace) -> int:
                   ratio=args.ratio, index_dtype=args.index_dtype, cluster=args.cluster or None,
                   profile=args.profile or None, latency=args.latency, bandwidth=args.bandwidth or None,
                   reduce_bandwidth=args.reduce_bandwidth, ranks_per_node=args.ranks_per_node, order=_order(args.order),
-                  nccl_version=args.nccl_version, gpus_per_process=args.gpus_per_process)
-    explained = result.execution.as_dict() if args.explain and result.execution is not None else None
+                  nccl_version=args.nccl_version, gpus_per_process=args.gpus_per_process,
+                  powersgd_rank=args.powersgd_rank, powersgd_matrix=args.powersgd_matrix)
+    executions = [e for e in (result.call_executions or (result.execution,)) if e is not None] if args.explain else []
     if args.json:
-        print_json({**result.as_dict(), **({"explain": explained} if explained else {})})
+        explained = [e.as_dict() for e in executions]
+        extra = {"explain": explained[0]} if len(explained) == 1 and not result.calls else (
+            {"explain": explained} if explained else {})
+        print_json({**result.as_dict(), **extra})
     else:
         print(result)
-        if args.explain and result.execution is not None:
+        if executions:
             from flexcomm.costmodel.collective_libraries.runtime import describe
 
-            print("\n".join(describe(result.execution)))
+            print("\n".join(line for e in executions for line in describe(e)))
     return 0

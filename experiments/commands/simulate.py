@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flexcomm.costmodel.compressed import SCHEMES
+from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size, format_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
@@ -34,10 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--iterations", type=int, default=10, help="training iterations to complete (default 10)")
     parser.add_argument("--ranks", type=int, help="use ranks 0..P-1 of the cluster (default: all)")
     parser.add_argument("--batch", type=float, help="samples per rank per iteration (default: the workload's)")
-    parser.add_argument("--scheme", default="dense", help="gradient exchange: " + ", ".join(SCHEMES))
+    parser.add_argument("--scheme", default="dense", help="gradient exchange: " + ", ".join(PRICED_SCHEMES))
     parser.add_argument("--ratio", type=float, default=0.01, help="Top-k fraction of elements kept (default 0.01)")
-    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (ring, tree, rabenseifner, "
-                        "recursive-doubling, hierarchical; default ring)")
+    parser.add_argument("--algorithm", default="auto", help="allreduce algorithm: nccl[:ALGO[/PROTO]] (every call "
+                        "as NCCL runs it), ring, tree, rabenseifner, recursive-doubling, hierarchical; default auto: "
+                        "nccl on a cluster with a gpu_fabric, else ring")
     parser.add_argument("--bucket-size", default="25MiB", help="DDP bucket cap (default 25MiB)")
     parser.add_argument("--buckets", type=int, help="exactly N buckets of about equal size instead of a cap")
     parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s the device reaches (default 0.65)")
@@ -280,7 +281,8 @@ def run(args: argparse.Namespace) -> int:
     cap = f"{args.buckets} buckets" if args.buckets else f"{len(buckets)} buckets ({args.bucket_size} cap)"
     config = result.config
     exchange = "allreduce/" + config["algorithm"] if config["scheme"] == "dense" else \
-        f"{config['scheme']} ratio {config['ratio']:g}"
+        f"{config['scheme']}" + (f" ratio {config['ratio']:g}" if config["scheme"].startswith("topk") else "") + \
+        f" via {config['algorithm']}"
     print(f"{config['workload']} on {config['cluster']}: {config['ranks']} ranks x batch "
           f"{config['batch_per_rank']:g}, {exchange}, {cap}, gradient {format_size(sum(b.nbytes for b in buckets))}")
     for line in _table(result.iterations):

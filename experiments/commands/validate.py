@@ -56,6 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="predict every run of DIR (default: the project's validation/nccl-tests) from its "
                         "clusters/<run>.yaml alone; write errors.md, errors.csv and figures/ to --out "
                         "(default results/published)")
+    corpus.add_argument("--published-training", nargs="?", const="", metavar="FILE",
+                        help="predict every multi-GPU row of published DDP training throughput (default: the "
+                        "project's validation/training-throughput/training-throughput.md, NVIDIA "
+                        "DeepLearningExamples) from its 1-GPU row with the simulator and NCCL on the node's "
+                        "fabric; write training.csv, training.md and training.png to --out (default "
+                        "results/published-training)")
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
     traced = parser.add_argument_group("real ranks under a changing network (root; results/validate-trace)")
     traced.add_argument("--network-trace", metavar="c1|c2|FILE",
@@ -158,7 +164,32 @@ def run_published(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_published_training(args: argparse.Namespace) -> int:
+    """``validate --published-training [FILE]``: published DDP throughput predicted from 1-GPU rows."""
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.experiments.published_training import TARGET_SCALING_POINTS, TARGET_THROUGHPUT, validate_training
+    from flexcomm.experiments.published_training_report import plot_training, report_lines
+
+    path = Path(args.published_training) if args.published_training else (
+        published_folder("").parent / "training-throughput" / "training-throughput.md")
+    out = Path("results/published-training" if args.out == "results/validate" else args.out)
+    frame = validate_training(path)
+    lines = report_lines(frame)
+    write_csv_atomic(frame, out / "training.csv")
+    write_text_atomic(out / "training.md", "\n".join(lines) + "\n")
+    figure = plot_training(frame, out / "training.png")
+    for line in lines:
+        print(line)
+    met = int(frame["meets_target"].sum())
+    print(f"targets (throughput within {TARGET_THROUGHPUT:.0%}, scaling within {TARGET_SCALING_POINTS:g} points): "
+          f"met by {met} of {len(frame)} rows")
+    print(f"wrote {out}/: training.csv, training.md, {figure.name}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.published_training is not None:
+        return run_published_training(args)
     if args.published is not None:
         return run_published(args)
     if args.nccl_tests:

@@ -17,8 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "whatif",
         help="sweep ratio, bandwidth, latency and ranks: which gradient exchange is fastest",
         description="Prices dense ring allreduce, Top-k over Allgather and Allreduce-compatible Top-k "
-        "for ResNet-50, VGG-16 and a 1.3B transformer over compression ratios 1e-1..1e-4, 1..100 Gbit/s, "
-        "latencies 1us..10ms and 2..1024 ranks (or a cluster's own links), writing a tidy CSV and PNG maps.",
+        "for ResNet-50, VGG-16 and a 1.3B transformer over compression ratios 1e-1..1e-4, 1 Gbit/s..3.2 Tbit/s, "
+        "latencies 1us..10ms and 2..1024 ranks (or a cluster's own links), writing a tidy CSV and PNG maps. On "
+        "a cluster with a gpu_fabric every exchange (dense, topk-ag, topk-ar, powersgd, fp16, bf16) is priced "
+        "as NCCL runs it over the cluster's rank counts and NIC speeds of 10-800 Gbit/s and its own, and the "
+        "command says where compression does not pay.",
     )
     add_cluster_arguments(parser)
     parser.add_argument("--out", default="results/whatif", help="output directory (default results/whatif)")
@@ -72,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
         if cluster is None:
             figures += whatif_plots.plot_link_sweep(table, out)
             figures.append(whatif_plots.plot_crossover(table, out))
+        elif cluster.gpu_fabric is not None:
+            own = table[table["fabric_nic"]]
+            figures.append(whatif_plots.plot_ranks_sweep(
+                own, out, f"{cluster.name}: fastest gradient exchange as NCCL runs it, its own NICs; contours = "
+                "speedup over dense"))
+            if own["ranks"].max() > cluster.devices_per_node:
+                figures.append(whatif_plots.plot_nic_sweep(table, out, cluster.name,
+                                                           cluster.inter_link.bandwidth_Bps * 8 / 1e9))
         else:
             figures.append(whatif_plots.plot_ranks_sweep(
                 table, out, f"{cluster.name}: fastest gradient exchange on its own links; contours = speedup "
@@ -89,5 +100,15 @@ def run(args: argparse.Namespace) -> int:
     for scheme, fraction in share.items():
         print(f"  {scheme:8s} fastest in {fraction:6.1%} of configurations")
     print(f"  median speedup of the fastest over dense: {summary['median_speedup_of_best_over_dense']:.1f}x")
+    if cluster is not None and cluster.gpu_fabric is not None:
+        from flexcomm.experiments.whatif import where_compression_does_not_pay
+
+        verdicts = where_compression_does_not_pay(table)
+        summary["verdicts"] = verdicts
+        write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        print(f"on {cluster.name}'s own {cluster.inter_link.bandwidth_Bps * 8 / 1e9:g} Gbit/s NICs, every exchange "
+              "as NCCL runs it:")
+        for line in verdicts:
+            print("  " + line)
     print_written(out, wall_started)
     return 0

@@ -1,0 +1,221 @@
+"""Compressed exchanges on GPU clusters priced call by call as NCCL runs them: cost, simulate, whatif, priors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexcomm.costmodel.cluster import cluster_names, load_cluster
+from flexcomm.costmodel.compressed import (
+    PRICED_SCHEMES,
+    SchemeAlgorithms,
+    SparsePayload,
+    powersgd_side,
+    scheme_messages,
+    scheme_parts,
+    topk_count,
+)
+from flexcomm.costmodel.model import CostModel
+from flexcomm.experiments.cli import main
+
+GPU_CLUSTERS = [name for name in cluster_names() if load_cluster(name).gpu_fabric is not None]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("cluster", GPU_CLUSTERS)
+def test_every_scheme_prices_through_nccl_on_every_gpu_cluster(cluster: str) -> None:
+    model = CostModel.from_cluster(load_cluster(cluster))
+    ranks = load_cluster(cluster).world_size
+    numel = 25.6e6
+    library = SchemeAlgorithms(library="nccl")
+    dense = model.nccl_choice("allreduce", "nccl", numel * 4, ranks).seconds if ranks > 1 else 0.0
+    for scheme in PRICED_SCHEMES:
+        total = float(model.scheme(scheme, numel, ranks, 0.01, algorithms=library).total)
+        assert np.isfinite(total) and total >= 0
+        if scheme == "dense":  # the baseline is exactly NCCL's allreduce of the fp32 gradient
+            assert total == pytest.approx(dense, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scheme=st.sampled_from(PRICED_SCHEMES), numel=st.floats(1, 1e10), ranks=st.integers(1, 4096),
+       ratio=st.floats(1e-5, 1.0), rank=st.integers(1, 32), owner=st.sampled_from(["star", "var"]))
+def test_messages_carry_the_bytes_the_formulas_price(scheme: str, numel: float, ranks: int, ratio: float,
+                                                     rank: int, owner: str) -> None:
+    algorithms = SchemeAlgorithms(powersgd_rank=rank, index_owner=owner)
+    messages = scheme_messages(scheme, numel, ranks, ratio, algorithms=algorithms)
+    assert len(messages) == len(scheme_parts(scheme, numel, ranks, ratio, algorithms=algorithms))
+    if scheme == "dense":
+        assert [m.nbytes for m in messages] == [numel * 4]
+    elif scheme in ("fp16", "bf16"):
+        assert [m.nbytes for m in messages] == [numel * 2]
+    elif scheme == "powersgd":
+        side = float(powersgd_side(numel))
+        assert [m.nbytes for m in messages] == [side * rank * 4] * 2
+    elif scheme == "topk-ag":
+        assert [(m.collective, m.nbytes) for m in messages] == [("allgather", float(topk_count(numel, ratio)) * 8)]
+    else:
+        k = float(topk_count(numel, ratio))
+        assert [(m.collective, m.nbytes) for m in messages][:2] == [("broadcast", k * 4), ("allreduce", k * 4)]
+
+
+def test_cost_scheme_through_nccl_names_each_call(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--scheme", "topk-ar", "--algorithm", "nccl", "--size", "28GB",
+                           "--ranks", "16", "--cluster", "dgx-h100", "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert [c["collective"] for c in result["calls"]] == ["broadcast", "allreduce"]
+    assert result["seconds"] == pytest.approx(sum(c["seconds"] for c in result["calls"]))
+    code, dense_out, _ = run_cli(capsys, "cost", "--scheme", "dense", "--algorithm", "nccl", "--size", "28GB",
+                                 "--ranks", "16", "--cluster", "dgx-h100", "--json")
+    code, flat_out, _ = run_cli(capsys, "cost", "--scheme", "dense", "--size", "28GB", "--ranks", "16",
+                                "--cluster", "dgx-h100", "--json")
+    nccl_dense, flat_dense = json.loads(dense_out)["seconds"], json.loads(flat_out)["seconds"]
+    assert nccl_dense < flat_dense / 5  # the flat ring prices NVLink SHARP's node as one NIC ring
+
+
+def test_cost_scheme_explain_prints_every_call(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "cost", "--scheme", "powersgd", "--algorithm", "nccl", "--size", "1GiB",
+                           "--ranks", "16", "--cluster", "dgx-h100", "--explain")
+    assert code == 0
+    assert "rank 4, the gradient as one" in out
+    assert out.count("allreduce ") >= 2 and "channels" in out
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--scheme", "topk-ag", "--index-dtype", "int16"], "index-dtype"),
+    (["--scheme", "powersgd", "--powersgd-rank", "0"], "powersgd-rank"),
+    (["--scheme", "gossip"], "scheme"),
+])
+def test_bad_scheme_inputs_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
+    code, out, err = run_cli(capsys, "cost", "--algorithm", "nccl", "--size", "64MiB", "--ranks", "16",
+                             "--cluster", "dgx-h100", *argv)
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and f"error: {field}:" in err
+
+
+def test_a_scheme_through_nccl_needs_a_gpu_fabric(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "cost", "--scheme", "topk-ag", "--algorithm", "nccl", "--size", "64MiB",
+                           "--ranks", "8", "--cluster", "8x1-10gbe")
+    assert code == 2 and "gpu_fabric" in err and err.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("scheme", PRICED_SCHEMES)
+def test_simulator_agrees_with_the_cost_model_uncontended(scheme: str) -> None:
+    from flexcomm.sim.training import TrainingConfig, analytical_iteration, simulate_training
+
+    config = TrainingConfig(workload="resnet50", iterations=2, scheme=scheme, record_flows=False)
+    simulated = simulate_training("dgx-h100", config)
+    assert simulated.config["algorithm"] == "nccl"  # auto on a gpu_fabric cluster
+    analytical = analytical_iteration("dgx-h100", config)
+    assert float(simulated.iterations["time_s"].median()) == pytest.approx(analytical["time_s"], rel=0.01)
+    assert float(simulated.iterations["comm_s"].median()) == pytest.approx(analytical["comm_s"], rel=0.01)
+
+
+def test_whatif_on_a_gpu_cluster_prices_every_scheme_as_nccl_runs_it(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    code, out, _ = run_cli(capsys, "whatif", "--cluster", "dgx-h100", "--out", str(tmp_path))
+    assert code == 0
+    table = pd.read_csv(tmp_path / "whatif.csv")
+    assert set(table["scheme"]) == set(PRICED_SCHEMES)
+    assert table["bandwidth_gbit_s"].max() >= 800 and table["bandwidth_gbit_s"].min() <= 10
+    own = table[table["fabric_nic"] & (table["scheme"] == "dense") & (table["ranks"] == 16)]
+    nccl = CostModel.from_cluster(load_cluster("dgx-h100")).nccl_choice("allreduce", "nccl", 25.557e6 * 4, 16)
+    assert float(own[own["model"] == "resnet50"]["seconds"].iloc[0]) == pytest.approx(nccl.seconds)
+    assert (tmp_path / "whatif_nic_sweep.png").exists() and (tmp_path / "whatif_cluster.png").exists()
+    assert "does not pay" in out and "fastest per rank count" in out
+
+
+def test_flexible_prior_on_a_gpu_cluster_follows_nccl() -> None:
+    from flexcomm.compression.network_estimate import PRIOR_SIZES, NetworkEstimator
+
+    model = CostModel.from_cluster(load_cluster("dgx-a100-80g"))
+    estimator = NetworkEstimator.from_cost_model(model, 16)
+    alpha, beta = estimator.prior
+    ratios = []
+    for n in PRIOR_SIZES:
+        nccl = model.nccl_choice("allreduce", "nccl", float(n), 16).seconds
+        ratios.append((30 * alpha + 30 / 16 * n * beta) / nccl)
+    assert 0.4 < min(ratios) and max(ratios) < 2.5  # a two-parameter form through NCCL's curve
+    flat = model.group_link(16)[1]
+    assert beta < flat.beta  # NCCL's allreduce runs faster than the flat ring's slowest link
+
+
+def test_emulated_clock_prices_calls_as_nccl_on_a_gpu_cluster() -> None:
+    from flexcomm.compression.comm import CollectiveRecord
+    from flexcomm.emulation.network import NetworkClock
+
+    cluster = load_cluster("dgx-h100")
+    clock = NetworkClock.for_run(cluster, "static", 16, 10)
+    record = CollectiveRecord("allreduce", "ring", 64 * 2**20, "float32", "payload", 0.0)
+    nccl = CostModel.from_cluster(cluster).nccl_choice("allreduce", "nccl", 64 * 2**20, 16)
+    assert clock.seconds(record, 16) == pytest.approx(nccl.seconds)
+
+
+def test_powersgd_layout_follows_the_layers() -> None:
+    from flexcomm.costmodel.compressed import powersgd_sides
+
+    one = scheme_messages("powersgd", 2e6, 8, 1.0)
+    layered = scheme_messages("powersgd", 2e6, 8, 1.0, SparsePayload(matrix_sides=powersgd_sides([1e6, 1e6])))
+    assert layered[0].nbytes == pytest.approx(one[0].nbytes * 2000 / 1415, rel=1e-3)
+
+
+def test_nccl_calls_contend_channel_by_channel_where_they_share_nics() -> None:
+    """Two jobs on disjoint GPUs of the same two nodes: on a flat node (one host endpoint) their channels meet
+    at the node's NICs and each takes twice as long; on a rail-optimized pod GPUs 0-3 and 4-7 ride different
+    rails and neither notices the other."""
+    from flexcomm.sim.collectives import run_collective
+    from flexcomm.sim.network import CountingEnvironment, Network
+
+    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    times = {}
+    for name in ("dgx-h100", "dgx-h100-rail-pod"):
+        for jobs in ([first], [first, second]):
+            env = CountingEnvironment()
+            network = Network(env, load_cluster(name))
+            calls = [run_collective(env, network, "allreduce", "nccl", ranks, 256 * 2**20) for ranks in jobs]
+            env.run()
+            times[name, len(jobs)] = calls[0].value
+    # four GPUs on each of two nodes: NCCL sees nodes of 4 GPUs and their 4 NICs, not one packed 8-GPU node
+    cluster = load_cluster("dgx-h100")
+    view = cluster.model_copy(update={"devices_per_node": 4, "nodes": 2, "nics_per_node": 4})
+    spread = CostModel.from_cluster(view).nccl_choice("allreduce", "nccl", 256 * 2**20, 8)
+    packed = CostModel.from_cluster(cluster).nccl_choice("allreduce", "nccl", 256 * 2**20, 8)
+    assert times["dgx-h100", 1] == pytest.approx(spread.seconds, rel=1e-9)
+    assert spread.seconds > 1.5 * packed.seconds  # crossing half the NICs costs more than one node's NVLink
+    assert times["dgx-h100", 2] > 1.8 * times["dgx-h100", 1]
+    assert times["dgx-h100-rail-pod", 2] == pytest.approx(times["dgx-h100-rail-pod", 1], rel=1e-9)
+
+
+def _halve_links_at(env, network, when: float):  # noqa: ANN001, ANN202 - a simpy process
+    yield env.timeout(when)
+    ids = network.resources("*")
+    network.set_bandwidth(ids, network.cluster_bandwidth[ids] / 2)
+
+
+def test_a_changing_network_acts_inside_a_chunked_call() -> None:
+    """Under ``granularity="steps"`` a call's bytes go chunk by chunk: halving the NICs' speed mid-call
+    slows only what is left; the aggregate call has its rate fixed per coflow too, but both end later."""
+    from flexcomm.sim.collectives import run_collective
+    from flexcomm.sim.network import CountingEnvironment, Network
+
+    cluster = load_cluster("dgx-h100")
+    alone = CostModel.from_cluster(cluster).nccl_choice("allreduce", "nccl", 1 << 30, 16).seconds
+    for granularity in ("aggregate", "steps"):
+        env = CountingEnvironment()
+        network = Network(env, cluster)
+        call = run_collective(env, network, "allreduce", "nccl", 16, 1 << 30, granularity=granularity)
+
+        env.process(_halve_links_at(env, network, alone / 2))
+        env.run()
+        assert alone * 1.2 < call.value < alone * 2.0
