@@ -34,6 +34,7 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from flexcomm.compression.comm import CollectiveRecord
+from flexcomm.costmodel.collective_libraries.topology import packs_evenly
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.errors import InputError
 
@@ -144,8 +145,10 @@ class NetworkEstimator:
     def from_cost_model(cls, model: CostModel, ranks: int, **options: float | int) -> NetworkEstimator:
         """Prior = the link the cost model gives a group of ``ranks`` (the cluster's slowest link in it); on a
         cluster with a ``gpu_fabric``, the (alpha, beta) that best reproduce NCCL's allreduce there
-        (:func:`nccl_prior`), so the first decisions already compare schemes as NCCL would run them."""
-        if model.cluster is not None and model.cluster.gpu_fabric is not None and int(ranks) > 1:
+        (:func:`nccl_prior`), so the first decisions already compare schemes as NCCL would run them (a group
+        that does not fill whole nodes keeps the link's prior)."""
+        if (model.cluster is not None and model.cluster.gpu_fabric is not None and int(ranks) > 1
+                and packs_evenly(model.cluster, int(ranks))):
             alpha, beta = nccl_prior(model, int(ranks))
             return cls(alpha, beta, gamma=model.gamma, **options)  # type: ignore[arg-type]
         _, link = model.group_link(int(ranks))

@@ -78,8 +78,19 @@ class SparsePayload:
     value_dtype: str = "float32"
     index_dtype: str = "int32"
     #: PowerSGD: the sum of the sides of the gradient's matrices (one ceil(sqrt(n)) per layer, see
-    #: :func:`powersgd_sides`); None: the whole gradient as one square matrix (all a size tells)
-    matrix_sides: float | None = None
+    #: :func:`powersgd_sides`), or (sum of rows, sum of columns) for P and Q apart; None: the whole gradient
+    #: as one square matrix (all a size tells)
+    matrix_sides: float | tuple[float, float] | None = None
+
+    def factor_sides(self, numel: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """PowerSGD's P and Q sides (rows, columns summed over the matrices) for a gradient of ``numel``."""
+        if self.matrix_sides is None:
+            side = powersgd_side(numel)
+            return side, side
+        if isinstance(self.matrix_sides, tuple):
+            return np.asarray(self.matrix_sides[0], float), np.asarray(self.matrix_sides[1], float)
+        side = np.asarray(self.matrix_sides, dtype=float)
+        return side, side
 
     @property
     def value_bytes(self) -> int:
@@ -135,10 +146,10 @@ def scheme_parts(
     if scheme not in PRICED_SCHEMES:
         raise InputError("scheme", scheme, "one of " + ", ".join(PRICED_SCHEMES))
     if scheme == "powersgd":
-        side = powersgd_side(numel) if payload.matrix_sides is None else np.asarray(payload.matrix_sides, float)
-        factor = side * algorithms.powersgd_rank * vb
-        return [("allreduce", algorithms.allreduce, allreduce(factor, p)),
-                ("allreduce", algorithms.allreduce, allreduce(factor, p))]
+        rows, cols = payload.factor_sides(numel)
+        r = algorithms.powersgd_rank * vb
+        return [("allreduce", algorithms.allreduce, allreduce(rows * r, p)),
+                ("allreduce", algorithms.allreduce, allreduce(cols * r, p))]
     k = topk_count(numel, ratio)
     if scheme == "topk-ag":
         gathered = formula("allgather", algorithms.allgather)(k * (vb + ib), p)
@@ -206,9 +217,8 @@ def scheme_messages(
     if scheme in ("dense", *LOW_PRECISION_BYTES):
         sizes = [float(numel) * LOW_PRECISION_BYTES.get(scheme, vb)]
     elif scheme == "powersgd":
-        side = float(powersgd_side(numel)) if payload.matrix_sides is None else float(payload.matrix_sides)
-        factor = side * algorithms.powersgd_rank * vb
-        sizes = [factor, factor]
+        rows, cols = payload.factor_sides(numel)
+        sizes = [float(rows) * algorithms.powersgd_rank * vb, float(cols) * algorithms.powersgd_rank * vb]
     else:
         k = float(topk_count(numel, ratio))
         sizes = [k * (vb + ib)] if scheme == "topk-ag" else [k * ib, k * vb]
@@ -230,7 +240,7 @@ def check_library_dtypes(scheme: str, payload: SparsePayload) -> None:
     ``kShort``) is refused by ProcessGroupNCCL, so a scheme sending one cannot run as an NCCL collective."""
     if scheme in ("topk-ag", "topk-ar") and payload.index_dtype not in NCCL_DTYPES:
         raise InputError("index-dtype", payload.index_dtype, "a type NCCL can send (int8, uint8, int32 or int64; "
-                         f"NCCL has no {payload.index_dtype}) for {scheme} through --algorithm nccl")
+                         f"NCCL has no {payload.index_dtype}) for {scheme} through NCCL")
     if payload.value_dtype not in NCCL_DTYPES:
         raise InputError("value-dtype", payload.value_dtype, "a type NCCL reduces (fp32, fp16, bf16, fp64)")
 

@@ -9,7 +9,9 @@ Why per scheme: the exchanges differ in *kind* of work, so one rate cannot price
   kernels; 2 x 2 n m r + 2 n m r FLOPs + 2 n r^2). Each matrix costs its FLOPs at the device's rate
   (:func:`costmodel.compute.compute_seconds`) or its kernels' launches, whichever is longer: a ResNet's
   small matrices are launch-bound (5 us a kernel, HolisticTraceAnalysis' lower end, as
-  :data:`~costmodel.collective_libraries.transports.HOST_LAUNCH_US`).
+  :data:`~costmodel.collective_libraries.transports.HOST_LAUNCH_US`). The rate is the cluster device's
+  ``peak_flops`` (its tensor-core rate); the hook's fp32 matmuls run slower where TF32 is off (PyTorch's
+  default), so large matrices are priced optimistically until a device catalog gives fp32 rates.
 * ``fp16`` / ``bf16``: the casts of PyTorch's compress hooks (fp32 -> 2 bytes before, back after: 12 bytes
   moved per element), memory-bound, priced at the device's memory bandwidth when the cluster file gives it;
   a device without one prices the casts as free (they are ~1 % of a dense allreduce's bytes at NVLink speed).

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.collective_libraries.topology import packs_evenly
 from flexcomm.costmodel.model import CostModel
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class NetworkClock:
         if network == "static":
             model = CostModel.from_cluster(cluster)
             _, link = model.group_link(workers)
-            library = "nccl" if cluster.gpu_fabric is not None else None
+            nccl = cluster.gpu_fabric is not None and packs_evenly(cluster, workers)
+            library = "nccl" if nccl else None  # a group NCCL's model cannot describe keeps the link's formulas
             return cls([(0, model, link.alpha, 1.0 / link.beta)], price_scale, jitter, seed, library)
         schedule, epochs = DYNAMIC_NETWORKS[network]
         phases = [(int(round(start / epochs * steps)), CostModel.from_link(latency, gbits * 1.25e8), latency,

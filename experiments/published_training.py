@@ -8,9 +8,13 @@ BERT-Large pre-training or SQuAD fine-tuning), precision, GPUs, micro-batch per 
 sequence length and published throughput; a table with one throughput column per precision gives a row per
 precision.
 
-Each multi-GPU row is predicted from its 1-GPU row (same hardware, model, precision, sequence length and
-micro-batch): that row's step is the *measured compute* of a micro-batch (``batch / throughput``), spread
-over the model's layers in proportion to their FLOPs (forward one third, backward two). The simulator
+Each multi-GPU row is predicted from its *reference*: the same run (model, precision, sequence length,
+micro-batch) on the fewest GPUs, in its own table first, else in any table of the same hardware (a 1-GPU row;
+for a multi-node table without one, its 1-node row less the exchange the simulator prices for it). The
+reference's step is the *measured compute* of a micro-batch, spread over the model's layers in proportion to
+their FLOPs (forward one third, backward two). A table may count ``GPUs`` or ``Nodes`` (8 GPUs each), name
+throughput columns either way round (``Throughput - TF32``, ``Mixed Precision Throughput``), and give
+``X and Y`` cells in the order its header states (``(TF32 and FP16)``). The simulator
 then runs one step on the hardware's cluster (:data:`HARDWARE_CLUSTERS`; enough nodes for the GPUs), its
 gradient exchange as NCCL runs it on that fabric, and the remaining accumulation micro-batches are added as
 compute. How each model's script exchanges gradients (:data:`EXCHANGES`):
@@ -45,6 +49,8 @@ EXCHANGES = {"resnet50": ("dense", True), "bert-pretraining": ("fp16", False), "
 TARGET_THROUGHPUT = 0.03
 TARGET_SCALING_POINTS = 3.0
 MIXED = ("amp", "mixed", "fp16")
+#: GPUs a node of the published hardware holds (DGX A100 and DGX-1: 8), for tables that count nodes.
+GPUS_PER_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,14 @@ class TrainingRow:
         return any(word in self.precision.lower() for word in MIXED)
 
     @property
-    def key(self) -> tuple[str, str, bool, int | None, int]:
-        """What a 1-GPU reference must share with the rows it serves."""
-        return self.titled, self.model, self.mixed, self.seq_len, self.batch
+    def precision_class(self) -> str:
+        """``mixed`` (AMP, FP16) or the full-precision format as printed (``tf32``, ``fp32``)."""
+        return "mixed" if self.mixed else self.precision.lower().split()[0]
+
+    @property
+    def key(self) -> tuple[str, str, int | None, int]:
+        """What a reference must share with the rows it serves (besides its hardware)."""
+        return self.model, self.precision_class, self.seq_len, self.batch
 
 
 # --- reading the markdown ------------------------------------------------------------------------
@@ -145,48 +156,76 @@ def read_tables(path: str | Path) -> list[TrainingRow]:
     return rows
 
 
+def _pair_index(header: str, precision: str) -> int:
+    """Which half of an ``X and Y`` cell a precision reads: the header names the order, e.g. ``(TF32 and FP16)``;
+    the second is the half-precision one."""
+    mixed = any(word in precision.lower() for word in MIXED)
+    return 1 if mixed and " and " in header else 0
+
+
+def _precision_of(key: str, col: dict[str, str]) -> str:
+    """``Throughput - TF32 (sequences/sec)`` -> TF32; ``Mixed Precision Throughput`` -> mixed precision; a plain
+    ``Throughput`` column -> the row's precision column."""
+    text = re.sub(r"\([^)]*\)", "", key).replace("throughput", "").strip(" -:")
+    return text or col.get("precision", "")
+
+
 def _table_row(header: list[str], cells: list[str], model: str | None, hardware: str | None, heading: str,
                where: str) -> list[TrainingRow]:
     if len(cells) != len(header):
         raise InputError(where, "|".join(cells), f"{len(header)} cells as in the table's header")
     col = dict(zip(header, cells, strict=True))
-    gpus_key = next((h for h in header if h == "gpus" or h.startswith("gpus")), None)
-    throughput_keys = [h for h in header if h.startswith("throughput")]
-    if gpus_key is None or not throughput_keys:
+    gpus_key = next((h for h in header if h.startswith("gpus")), None)
+    nodes_key = next((h for h in header if "nodes" in h), None)
+    throughput_keys = [h for h in header if "throughput" in h and "speedup" not in h]
+    if (gpus_key is None and nodes_key is None) or not throughput_keys:
         return []  # not a throughput table
     titled = col.get("hardware (as titled)", "") or heading
     hardware = _hardware_of(titled) or hardware
     if model is None or hardware is None:
         raise InputError(where, heading, "a section heading naming the model (ResNet-50, BERT, SQuAD) and "
                          "a hardware (DGX A100, DGX-1)")
-    gpus = _number(col[gpus_key], "GPUs", where)
+    if gpus_key is not None:
+        gpus = _number(col[gpus_key], "GPUs", where)
+    else:
+        gpus = _number(col[nodes_key], "nodes", where) * GPUS_PER_NODE
     if gpus < 1 or gpus != int(gpus):
-        raise InputError(f"{where}: GPUs", col[gpus_key], "a whole number of GPUs >= 1")
+        raise InputError(f"{where}: GPUs", col[gpus_key or nodes_key], "a whole number of GPUs >= 1")
     batch_key = next((h for h in header if h.startswith("batch size") or h.startswith("bs/gpu")), None)
     acc_key = next((h for h in header if h.startswith("accumulation steps")), None)
-    seq_key = next((h for h in header if h.startswith("sequence length")), None)
+    seq_key = next((h for h in header if h.startswith("sequence length") or h.startswith("seq")), None)
+    if batch_key is None:
+        raise InputError(f"{where}: batch size", "", "a batch-size column")
+    scaling_keys = [h for h in header if "scaling" in h]
     out = []
-    for index, key in enumerate(throughput_keys):
-        precision = key.split("-", 1)[1].strip() if "-" in key else col.get("precision", "")
-        precision = re.sub(r"\s*\((?:sequences|images|img)[^)]*\)", "", precision).strip()
+    for key in throughput_keys:
+        precision = _precision_of(key, col)
         if not precision:
             raise InputError(f"{where}: precision", "", "a precision column or one throughput column per precision")
-        accumulation = int(_number(_split_and(col[acc_key], index), "accumulation steps", where)) if acc_key else 1
+        accumulation = int(_number(_split_and(col[acc_key], _pair_index(acc_key, precision)), "accumulation steps",
+                                   where)) if acc_key else 1
         if accumulation < 1:
             raise InputError(f"{where}: accumulation steps", accumulation, "an integer >= 1 (micro-batches per "
                              "optimizer step)")
-        printed = int(_number(_split_and(col[batch_key], index), "batch size", where)) if batch_key else None
-        if printed is None:
-            raise InputError(f"{where}: batch size", "", "a batch-size column")
-        # DGX-1 pre-training prints the accumulated batch under "Batch size / GPU" (see the file's note)
-        batch = printed // accumulation if "accumulated batch" in batch_key else printed
-        scaling_keys = [h for h in header if "scaling" in h]
-        fallback = scaling_keys[0] if scaling_keys else None
-        scaling_key = next((h for h in scaling_keys if precision.lower() in h), fallback)
-        scaling = _number(col[scaling_key], "scaling", where) if scaling_key else None
+        printed = int(_number(_split_and(col[batch_key], _pair_index(batch_key, precision)), "batch size", where))
+        batch = printed
+        if "accumulated batch" in batch_key:  # DGX-1 pre-training prints the accumulated batch (see the file)
+            if printed % accumulation:
+                raise InputError(f"{where}: batch size", printed, f"an accumulated batch divisible by the "
+                                 f"{accumulation} accumulation steps")
+            batch = printed // accumulation
+        if batch < 1:
+            raise InputError(f"{where}: batch size", printed, "a batch of at least one sample per GPU")
+        words = precision.lower().split()
+        scaling_key = next((h for h in scaling_keys if words and words[0] in h), None)
+        if scaling_key is None and len(scaling_keys) == 1:
+            scaling_key = scaling_keys[0]
+        throughput = _number(col[key], "throughput", where)
+        if throughput <= 0:
+            raise InputError(f"{where}: throughput", col[key], "a positive throughput (samples per second)")
         out.append(TrainingRow(heading, hardware, titled, model, precision, int(gpus), batch, accumulation,
                                int(_number(col[seq_key], "sequence length", where)) if seq_key else None,
-                               _number(col[key], "throughput", where), scaling))
+                               throughput, _number(col[scaling_key], "scaling", where) if scaling_key else None))
     return out
 
 
@@ -211,13 +250,12 @@ def _cluster_for(hardware: str, gpus: int):  # -> Cluster
     return cluster if nodes == cluster.nodes else cluster.model_copy(update={"nodes": nodes})
 
 
-def predict_row(row: TrainingRow, reference: TrainingRow) -> dict[str, object]:
-    """One multi-GPU row predicted from its 1-GPU reference (see the module doc)."""
+def _simulated_step(row: TrainingRow, micro_s: float) -> float:
+    """Seconds of one optimizer step of ``row`` on its hardware when a micro-batch computes in ``micro_s``."""
     from flexcomm.costmodel.compute import ModelSpec
     from flexcomm.sim.training import TrainingConfig, TrainingSimulator
     from flexcomm.sim.workload import TrainingWorkload
 
-    micro_s = reference.batch * reference.accumulation / reference.throughput / reference.accumulation
     spec = _model_spec(row.model, row.seq_len)
     flops = [layer.forward_flops for layer in spec.layers]
     total = sum(flops)
@@ -225,51 +263,83 @@ def predict_row(row: TrainingRow, reference: TrainingRow) -> dict[str, object]:
                 for layer, f in zip(spec.layers, flops, strict=True)}
     profiled = ModelSpec.from_profile(spec.name, measured, batch_per_rank=row.batch,
                                       params={layer.name: layer.params for layer in spec.layers})
-    scheme, overlap = EXCHANGES[row.model]
-    scheme = scheme if row.mixed else "dense"
+    scheme, overlap = _exchange(row)
     workload = TrainingWorkload(spec.name, profiled, float(row.batch), spec.description)
     config = TrainingConfig(workload=workload, iterations=1, ranks=row.gpus, scheme=scheme, algorithm="nccl",
                             bucket_count=None if overlap else 1, record_flows=False)
-    sim = TrainingSimulator(_cluster_for(row.hardware, row.gpus), config)
-    result = sim.run()
-    step_s = float(result.iterations["time_s"].iloc[0]) + (row.accumulation - 1) * micro_s
+    result = TrainingSimulator(_cluster_for(row.hardware, row.gpus), config).run()
+    return float(result.iterations["time_s"].iloc[0]) + (row.accumulation - 1) * micro_s
+
+
+def _exchange(row: TrainingRow) -> tuple[str, bool]:
+    scheme, overlap = EXCHANGES[row.model]
+    return (scheme if row.mixed else "dense"), overlap
+
+
+def micro_batch_seconds(reference: TrainingRow) -> float:
+    """The measured compute of one micro-batch: the reference's step, less the exchange the simulator prices
+    for it when the reference itself ran on several GPUs (a 1-node row of a multi-node table)."""
+    step = reference.gpus * reference.batch * reference.accumulation / reference.throughput
+    micro = step / reference.accumulation
+    if reference.gpus == 1:
+        return micro
+    for _ in range(3):  # the exposed exchange hardly depends on the compute it hides behind: converges at once
+        exposed = _simulated_step(reference, micro) - micro * reference.accumulation
+        micro = (step - exposed) / reference.accumulation
+    return micro
+
+
+def predict_row(row: TrainingRow, reference: TrainingRow) -> dict[str, object]:
+    """One row predicted from its reference (the same run on fewer GPUs; see the module doc)."""
+    micro_s = micro_batch_seconds(reference)
+    step_s = _simulated_step(row, micro_s)
     predicted = row.gpus * row.batch * row.accumulation / step_s
     published_scaling = row.scaling if row.scaling is not None else row.throughput / reference.throughput
     predicted_scaling = predicted / reference.throughput
+    widening = row.gpus / reference.gpus
+    scheme, overlap = _exchange(row)
     return {
         "table": row.table, "hardware": row.hardware, "titled": row.titled, "model": row.model,
         "precision": row.precision,
         "seq_len": row.seq_len, "gpus": row.gpus, "batch": row.batch, "accumulation": row.accumulation,
         "exchange": f"{scheme} via NCCL, " + ("25 MiB buckets overlapping backward" if overlap else
                                               "one allreduce after backward"),
-        "reference_throughput": reference.throughput, "compute_step_s": micro_s * row.accumulation,
-        "exposed_comm_s": step_s - micro_s * row.accumulation,
+        "reference_gpus": reference.gpus, "reference_throughput": reference.throughput,
+        "compute_step_s": micro_s * row.accumulation, "exposed_comm_s": step_s - micro_s * row.accumulation,
         "published_throughput": row.throughput, "predicted_throughput": predicted,
         "rel_err": predicted / row.throughput - 1.0,
         "published_scaling": published_scaling, "predicted_scaling": predicted_scaling,
-        "scaling_gap_points": 100.0 * (predicted_scaling - published_scaling) / row.gpus,
+        "scaling_gap_points": 100.0 * (predicted_scaling - published_scaling) / widening,
     }
 
 
+def find_reference(row: TrainingRow, rows: list[TrainingRow]) -> TrainingRow | None:
+    """The same run on the fewest GPUs: from the row's own table (its hardware as titled) first, else from any
+    table of the same hardware class; model, precision, sequence length and micro-batch must match."""
+    for same in (lambda r: r.titled == row.titled, lambda r: r.hardware == row.hardware):
+        candidates = [r for r in rows if same(r) and r.key == row.key and r.gpus < row.gpus]
+        if candidates:
+            return min(candidates, key=lambda r: (r.gpus, rows.index(r)))
+    return None
+
+
 def validate_training(path: str | Path) -> pd.DataFrame:
-    """Every multi-GPU row of ``path`` predicted from its 1-GPU row; a row without one is an error."""
+    """Every row of ``path`` with a reference on fewer GPUs, predicted from it. The smallest run of each group is
+    the reference; a multi-GPU row that is neither predicted nor a reference for another is an error (there is
+    no measured compute to stand on)."""
     rows = read_tables(path)
-    references: dict[tuple, TrainingRow] = {}
-    for row in rows:
-        if row.gpus == 1:
-            references.setdefault(row.key, row)
     out = []
     for row in rows:
-        if row.gpus == 1:
-            continue
-        reference = references.get(row.key)
+        reference = find_reference(row, rows)
         if reference is None:
+            serves = any(r.key == row.key and r.hardware == row.hardware and r.gpus > row.gpus for r in rows)
+            if row.gpus == 1 or serves:  # a reference itself (a 1-GPU row, or a multi-node table's first row)
+                continue
             raise InputError("reference", f"{row.titled}: {row.model} {row.precision} x{row.gpus} "
-                             f"(batch {row.batch}, seq {row.seq_len})", "a 1-GPU row of the same hardware, model, "
-                             "precision, sequence length and batch (its measured compute)")
+                             f"(batch {row.batch}, seq {row.seq_len})", "a row of the same hardware, model, "
+                             "precision, sequence length and batch on fewer GPUs (1 GPU: its measured compute)")
         out.append(predict_row(row, reference))
     frame = pd.DataFrame(out)
     frame["meets_target"] = (frame["rel_err"].abs() <= TARGET_THROUGHPUT) & (
         frame["scaling_gap_points"].abs() <= TARGET_SCALING_POINTS)
     return frame
-

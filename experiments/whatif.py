@@ -151,10 +151,13 @@ def run_whatif(
 
 
 def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
-    """(ranks, NIC bandwidth, ratio) for a GPU cluster: every rank count it holds (one node's ranks only
-    once: NVLink does not see the NIC) and the swept NIC speeds plus its own."""
+    """(ranks, NIC bandwidth, ratio) for a GPU cluster: every rank count of the grid it holds as whole NVLink
+    domains (or within one; NCCL's model describes those), the whole cluster, one node's ranks only once
+    (NVLink does not see the NIC), and the swept NIC speeds plus its own."""
+    from flexcomm.costmodel.collective_libraries.topology import packs_evenly
+
     world, per_node = cluster.world_size, cluster.devices_per_node
-    ranks = sorted({int(r) for r in grid.ranks if 2 <= r <= world} | {world})
+    ranks = sorted(r for r in {int(r) for r in grid.ranks if 2 <= r <= world} | {world} if packs_evenly(cluster, r))
     own = float(cluster.inter_link.bandwidth_Bps)
     speeds = sorted({float(b) for b in grid.nic_bandwidths_Bps} | {own})
     rows = []
@@ -199,9 +202,9 @@ def run_library_whatif(grid: WhatIfGrid, cluster: Cluster, shard: tuple[int, int
         priced: dict[tuple[str, float, int, float], tuple[float, float, float, str]] = {}
         columns: dict[str, list] = {k: [] for k in ("scheme", "comm", "lat", "bw", "red", "runs", "compress")}
         for scheme in PRICED_SCHEMES:
-            compress = 0.0 if grid.compress_elements_per_s <= 0 else compression_seconds(
-                scheme, params, device.peak_flops, device.memory_bandwidth_Bps, grid.compress_elements_per_s,
-                library.powersgd_rank, matrices=layers)
+            topk_rate = grid.compress_elements_per_s if grid.compress_elements_per_s > 0 else float("inf")
+            compress = compression_seconds(scheme, params, device.peak_flops, device.memory_bandwidth_Bps, topk_rate,
+                                           library.powersgd_rank, matrices=layers)
             for row in configs.itertuples(index=False):
                 ratio = row.ratio if scheme.startswith("topk") else 1.0
                 key = (scheme, row.bandwidth_Bps, row.ranks, ratio)

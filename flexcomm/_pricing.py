@@ -128,16 +128,18 @@ class Cost:
                    if self.calls else {})}
 
 
-def matrix_sides(text: str, elements: float) -> float:
-    """``4096x16384``: the gradient as elements / (rows x cols) matrices of that shape; PowerSGD's P and Q
-    then carry (rows + cols) / 2 x rank values each per matrix (:attr:`SparsePayload.matrix_sides`)."""
+def matrix_sides(text: str, elements: float) -> tuple[float, float]:
+    """``4096x16384``: the gradient as ceil(elements / (rows x cols)) matrices of that shape; PowerSGD's P then
+    carries rows x rank values per matrix and Q cols x rank (:meth:`SparsePayload.factor_sides`)."""
     try:
         rows, cols = (int(part) for part in str(text).lower().split("x"))
     except ValueError:
         raise InputError("powersgd-matrix", text, "ROWSxCOLS of each gradient matrix, e.g. 4096x16384") from None
-    if rows < 1 or cols < 1:
-        raise InputError("powersgd-matrix", text, "ROWSxCOLS with both >= 1, e.g. 4096x16384")
-    return max(1.0, elements / (rows * cols)) * (rows + cols) / 2
+    if rows < 1 or cols < 1 or rows * cols > elements:
+        raise InputError("powersgd-matrix", text, f"ROWSxCOLS with both >= 1 and at most the gradient's "
+                         f"{elements:.0f} elements, e.g. 4096x16384")
+    count = math.ceil(elements / (rows * cols))
+    return float(count * rows), float(count * cols)
 
 
 def _scheme_words(result: Cost) -> str:

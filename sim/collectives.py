@@ -197,22 +197,19 @@ def run_collective(
     size = parse_size(nbytes, "nbytes")
     gamma = _check_gamma(gamma)
     if is_nccl_algorithm(algorithm):
-        return env.process(_execute_nccl(env, network, collective, algorithm, group, size, tag,
-                                         _check_granularity(granularity)))
+        _check_granularity(granularity)
+        return env.process(_execute_nccl(env, network, collective, algorithm, group, size, tag))
     segments = collective_segments(network, collective, algorithm, group, size, granularity, inter_algorithm, tag)
     return env.process(_execute(env, network, segments, gamma))
 
 
-#: Chunks a call's bytes are cut into under ``granularity="steps"`` (at most): enough for a link change or
-#: another job's arrival to act inside the call, few enough to keep a 16k-rank step fast.
-MAX_NCCL_CHUNKS = 16
-
-
-def _nccl_model(network: Network, ranks: np.ndarray):  # -> CostModel for this group's layout, cached per network
-    """The model NCCL's choice for ``ranks`` is priced with: the cluster's, or, for a group spread evenly with
-    g < devices_per_node ranks on each of several nodes, a view of the cluster whose nodes hold g GPUs and the
-    NICs nearest them (what NCCL's topology search sees for that communicator; the cost model prices ranks
-    packed onto nodes, which a spread group is not)."""
+def _nccl_model(network: Network, ranks: np.ndarray):  # -> (CostModel, ranks to price), cached per network
+    """The model NCCL's choice for ``ranks`` is priced with, and the rank count it prices: the cluster's for a
+    group packed onto nodes; for a group over several nodes with g < devices_per_node ranks on the fullest, a
+    view of the cluster whose nodes hold g GPUs and the NICs nearest them (what NCCL's topology search sees for
+    that communicator; the cost model prices ranks packed onto nodes, which such a group is not). A group over
+    several nodes is priced as g ranks on each (an uneven one, 8 + 4, as its fullest node repeated: NCCL's
+    rings then run at the pace of the fullest node)."""
     from flexcomm.costmodel.model import CostModel
 
     cluster = network.cluster
@@ -220,8 +217,8 @@ def _nccl_model(network: Network, ranks: np.ndarray):  # -> CostModel for this g
     counts = np.unique(ranks // per_node, return_counts=True)[1]
     g, nodes = int(counts.max()), len(counts)
     fabric = cluster.gpu_fabric
-    spread = (nodes > 1 and g < per_node and int(counts.min()) == g and fabric is not None
-              and fabric.nvlink_domain in (None, per_node))
+    domain = fabric.nvlink_domain if fabric is not None else None
+    spread = nodes > 1 and g < per_node and domain in (None, per_node)
     key = (g, nodes) if spread else None
     models = getattr(network, "_nccl_cost_models", None)
     if models is None:
@@ -230,25 +227,28 @@ def _nccl_model(network: Network, ranks: np.ndarray):  # -> CostModel for this g
         view = cluster
         if spread:
             nics = max(1, round((cluster.nics_per_node or 1) * g / per_node))
-            view = cluster.model_copy(update={"devices_per_node": g, "nodes": nodes, "nics_per_node": nics})
+            view = cluster.model_copy(update={
+                "devices_per_node": g, "nodes": nodes, "nics_per_node": nics,
+                "gpu_fabric": fabric.model_copy(update={"nvlink_domain": None})})
         models[key] = CostModel.from_cluster(view)
-    return models[key]
+    return models[key], (g * nodes if nodes > 1 and domain in (None, per_node) else len(ranks))
 
 
 def _execute_nccl(env: simpy.Environment, network: Network, collective: str, algorithm: str, ranks: np.ndarray,
-                  nbytes: float, tag: str, chunked: bool = False) -> Generator[Any, Any, float]:
+                  nbytes: float, tag: str) -> Generator[Any, Any, float]:
     """One NCCL call: the cost model's latency, then its channels' flows over the fabric (:mod:`sim.nccl_flows`).
 
     Every channel is a flow on each link it crosses (rings through each node's rail GPU, trees over the
     nodes), so jobs sharing NICs or uplinks meet channel by channel. The flows carry the bytes that take
     exactly the model's bandwidth term at their uncontended rate, so with nothing else on the fabric the
     simulator equals :meth:`CostModel.nccl_choice` to rounding; slower links (traces, jitter) or other
-    jobs slow them. ``chunked``: the bytes go in up to :data:`MAX_NCCL_CHUNKS` sequential chunks (NCCL's
-    pipeline), so a change of the network takes effect inside the call."""
+    jobs slow them: rates are recomputed at every change of the network or of what shares it, so a fluid
+    model needs no chunks for a change to act inside the call."""
     from flexcomm.sim.nccl_flows import channel_pairs
 
     start = env.now
-    choice = _nccl_model(network, ranks).nccl_choice(collective, algorithm, nbytes, len(ranks))
+    model, priced_ranks = _nccl_model(network, ranks)
+    choice = model.nccl_choice(collective, algorithm, nbytes, priced_ranks)
     if choice.latency_s > 0:
         yield env.timeout(choice.latency_s)
     if len(ranks) < 2 or choice.bandwidth_s <= 0:
@@ -258,19 +258,15 @@ def _execute_nccl(env: simpy.Environment, network: Network, collective: str, alg
     key = ("nccl", ranks.tobytes(), channels, choice.algorithm)
     pattern = network.cached(key)
     if pattern is None:
-        pattern = network.pattern(channel_pairs(ranks, network.cluster.devices_per_node, channels, choice.algorithm),
-                                  key=key)
+        pairs = channel_pairs(ranks, network.cluster.devices_per_node, channels,
+                              "p2p" if collective == "alltoall" else choice.algorithm)
+        pattern = network.pattern(pairs, key=key)
     rate = float((network.cluster_bandwidth[pattern.res] / pattern.cnt).min()) if len(pattern.res) else math.inf
     if not math.isfinite(rate):  # nothing the fabric models (a PCIe box): the model's time, alone
         yield env.timeout(choice.bandwidth_s)
         return env.now - start
-    total = choice.bandwidth_s * rate
-    chunks = 1
-    if chunked and run is not None and run.chunk_bytes > 0:
-        chunks = int(min(MAX_NCCL_CHUNKS, max(1, math.ceil(run.nbytes / (channels * run.chunk_bytes)))))
     label = f"{tag}:{collective}/nccl" if tag else f"{collective}/nccl"
-    for _ in range(chunks):
-        yield network.transfer(pattern, total / chunks, label, latency_s=0.0)
+    yield network.transfer(pattern, choice.bandwidth_s * rate, label, latency_s=0.0)
     return env.now - start
 
 
@@ -314,8 +310,7 @@ def run_scheme(
         start = env.now
         for collective, algorithm, nbytes, extra in plan:
             if is_nccl_algorithm(algorithm):
-                yield from _execute_nccl(env, network, collective, algorithm, group, nbytes, prefix,
-                                         _check_granularity(granularity))
+                yield from _execute_nccl(env, network, collective, algorithm, group, nbytes, prefix)
                 if gamma * extra > 0:
                     yield env.timeout(gamma * extra)
                 continue

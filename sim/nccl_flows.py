@@ -10,7 +10,9 @@ call's channels use; :func:`sim.collectives.run_collective` moves the call's byt
 * **ring** (Ring, and every choice inside one island): per channel, node-local chain from the channel's
   rail GPU through the node's other ranks, then that rail GPU to the next node's (ring order of nodes);
 * **tree-like** (Tree, NVLSTree, CollNet, NVLS across nodes, PAT): per channel, a binary tree over the
-  nodes on the channel's rail, each edge both ways (reduce up, broadcast down), plus the node-local chain.
+  nodes on the channel's rail, each edge both ways (reduce up, broadcast down), plus the node-local chain;
+* **all-to-all** (``p2p``): every rank to every other (NCCL's grouped sends), once, not per channel; above
+  :data:`MAX_ALLTOALL_RANKS` ranks, the shifts by powers of two (a sample of the pairs every link sees).
 
 Nothing here sets a time: the pairs decide only *who shares which link*. The bytes each flow carries are
 chosen so that, with nothing else on the fabric, the call takes exactly the cost model's bandwidth term.
@@ -31,11 +33,27 @@ def _by_node(ranks: np.ndarray, per_node: int) -> list[np.ndarray]:
     return [ranks[nodes == node] for node in order]
 
 
+#: Ranks above which an all-to-all's every pair is sampled by power-of-two shifts (p^2 flows would dominate).
+MAX_ALLTOALL_RANKS = 256
+
+
+def _alltoall_pairs(ranks: np.ndarray) -> np.ndarray:
+    p = len(ranks)
+    if p <= MAX_ALLTOALL_RANKS:
+        src, dst = np.meshgrid(ranks, ranks, indexing="ij")
+        off = src != dst
+        return np.stack([src[off], dst[off]], axis=1)
+    shifts = [1 << k for k in range(p.bit_length()) if (1 << k) < p]
+    return np.concatenate([np.stack([ranks, np.roll(ranks, -s)], axis=1) for s in shifts])
+
+
 def channel_pairs(ranks: np.ndarray, per_node: int, channels: int, algorithm: str) -> np.ndarray:
     """(src, dst) pairs of every channel of one call over ``ranks`` (see the module doc); one row per flow."""
     ranks = np.asarray(ranks, dtype=np.int64)
     if len(ranks) < 2:
         return np.empty((0, 2), dtype=np.int64)
+    if algorithm == "p2p":
+        return _alltoall_pairs(ranks)
     channels = max(1, int(channels))
     groups = _by_node(ranks, per_node)
     pairs: list[np.ndarray] = []

@@ -64,7 +64,8 @@ def test_messages_carry_the_bytes_the_formulas_price(scheme: str, numel: float, 
         assert [(m.collective, m.nbytes) for m in messages] == [("allgather", float(topk_count(numel, ratio)) * 8)]
     else:
         k = float(topk_count(numel, ratio))
-        assert [(m.collective, m.nbytes) for m in messages][:2] == [("broadcast", k * 4), ("allreduce", k * 4)]
+        expected = [("broadcast", k * 4), ("allreduce", k * 4)] + ([("allgather", 4.0)] if owner == "var" else [])
+        assert [(m.collective, m.nbytes) for m in messages] == expected
 
 
 def test_cost_scheme_through_nccl_names_each_call(capsys: pytest.CaptureFixture[str]) -> None:
@@ -203,19 +204,48 @@ def _halve_links_at(env, network, when: float):  # noqa: ANN001, ANN202 - a simp
     network.set_bandwidth(ids, network.cluster_bandwidth[ids] / 2)
 
 
-def test_a_changing_network_acts_inside_a_chunked_call() -> None:
-    """Under ``granularity="steps"`` a call's bytes go chunk by chunk: halving the NICs' speed mid-call
-    slows only what is left; the aggregate call has its rate fixed per coflow too, but both end later."""
+def test_a_changing_network_acts_inside_a_call() -> None:
+    """Halving every link mid-call slows what is left of it: rates are recomputed at the change, so the call
+    ends between its own time and twice it (1.5x when the change lands halfway through the bytes)."""
     from flexcomm.sim.collectives import run_collective
     from flexcomm.sim.network import CountingEnvironment, Network
 
     cluster = load_cluster("dgx-h100")
-    alone = CostModel.from_cluster(cluster).nccl_choice("allreduce", "nccl", 1 << 30, 16).seconds
-    for granularity in ("aggregate", "steps"):
+    choice = CostModel.from_cluster(cluster).nccl_choice("allreduce", "nccl", 1 << 30, 16)
+    env = CountingEnvironment()
+    network = Network(env, cluster)
+    call = run_collective(env, network, "allreduce", "nccl", 16, 1 << 30)
+    env.process(_halve_links_at(env, network, choice.latency_s + choice.bandwidth_s / 2))
+    env.run()
+    assert call.value == pytest.approx(choice.latency_s + 1.5 * choice.bandwidth_s, rel=1e-6)
+
+
+def test_topk_allgather_is_priced_at_each_ranks_contribution() -> None:
+    """flexcomm's allgather size is what each rank sends: k values + k indices (8 bytes a pair)."""
+    model = CostModel.from_cluster(load_cluster("dgx-a100-80g"))
+    k = float(topk_count(25.6e6, 0.01))
+    library = SchemeAlgorithms(library="nccl")
+    calls = model.scheme_choices("topk-ag", 25.6e6, 32, 0.01, algorithms=library)
+    assert [m.nbytes for m, _ in calls] == [k * 8]
+    assert calls[0][1].seconds == pytest.approx(model.nccl_choice("allgather", "nccl", k * 8, 32).seconds)
+    var = model.scheme_choices("topk-ar", 25.6e6, 32, 0.01, algorithms=SchemeAlgorithms(library="nccl",
+                                                                                          index_owner="var"))
+    assert [(m.collective, m.nbytes) for m, _ in var] == [("broadcast", k * 4), ("allreduce", k * 4),
+                                                          ("allgather", 4.0)]
+
+
+def test_spread_groups_are_priced_as_nccls_communicator() -> None:
+    """Uneven and spread groups: priced with nodes of the fullest node's GPU count (never as one packed node)."""
+    from flexcomm.sim.collectives import run_collective
+    from flexcomm.sim.network import CountingEnvironment, Network
+
+    cluster = load_cluster("dgx-h100")
+    times = {}
+    for ranks in ([0, 1, 2, 3], [0, 1, 2, 8], list(range(12)), list(range(16))):
         env = CountingEnvironment()
         network = Network(env, cluster)
-        call = run_collective(env, network, "allreduce", "nccl", 16, 1 << 30, granularity=granularity)
-
-        env.process(_halve_links_at(env, network, alone / 2))
+        call = run_collective(env, network, "allreduce", "nccl", ranks, 256 * 2**20)
         env.run()
-        assert alone * 1.2 < call.value < alone * 2.0
+        times[len(ranks), ranks[-1]] = call.value
+    assert times[4, 8] > 1.5 * times[4, 3]  # three GPUs here, one there: across the NICs, not NVLink
+    assert times[12, 11] == pytest.approx(times[16, 15])  # 8 + 4 runs at the pace of two full nodes

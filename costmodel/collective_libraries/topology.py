@@ -121,6 +121,14 @@ class NodeLinks:
         return min(bw, self.socket_GBps) if self.socket_GBps else bw
 
 
+def packs_evenly(cluster: Cluster, ranks: int) -> bool:
+    """Whether ``ranks`` packed onto ``cluster`` fill whole NVLink domains (or fit in one): the groups
+    :func:`node_links` can describe as NCCL's nodes."""
+    fabric = cluster.gpu_fabric
+    domain = (fabric.nvlink_domain if fabric is not None else None) or cluster.devices_per_node
+    return 1 <= ranks <= cluster.world_size and (ranks <= domain or ranks % domain == 0)
+
+
 def node_links(cluster: Cluster, ranks: int, version: NcclVersion = DEFAULT) -> tuple[NodeLinks, int]:
     """The NCCL node of ``ranks`` packed onto ``cluster`` and the number of such nodes."""
     fabric = _fabric(cluster)
