@@ -249,3 +249,27 @@ def test_spread_groups_are_priced_as_nccls_communicator() -> None:
         times[len(ranks), ranks[-1]] = call.value
     assert times[4, 8] > 1.5 * times[4, 3]  # three GPUs here, one there: across the NICs, not NVLink
     assert times[12, 11] == pytest.approx(times[16, 15])  # 8 + 4 runs at the pace of two full nodes
+
+
+SMALL_GPU_CLUSTERS = [name for name in GPU_CLUSTERS if load_cluster(name).world_size <= 256]
+
+
+@settings(max_examples=60, deadline=None)
+@given(which=st.sampled_from(SMALL_GPU_CLUSTERS), collective=st.sampled_from(
+    ["allreduce", "allgather", "reduce-scatter", "broadcast", "alltoall"]), size=st.floats(1e3, 4e9),
+    nodes=st.integers(1, 8))
+def test_an_nccl_call_simulated_alone_equals_the_cost_model(which: str, collective: str, size: float,
+                                                            nodes: int) -> None:
+    """The property the simulator keeps: nothing else on the fabric, a packed group's call takes exactly
+    NCCL's price (latency, then its channels' flows at their uncontended rate)."""
+    from flexcomm.sim.collectives import run_collective
+    from flexcomm.sim.network import CountingEnvironment, Network
+
+    cluster = load_cluster(which)
+    domain = (cluster.gpu_fabric.nvlink_domain or cluster.devices_per_node)
+    ranks = min(cluster.world_size, domain * nodes) if nodes > 1 else min(cluster.world_size, domain)
+    env = CountingEnvironment()
+    call = run_collective(env, Network(env, cluster), collective, "nccl", ranks, size)
+    env.run()
+    expected = CostModel.from_cluster(cluster).nccl_choice(collective, "nccl", size, ranks).seconds
+    assert call.value == pytest.approx(expected, rel=0.01)
