@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.flexcomm-installed
 RESULTS ?= results
 
-.PHONY: install data simgrid demo test lint bench figures notebooks clean
+.PHONY: install data simgrid demo test lint bench figures notebooks clean gpu-kit gpu-rehearse
 
 # torch first, pinned to the CPU wheel on disk; a looser spec would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml
@@ -75,5 +75,13 @@ lint: install
 bench: install
 	$(PY) benchmarks/run_all.py
 
+# Everything the lent GPU machine lacks, as wheels under gpu-kit/ (ignored; under 64 MiB): see docs/real-backend.md.
+gpu-kit: install
+	$(PY) real_backend/gpu_kit.py
+
+# The GPU check's every step on the CPU, in the device's conditions (a fresh venv, the kit with --no-index).
+gpu-rehearse: gpu-kit
+	real_backend/gpu_check.sh --rehearse $(RESULTS)/gpu_rehearsal
+
 clean:
-	rm -rf $(VENV) $(RESULTS) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(RESULTS) .pytest_cache .ruff_cache .hypothesis gpu-kit
