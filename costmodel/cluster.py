@@ -265,8 +265,38 @@ class Device(_Model):
     memory_bandwidth_Bps: float | None = Field(default=None, validation_alias=AliasChoices(
         "memory_bandwidth", "memory_bandwidth_Bps"))
     sms: int | None = Field(default=None, ge=1)
+    #: the precision whose catalog rate ``peak_flops`` is when the file leaves it out (fp32, tf32, bf16, fp16, fp8)
+    precision: str = "bf16"
+    #: where each value came from: ``file``, ``catalog <device>: <datasheet>`` or ``conservative`` (see
+    #: :mod:`costmodel.devices`); filled when the device is read (provenance, not part of the device's identity:
+    #: two devices with the same values are equal wherever their values came from)
+    sources: dict[str, str] = Field(default_factory=dict, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Device):
+            return NotImplemented
+        return self.model_dump(exclude={"sources"}) == other.model_dump(exclude={"sources"})
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.peak_flops, self.memory_bytes, self.memory_bandwidth_Bps, self.sms,
+                     self.precision))
 
     _check_sms = field_validator("sms", mode="before")(_no_bool)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_catalog(cls, data: Any) -> Any:
+        """What the file leaves out, from the device catalog (:mod:`costmodel.devices`)."""
+        from flexcomm.costmodel.devices import fill
+
+        return fill(data)
+
+    @field_validator("memory_bandwidth_Bps")
+    @classmethod
+    def _positive_bandwidth(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise InputError("memory_bandwidth", value, "a positive bandwidth such as 2TB/s")
+        return value
 
     @field_validator("memory_bandwidth_Bps", mode="before")
     @classmethod
@@ -878,6 +908,16 @@ class Cluster(_Model):
                 raise _SubfieldError(f"overrides.{i}.node", o.node, f"a node index 0..{last}")
             if o.between is not None and max(o.between) > last:
                 raise _SubfieldError(f"overrides.{i}.between", list(o.between), f"two different node indices 0..{last}")
+        return self
+
+    @model_validator(mode="after")
+    def _warn_about_unknown_devices(self) -> Cluster:
+        """Once the whole file is valid (a file with an error gets the error alone): a device priced with the
+        conservative bandwidth says so (:mod:`costmodel.devices`)."""
+        from flexcomm.costmodel.devices import warn_if_assumed
+
+        for device in [self.device, *(entry.device for entry in self.node_devices)]:
+            warn_if_assumed(device.name, device.memory_bandwidth_Bps, dict(device.sources))
         return self
 
     # --- construction and serialisation -----------------------------------------------------

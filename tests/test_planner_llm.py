@@ -153,8 +153,8 @@ def test_plan_gpt_writes_the_best_plan_with_the_transformer_fields(tmp_path: Pat
     (["--batch-size", "3"], "batch-size", "splits into the data-parallel replicas"),
     (["--seq-len", "0"], "seq-len", ">= 1"),
     (["--cluster", "8x1-v100-40g"], "precision", "V100"),
-    (["--layers", "200", "--hidden", "16384", "--heads", "128", "--cluster", "8x1-10gbe"], "model",
-     "the smallest need is"),
+    (["--layers", "200", "--hidden", "16384", "--heads", "128", "--cluster", "8x1-10gbe", "--precision", "fp16"],
+     "model", "the smallest need is"),
 ])
 def test_plan_gpt_refuses_in_one_line(argv: list[str], field: str, words: str, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:

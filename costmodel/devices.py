@@ -1,0 +1,153 @@
+"""The device catalog: what a cluster file leaves out of its ``device`` comes from the vendor's datasheet.
+
+Why: a cluster file that names an A100 but gives only its peak FLOP/s and memory made every GEMM run at peak
+and every memory-bound kernel free (the planner's roofline needs HBM bandwidth and SMs). With the catalog,
+``device: {name: A100-SXM4-80GB}`` (or an alias as people write it: ``A100-80GB``, ``H100 80GB HBM3``) takes
+every value the file does not state from ``costmodel/devices.yaml`` (each entry cites its datasheet); a value
+the file states wins. ``peak_flops``, when left out, is the catalog's rate for ``precision`` (default bf16,
+fp16 where a device has no bf16).
+
+A device the catalog does not know and whose file gives no memory bandwidth is never priced at silent peak:
+one warning line names the closest catalog names, and its bandwidth is taken as ``peak_flops /``
+:data:`CONSERVATIVE_RIDGE_FLOP_PER_BYTE`: an unknown device is assumed no better balanced than the least
+balanced one the catalog knows (so memory-bound kernels cost at least what they would cost there).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_bandwidth, parse_size
+
+CATALOG_PATH = Path(__file__).resolve().parent / "devices.yaml"
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DEFAULT_PRECISION = "bf16"
+#: FLOP per byte of HBM traffic at which the least balanced catalog device turns compute-bound (L40S:
+#: 362 TFLOP/s over 864 GB/s = 419), rounded up: the bandwidth assumed for a device the catalog does not know.
+CONSERVATIVE_RIDGE_FLOP_PER_BYTE = 500.0
+_WARNED: set[str] = set()
+
+
+@dataclass(frozen=True)
+class CatalogDevice:
+    """One catalog entry (units: FLOP/s, bytes, bytes/s)."""
+
+    name: str
+    peak_flops: dict[str, float]
+    memory_bytes: float
+    memory_bandwidth_Bps: float
+    units: int | None
+    l2_bytes: float | None
+    link: str
+    source: str
+    aliases: tuple[str, ...]
+
+    def peak(self, precision: str = DEFAULT_PRECISION) -> float:
+        if precision not in PRECISIONS:
+            raise InputError("device.precision", precision, "a precision, one of " + ", ".join(PRECISIONS))
+        if precision == "bf16" and "bf16" not in self.peak_flops:
+            precision = "fp16"  # Volta has no bf16: its tensor-core rate is fp16's
+        if precision not in self.peak_flops:
+            raise InputError("device.precision", precision, f"a precision {self.name}'s datasheet rates: "
+                             + ", ".join(self.peak_flops))
+        return self.peak_flops[precision]
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(name).lower().replace("nvidia", "").replace("tesla", ""))
+
+
+@functools.cache
+def catalog() -> dict[str, CatalogDevice]:
+    """Every catalog device by its name (read once from ``devices.yaml``)."""
+    data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    out = {}
+    for name, entry in data.items():
+        out[name] = CatalogDevice(
+            name, {p: float(v) * 1e12 for p, v in entry["peak"].items()}, parse_size(entry["memory"], "memory"),
+            parse_bandwidth(entry["bandwidth"], "bandwidth"), entry.get("units"),
+            parse_size(entry["l2"], "l2") if "l2" in entry else None, entry["link"], entry["source"],
+            tuple(entry.get("aliases", ())))
+    return out
+
+
+@functools.cache
+def _index() -> dict[str, str]:
+    index = {}
+    for name, device in catalog().items():
+        for alias in (name, *device.aliases):
+            index[_key(alias)] = name
+    return index
+
+
+def lookup(name: str) -> CatalogDevice | None:
+    """The catalog device a name means (its own name or an alias, case and punctuation ignored), or None."""
+    found = _index().get(_key(name))
+    return catalog()[found] if found else None
+
+
+def closest(name: str, count: int = 3) -> list[str]:
+    """Catalog names nearest to ``name`` (for the warning on an unknown device)."""
+    keys = _index()
+    near = difflib.get_close_matches(_key(name), list(keys), n=count * 3, cutoff=0.4)
+    return list(dict.fromkeys(keys[k] for k in near))[:count] or list(catalog())[:count]
+
+
+def fill(data: dict[str, Any]) -> dict[str, Any]:
+    """A cluster file's ``device`` mapping with what it leaves out taken from the catalog; records which keys
+    came from where in ``sources`` (``file``, ``catalog: <datasheet>``, ``conservative``)."""
+    if not isinstance(data, dict) or "name" not in data:
+        return data
+    data = dict(data)
+    stated = {k for k in data if k not in ("name", "precision", "sources")}
+    sources = {k: "file" for k in stated}
+    device = lookup(str(data["name"]))
+    precision = str(data.get("precision", DEFAULT_PRECISION))
+    if device is not None:
+        wanted = {"peak_flops": lambda: device.peak(precision), "memory": lambda: device.memory_bytes,
+                  "memory_bandwidth": lambda: device.memory_bandwidth_Bps, "sms": lambda: device.units}
+        aliases = {"memory": ("memory", "memory_bytes"), "memory_bandwidth": ("memory_bandwidth",
+                                                                               "memory_bandwidth_Bps")}
+        for key, value in wanted.items():
+            if any(k in data for k in aliases.get(key, (key,))):
+                continue
+            got = value()
+            if got is not None:
+                data[key] = got
+                sources[key] = f"catalog {device.name}: {device.source}"
+    elif precision not in PRECISIONS:
+        raise InputError("device.precision", precision, "a precision, one of " + ", ".join(PRECISIONS))
+    elif "peak_flops" not in data:
+        name = str(data["name"])
+        raise InputError("device.name", name, f"a catalog device (closest: {', '.join(closest(name))}) or a "
+                         "device that states its peak_flops and memory")
+    has_bandwidth = "memory_bandwidth" in data or "memory_bandwidth_Bps" in data
+    if not has_bandwidth and "peak_flops" in data:
+        from flexcomm.costmodel.units import parse_flops
+
+        peak = parse_flops(data["peak_flops"], "peak_flops")
+        data["memory_bandwidth"] = peak / CONSERVATIVE_RIDGE_FLOP_PER_BYTE
+        sources["memory_bandwidth"] = (f"conservative: peak / {CONSERVATIVE_RIDGE_FLOP_PER_BYTE:g} FLOP/byte "
+                                       "(device not in the catalog)")
+    data["sources"] = sources
+    return data
+
+
+def warn_if_assumed(name: str, bandwidth_Bps: float | None, sources: dict[str, str]) -> None:
+    """The one warning line for a device priced with the conservative bandwidth (once per name a process)."""
+    if not sources.get("memory_bandwidth", "").startswith("conservative") or name in _WARNED:
+        return
+    _WARNED.add(name)
+    print(f"flexcomm: warning: device.name: {name!r} is not in the device catalog and its file gives no "
+          f"memory_bandwidth; assuming {(bandwidth_Bps or 0) / 1e9:.0f} GB/s (peak / "
+          f"{CONSERVATIVE_RIDGE_FLOP_PER_BYTE:g}); closest catalog devices: {', '.join(closest(name))}",
+          file=sys.stderr)
