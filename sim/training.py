@@ -19,7 +19,9 @@ slowdown); only what ranks share, the network, goes through the event engine (on
 bucket, its coflows sharing links with dynamics and cross traffic). That keeps 64 ranks x 25
 buckets x 100 iterations at a few seconds while every bucket still waits for its slowest rank.
 Stragglers: a fixed per-rank factor (``stragglers={3: 1.5}``) and/or a seeded lognormal per-rank,
-per-iteration factor of mean 1 (``compute_jitter``) scale a rank's forward, backward and compression.
+per-iteration factor of mean 1 (``compute_jitter``) scale a rank's forward, backward and compression; a rank
+on a node of another device type (``node_devices``) computes at that device's peak rate relative to the
+cluster's ``device`` (on top of any straggler factor).
 
 Per iteration and rank the time splits exactly into compute, compression, exposed communication
 (a collective is running while the rank has nothing left to compute) and stall (the rank is idle
@@ -368,9 +370,12 @@ class TrainingSimulator:
         self.granularity = config.granularity
         if self.granularity == "auto":
             self.granularity = "steps" if self.dynamics else "aggregate"
-        base = np.ones(self.ranks)
+        # each rank computes at its own node's device (node_devices): the layer times above are the cluster
+        # device's, so a rank on a slower device is slower by the ratio of peak rates (a V100 among A100s: 2.5x)
+        reference = self.cluster.device.peak_flops
+        base = np.array([reference / self.cluster.node_device(r // dpn).peak_flops for r in range(self.ranks)])
         for rank, factor in config.stragglers.items():
-            base[int(rank)] = float(factor)
+            base[int(rank)] *= float(factor)
         self.base_speed = base
 
     # --- helpers --------------------------------------------------------------------------------

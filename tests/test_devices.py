@@ -82,3 +82,17 @@ def test_the_planner_no_longer_prices_a_sparse_cluster_file_at_peak() -> None:
     described dgx-a100-80g (the issue's silent-peak example: 265 TFLOP/s per GPU before)."""
     sparse, full = load_cluster("4x8-a100-ib").device, load_cluster("dgx-a100-80g").device
     assert (sparse.memory_bandwidth_Bps, sparse.sms) == (full.memory_bandwidth_Bps, full.sms)
+
+
+def test_the_simulator_computes_each_rank_on_its_own_nodes_device() -> None:
+    """4x4-a100-v100: nodes 2 and 3 hold V100s (125 TFLOP/s) among A100s (312): their ranks compute 2.5x
+    slower, and every iteration waits for them."""
+    from flexcomm.sim.training import TrainingSimulator, simulate_training
+
+    mixed = load_cluster("4x4-a100-v100")
+    uniform = mixed.model_copy(update={"node_devices": []})
+    sim = TrainingSimulator(mixed)
+    assert sim.base_speed[:8] == pytest.approx(1.0) and sim.base_speed[8:] == pytest.approx(312 / 125)
+    slow = simulate_training(mixed, workload="resnet50", iterations=2, record_flows=False)
+    fast = simulate_training(uniform, workload="resnet50", iterations=2, record_flows=False)
+    assert slow.iterations["time_s"].median() > 2 * fast.iterations["time_s"].median()
