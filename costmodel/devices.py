@@ -105,9 +105,9 @@ def closest(name: str, count: int = 3) -> list[str]:
 def fill(data: dict[str, Any]) -> dict[str, Any]:
     """A cluster file's ``device`` mapping with what it leaves out taken from the catalog; records which keys
     came from where in ``sources`` (``file``, ``catalog: <datasheet>``, ``conservative``)."""
-    if not isinstance(data, dict) or "name" not in data:
-        return data
-    data = dict(data)
+    if not isinstance(data, dict) or data.get("name") is None:
+        return data  # no name: the model says what is missing
+    data = {k: v for k, v in data.items() if v is not None}  # a key set to null is a key left out
     stated = {k for k in data if k not in ("name", "precision", "sources")}
     sources = {k: "file" for k in stated}
     device = lookup(str(data["name"]))
