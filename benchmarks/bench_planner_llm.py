@@ -25,14 +25,14 @@ require_flexcomm()
 from flexcomm.planner.llm import megatron  # noqa: E402
 from flexcomm.planner.llm.pricing import LLMPricer  # noqa: E402
 from flexcomm.planner.llm.search import search  # noqa: E402
-from flexcomm.planner.llm.timing import DEFAULT_GEMM_CEILING, Hardware  # noqa: E402
+from flexcomm.planner.llm.timing import Hardware  # noqa: E402
 
 GOAL = 1000.0
 
 
 def _rate(row: megatron.MegatronRow, cache: bool) -> tuple[float, int, list[float]]:
     cluster = megatron.row_cluster(row)
-    pricer = LLMPricer(row.model, Hardware.of(cluster, DEFAULT_GEMM_CEILING), row.gpus, row.batch,
+    pricer = LLMPricer(row.model, Hardware.of(cluster), row.gpus, row.batch,
                        cluster.device.memory_bytes, cache=cache)
     result = search(pricer)
     return result.plans_per_s, len(result.costs), [c.step_s for c in result.costs]

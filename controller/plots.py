@@ -6,7 +6,7 @@ from pathlib import Path
 
 import matplotlib
 
-from flexcomm.costmodel.plotting import use_file_backend  # noqa: E402
+from flexcomm.costmodel.plotting import coinciding_line, readable_log_axis, use_file_backend  # noqa: E402
 
 use_file_backend()  # files only, unless a notebook's pyplot is already in use
 import matplotlib.pyplot as plt  # noqa: E402
@@ -16,7 +16,7 @@ import pandas as pd  # noqa: E402
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
 from flexcomm.emulation.seeds import accuracy_bands  # noqa: E402
 
-COLOURS = {"gsde": "#9467bd", "gaussian": "#8c564b", "moo": "#d62728", "dense": "#7f7f7f"}
+COLOURS = {"gsde": "#9467bd", "gaussian": "#ff7f0e", "moo": "#d62728", "dense": "#7f7f7f"}  # far apart in RGB
 STATIC_STYLES = {"topk-ag": "-", "topk-ar": "--"}
 
 
@@ -87,7 +87,7 @@ def plot_training_curves(curves: pd.DataFrame, path: str | Path, window: int = 1
 
 
 #: Line widths in drawing order (widest first), so coinciding runs nest instead of hiding each other.
-WIDTHS = (7.0, 5.2, 3.8, 2.6, 1.6, 1.0, 0.8)
+WIDTHS = (8.0, 5.0, 3.0, 1.8, 1.1, 0.8, 0.6)
 
 
 def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, float] | None = None) -> Path:
@@ -99,6 +99,8 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         ax_acc, ax_c, ax_net = axes[0, col], axes[1, col], axes[2, col]
         part = frames[frames["trace"] == trace]
         drawn, low = 0, 0.5
+        accuracy_lines: list = []  # (line, x, y) drawn in this column's accuracy panel
+        ratio_lines: list = []
         for name, runs in part.groupby("strategy", sort=False):
             name = str(name)
             per_seed = [r for _, r in runs.groupby("seed", sort=False)] if "seed" in runs else [runs]
@@ -108,14 +110,25 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
             # drawn widest first: runs that coincide (short or static traces) show as a line inside a line
             width = WIDTHS[min(len(WIDTHS) - 1, drawn)]
             drawn += 1
-            if len(per_seed) > 1:
-                ax_acc.fill_between(band["sim_time_s"], band["test_acc_lo"], band["test_acc_hi"],
-                                    color=_colour(name), alpha=0.12, lw=0, zorder=1)
-            ax_acc.plot(band["sim_time_s"], band["test_acc"], color=_colour(name), ls=_style(name),
-                        lw=width, marker="o", ms=2 + width, markevery=max(1, len(band) // 8), label=name, zorder=3)
             low = min(low, float(band["test_acc_lo"].min())) if len(band) else low
-            if learned:
-                ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=width, label=name)
+            twin = coinciding_line(band["sim_time_s"], band["test_acc"], accuracy_lines, rtol=0.005)
+            if twin is not None:  # the same curve (a short or static trace): drawn once, named for both
+                twin.set_label(f"{twin.get_label()} = {name}")
+            else:
+                if len(per_seed) > 1:
+                    ax_acc.fill_between(band["sim_time_s"], band["test_acc_lo"], band["test_acc_hi"],
+                                        color=_colour(name), alpha=0.12, lw=0, zorder=1)
+                (line,) = ax_acc.plot(band["sim_time_s"], band["test_acc"], color=_colour(name), ls=_style(name),
+                                      lw=width, marker="o", ms=2 + width, markevery=max(1, len(band) // 8),
+                                      label=name, zorder=3)
+                accuracy_lines.append((line, band["sim_time_s"].to_numpy(dtype=float),
+                                       band["test_acc"].to_numpy(dtype=float)))
+            ratio_twin = coinciding_line(run["step"], run["ratio"], ratio_lines, rtol=0.005) if learned else None
+            if ratio_twin is not None:
+                ratio_twin.set_label(f"{ratio_twin.get_label()} = {name}")
+            elif learned:
+                (line,) = ax_c.plot(run["step"], run["ratio"], color=_colour(name), lw=width, label=name)
+                ratio_lines.append((line, run["step"].to_numpy(dtype=float), run["ratio"].to_numpy(dtype=float)))
                 ar = run[run["scheme"] == "topk-ar"]
                 if len(ar):
                     ax_c.scatter(ar["step"], ar["ratio"], marker="^", s=8, color=_colour(name), zorder=5)
@@ -129,6 +142,7 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         ax_lat.step(first["step"], first["net_latency_s"] * 1e3, where="post", color="tab:red", lw=0.8)
         ax_lat.set_ylabel("latency (ms)", color="tab:red")
         ax_acc.set_xscale("log")
+        readable_log_axis(ax_acc, "x")  # the ticks that fit, whatever span the runs' times cover
         ax_acc.set_ylim(max(0.0, low - 0.05), 1.0)  # no run below the frame, however short
         seeds = part["seed"].nunique() if "seed" in part else 1
         ax_acc.set_title(f"trace {trace}" + (f": mean and 95 % band over {seeds} seeds" if seeds > 1 else ""))
@@ -142,8 +156,9 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
         ax_net.set_ylabel("bandwidth (Gbit/s)")
         for ax in (ax_acc, ax_c):
             ax.grid(alpha=0.3)
-        if col == 0:
-            ax_acc.legend(fontsize=7)
+        # every column its own legend: coinciding runs are merged per trace, so the names differ by column
+        ax_acc.legend(fontsize=7)
+        if ratio_lines:
             ax_c.legend(fontsize=7)
     fig.tight_layout()
     return save_figure_atomic(fig, path)

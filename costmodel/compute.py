@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gemm_efficiency import GemmShape
 from flexcomm.costmodel.units import parse_flops
 
 if TYPE_CHECKING:
@@ -104,12 +105,45 @@ def compute_seconds(
 
 
 @dataclass(frozen=True)
+class LayerGemm:
+    """One GEMM of a layer's forward pass for one sample: ``count`` (m x k) @ (k x n) products. A batch of b
+    samples multiplies ``m`` (a linear layer or a convolution run as an implicit GEMM: more output rows) or,
+    with ``batched``, ``count`` (attention's per-sample score and context matrices). ``a_elements``: a
+    convolution's input tensor per sample (its implicit GEMM's A is never materialized)."""
+
+    m: int
+    n: int
+    k: int
+    count: int = 1
+    batched: bool = False
+    a_elements: int | None = None
+
+    def at_batch(self, batch: float) -> GemmShape:
+        b = max(1, round(float(batch)))
+        a = None if self.a_elements is None else self.a_elements * b
+        if self.batched:
+            return GemmShape(self.m, self.n, self.k, self.count * b, a)
+        return GemmShape(self.m * b, self.n, self.k, self.count, a)
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+@dataclass(frozen=True)
 class LayerSpec:
-    """One layer: its parameter count (what it sends) and forward FLOPs per sample (what it costs)."""
+    """One layer: its parameter count (what it sends) and forward FLOPs per sample (what it costs).
+
+    Optional, for pricing on a device (:mod:`costmodel.device_compute`): ``gemms``, the shapes behind the
+    FLOPs (tile, wave and K-loop losses), and ``memory_accesses``, the elements its memory-bound kernels
+    (normalisation, activation, element-wise, pooling) read or write per sample in the forward pass.
+    """
 
     name: str
     params: int
     forward_flops: float
+    gemms: tuple[LayerGemm, ...] = ()
+    memory_accesses: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -124,8 +158,13 @@ class LayerSpec:
             ) from exc
         if not math.isfinite(flops) or flops < 0:
             raise InputError(f"{self.name}.forward_flops", self.forward_flops, "non-negative finite FLOPs")
+        accesses = float(self.memory_accesses)
+        if not math.isfinite(accesses) or accesses < 0:
+            raise InputError(f"{self.name}.memory_accesses", self.memory_accesses, "a non-negative element count")
         object.__setattr__(self, "params", int(self.params))
         object.__setattr__(self, "forward_flops", flops)
+        object.__setattr__(self, "gemms", tuple(self.gemms))
+        object.__setattr__(self, "memory_accesses", accesses)
 
 
 @dataclass(frozen=True)
@@ -279,6 +318,12 @@ class ModelSpec:
         flops = np.array([layer.forward_flops for layer in self.layers]) * batch
         forward = compute_seconds(flops, peak_flops, efficiency)
         backward = forward * float(_backward_factor(backward_factor))
+        return self.measured_over(forward, backward, batch)
+
+    def measured_over(self, forward: np.ndarray, backward: np.ndarray,
+                      batch: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per-layer (forward, backward) seconds with the profile's measured layers (scaled to ``batch``) in
+        place of the modelled ones: a measurement always wins."""
         if self.profile is not None:
             measured = self.profile.scaled(batch)
             for i, layer in enumerate(self.layers):
@@ -326,27 +371,45 @@ def _dtype_bytes(dtype_bytes: int) -> int:
 
 
 class _Net:
-    """Walks a CNN's shapes so each layer's FLOPs come from its real output size."""
+    """Walks a CNN's shapes so each layer's FLOPs, GEMM shape and memory traffic come from its real output size.
+
+    Memory-bound traffic per output element, forward (element reads + writes): batch norm 3 (statistics pass
+    reads x, normalisation reads x and writes y), ReLU 2, residual add 3, bias add 2; a pooling layer reads its
+    input and writes its output (charged to the layer before it).
+    """
 
     def __init__(self, image_size: int, channels: int = 3) -> None:
         self.size = image_size
         self.channels = channels
         self.layers: list[LayerSpec] = []
 
-    def conv(self, name: str, out: int, k: int, stride: int = 1, pad: int = 0, bias: bool = False) -> None:
+    @property
+    def elements(self) -> int:
+        return self.channels * self.size * self.size
+
+    def conv(self, name: str, out: int, k: int, stride: int = 1, pad: int = 0, bias: bool = False,
+             relu: bool = False) -> None:
         size = (self.size + 2 * pad - k) // stride + 1
         weights = self.channels * out * k * k
-        self.layers.append(LayerSpec(name, weights + (out if bias else 0), 2.0 * weights * size * size))
+        # implicit GEMM: output pixels x output channels, reduced over input channels x filter taps
+        gemm = LayerGemm(size * size, out, self.channels * k * k, a_elements=self.elements)
+        accesses = out * size * size * ((2 if bias else 0) + (2 if relu else 0))
+        self.layers.append(LayerSpec(name, weights + (out if bias else 0), gemm.flops, (gemm,), accesses))
         self.size, self.channels = size, out
 
-    def bn(self, name: str) -> None:
-        self.layers.append(LayerSpec(name, 2 * self.channels, 0.0))
+    def bn(self, name: str, relu: bool = True, residual: bool = False) -> None:
+        accesses = self.elements * (3 + (2 if relu else 0) + (3 if residual else 0))
+        self.layers.append(LayerSpec(name, 2 * self.channels, 0.0, (), accesses))
 
     def pool(self, k: int, stride: int, pad: int = 0) -> None:
+        before = self.elements
         self.size = (self.size + 2 * pad - k) // stride + 1
+        last = self.layers[-1]
+        self.layers[-1] = replace(last, memory_accesses=last.memory_accesses + before + self.elements)
 
-    def linear(self, name: str, inputs: int, out: int) -> None:
-        self.layers.append(LayerSpec(name, inputs * out + out, 2.0 * inputs * out))
+    def linear(self, name: str, inputs: int, out: int, relu: bool = False) -> None:
+        gemm = LayerGemm(1, out, inputs)
+        self.layers.append(LayerSpec(name, inputs * out + out, gemm.flops, (gemm,), out * (4 if relu else 2)))
 
 
 _RESNET_BLOCKS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3])}
@@ -371,19 +434,19 @@ def resnet_spec(depth: int = 50, image_size: int = 224, num_classes: int = 1000)
                 net.conv(f"{prefix}.conv1", width, 3, stride, 1)
                 net.bn(f"{prefix}.bn1")
                 net.conv(f"{prefix}.conv2", width, 3, 1, 1)
-                net.bn(f"{prefix}.bn2")
+                net.bn(f"{prefix}.bn2", residual=True)
             else:
                 net.conv(f"{prefix}.conv1", width, 1)
                 net.bn(f"{prefix}.bn1")
                 net.conv(f"{prefix}.conv2", width, 3, stride, 1)
                 net.bn(f"{prefix}.bn2")
                 net.conv(f"{prefix}.conv3", width * expansion, 1)
-                net.bn(f"{prefix}.bn3")
+                net.bn(f"{prefix}.bn3", residual=True)
             if stride != 1 or cin != width * expansion:
                 out_channels, out_size = net.channels, net.size
                 net.channels, net.size = cin, size
                 net.conv(f"{prefix}.downsample.0", width * expansion, 1, stride)
-                net.bn(f"{prefix}.downsample.1")
+                net.bn(f"{prefix}.downsample.1", relu=False)
                 assert (net.channels, net.size) == (out_channels, out_size)
     net.linear("fc", 512 * expansion, num_classes)
     return ModelSpec(
@@ -400,11 +463,11 @@ def vgg16_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
             net.pool(2, 2)
             index += 1
         else:
-            net.conv(f"features.{index}", int(item), 3, 1, 1, bias=True)
+            net.conv(f"features.{index}", int(item), 3, 1, 1, bias=True, relu=True)
             index += 2  # conv, ReLU
     flat = 512 * 7 * 7  # adaptive average pooling to 7x7
-    net.linear("classifier.0", flat, 4096)
-    net.linear("classifier.3", 4096, 4096)
+    net.linear("classifier.0", flat, 4096, relu=True)
+    net.linear("classifier.3", 4096, 4096, relu=True)
     net.linear("classifier.6", 4096, num_classes)
     return ModelSpec("vgg16", net.layers, f"torchvision VGG-16, {image_size}px")
 
@@ -412,18 +475,40 @@ def vgg16_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
 def alexnet_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     """torchvision's AlexNet (the one-GPU variant of Krizhevsky 2014)."""
     net = _Net(image_size)
-    net.conv("features.0", 64, 11, 4, 2, bias=True)
+    net.conv("features.0", 64, 11, 4, 2, bias=True, relu=True)
     net.pool(3, 2)
-    net.conv("features.3", 192, 5, 1, 2, bias=True)
+    net.conv("features.3", 192, 5, 1, 2, bias=True, relu=True)
     net.pool(3, 2)
-    net.conv("features.6", 384, 3, 1, 1, bias=True)
-    net.conv("features.8", 256, 3, 1, 1, bias=True)
-    net.conv("features.10", 256, 3, 1, 1, bias=True)
+    net.conv("features.6", 384, 3, 1, 1, bias=True, relu=True)
+    net.conv("features.8", 256, 3, 1, 1, bias=True, relu=True)
+    net.conv("features.10", 256, 3, 1, 1, bias=True, relu=True)
     flat = 256 * 6 * 6  # adaptive average pooling to 6x6
-    net.linear("classifier.1", flat, 4096)
-    net.linear("classifier.4", 4096, 4096)
+    net.linear("classifier.1", flat, 4096, relu=True)
+    net.linear("classifier.4", 4096, 4096, relu=True)
     net.linear("classifier.6", 4096, num_classes)
     return ModelSpec("alexnet", net.layers, f"torchvision AlexNet, {image_size}px")
+
+
+def _encoder_block(prefix: str, d: int, s: int, heads: int, ffn_mult: int) -> list[LayerSpec]:
+    """One pre- or post-norm transformer block's four layers (norm, attention, norm, MLP) for one sequence.
+
+    GEMMs as Megatron-LM runs them (QKV, per-head scores and context, projection, two MLP matrices); memory-bound
+    traffic from Korthikanti et al.'s activation count (2022, section 4.1: attention 11sh + 5as^2 bytes, MLP 19sh,
+    each layer norm 2sh, at 16-bit), every stored byte written once and read once, i.e. that many 16-bit element
+    accesses.
+    """
+    head_dim = d // heads
+    attn = (LayerGemm(s, 3 * d, d), LayerGemm(s, s, head_dim, heads, batched=True),
+            LayerGemm(s, head_dim, s, heads, batched=True), LayerGemm(s, d, d))
+    mlp = (LayerGemm(s, ffn_mult * d, d), LayerGemm(s, d, ffn_mult * d))
+    return [
+        LayerSpec(f"{prefix}.ln1", 2 * d, 0.0, (), 2.0 * s * d),
+        LayerSpec(f"{prefix}.attn", 4 * d * d + 4 * d, sum(g.flops for g in attn), attn,
+                  11.0 * s * d + 5.0 * heads * s * s),
+        LayerSpec(f"{prefix}.ln2", 2 * d, 0.0, (), 2.0 * s * d),
+        LayerSpec(f"{prefix}.mlp", 2 * ffn_mult * d * d + (ffn_mult + 1) * d, sum(g.flops for g in mlp), mlp,
+                  19.0 * s * d),
+    ]
 
 
 def transformer_spec(
@@ -434,8 +519,9 @@ def transformer_spec(
     vocab: int = 50257,
     ffn_mult: int = 4,
     tied_embeddings: bool = True,
+    heads: int | None = None,
 ) -> ModelSpec:
-    """GPT-style decoder, one sample = one sequence of ``seq_len`` tokens.
+    """GPT-style decoder, one sample = one sequence of ``seq_len`` tokens (``heads`` default: 128-wide heads).
 
     Per block: attention 4d^2 + 4d params, MLP 2 ffn_mult d^2 + (ffn_mult + 1) d, two layer norms;
     forward FLOPs 2 x params x tokens for the matmuls plus 4 seq^2 d for QK^T and AV (no causal
@@ -444,20 +530,43 @@ def transformer_spec(
     thumb, which leaves out the attention scores.
     """
     d, s = d_model, seq_len
-    layers = [LayerSpec("embed.tokens", vocab * d, 0.0), LayerSpec("embed.positions", s * d, 0.0)]
+    heads = heads or max(1, d // 128)
+    if d % heads:
+        raise InputError("heads", heads, f"a divisor of d_model={d}")
+    layers = [LayerSpec("embed.tokens", vocab * d, 0.0, (), 3.0 * s * d),  # gather + position add
+              LayerSpec("embed.positions", s * d, 0.0)]
     for i in range(num_layers):
-        layers += [
-            LayerSpec(f"blocks.{i}.ln1", 2 * d, 0.0),
-            LayerSpec(f"blocks.{i}.attn", 4 * d * d + 4 * d, 2.0 * 4 * d * d * s + 4.0 * s * s * d),
-            LayerSpec(f"blocks.{i}.ln2", 2 * d, 0.0),
-            LayerSpec(
-                f"blocks.{i}.mlp", 2 * ffn_mult * d * d + (ffn_mult + 1) * d, 2.0 * 2 * ffn_mult * d * d * s
-            ),
-        ]
-    layers.append(LayerSpec("ln_f", 2 * d, 0.0))
-    layers.append(LayerSpec("lm_head", 0 if tied_embeddings else vocab * d, 2.0 * d * vocab * s))
+        layers += _encoder_block(f"blocks.{i}", d, s, heads, ffn_mult)
+    head = LayerGemm(s, vocab, d)
+    layers.append(LayerSpec("ln_f", 2 * d, 0.0, (), 2.0 * s * d))
+    layers.append(LayerSpec("lm_head", 0 if tied_embeddings else vocab * d, head.flops, (head,),
+                            3.0 * s * vocab))  # softmax cross-entropy over the logits
     desc = f"GPT-style decoder: {num_layers} layers, d_model {d}, seq {s}, vocab {vocab}"
     return ModelSpec(name, layers, desc)
+
+
+def bert_spec(seq_len: int = 384, predictions: int | None = None, num_layers: int = 24, d_model: int = 1024,
+              heads: int = 16, vocab: int = 30522) -> ModelSpec:
+    """BERT (default BERT-Large: Devlin et al. 2019, 24 layers, hidden 1024, 16 heads, ~335M parameters), one
+    sample = one sequence. ``predictions``: masked tokens per sequence for pre-training (the MLM head runs only
+    on them, as NVIDIA's and Hugging Face's implementations gather them first); None: fine-tuning with a
+    2-logit span head (SQuAD)."""
+    d, s = d_model, seq_len
+    layers = [LayerSpec("embeddings", (vocab + 512 + 2) * d + 2 * d, 0.0, (), 7.0 * s * d)]  # 3 gathers, LN
+    for i in range(num_layers):
+        layers += _encoder_block(f"encoder.{i}", d, s, heads, 4)
+    if predictions is None:
+        span = LayerGemm(s, 2, d)
+        layers.append(LayerSpec("qa_outputs", 2 * d + 2, span.flops, (span,), 3.0 * s * 2))
+        return ModelSpec(f"bert-squad-{s}", layers, f"BERT: {num_layers} layers, d {d}, seq {s}, span head")
+    pooler = LayerGemm(1, d, d)
+    transform, decoder = LayerGemm(predictions, d, d), LayerGemm(predictions, vocab, d)
+    layers += [LayerSpec("pooler", d * d + d, pooler.flops, (pooler,)),
+               LayerSpec("cls.transform", d * d + 3 * d, transform.flops, (transform,), 6.0 * predictions * d),
+               LayerSpec("cls.decoder", vocab, decoder.flops, (decoder,), 3.0 * predictions * vocab),
+               LayerSpec("cls.seq_relationship", 2 * d + 2, 4.0 * d)]
+    return ModelSpec(f"bert-pretraining-{s}", layers,
+                     f"BERT: {num_layers} layers, d {d}, seq {s}, {predictions} masked tokens per sequence")
 
 
 def _build_zoo() -> dict[str, ModelSpec]:
@@ -467,7 +576,7 @@ def _build_zoo() -> dict[str, ModelSpec]:
         "vgg16": vgg16_spec(),
         "alexnet": alexnet_spec(),
         # GPT-3 XL's shape (Brown et al. 2020, Table 2.1): 24 layers, d_model 2048, context 2048.
-        "transformer-1.3b": transformer_spec("transformer-1.3b", 24, 2048, 2048),
+        "transformer-1.3b": transformer_spec("transformer-1.3b", 24, 2048, 2048, heads=16),
     }
 
 

@@ -38,6 +38,15 @@ _WARNED: set[str] = set()
 
 
 @dataclass(frozen=True)
+class Mamf:
+    """A measured Maximum Achievable Matmul FLOPS: the rate, the best shape (M, N, K) and the software."""
+
+    tflops: float
+    shape: tuple[int, int, int]
+    software: str
+
+
+@dataclass(frozen=True)
 class CatalogDevice:
     """One catalog entry (units: FLOP/s, bytes, bytes/s)."""
 
@@ -50,6 +59,7 @@ class CatalogDevice:
     link: str
     source: str
     aliases: tuple[str, ...]
+    mamf: Mamf | None = None
 
     def peak(self, precision: str = DEFAULT_PRECISION) -> float:
         if precision not in PRECISIONS:
@@ -76,8 +86,15 @@ def catalog() -> dict[str, CatalogDevice]:
             name, {p: float(v) * 1e12 for p, v in entry["peak"].items()}, parse_size(entry["memory"], "memory"),
             parse_bandwidth(entry["bandwidth"], "bandwidth"), entry.get("units"),
             parse_size(entry["l2"], "l2") if "l2" in entry else None, entry["link"], entry["source"],
-            tuple(entry.get("aliases", ())))
+            tuple(entry.get("aliases", ())), _mamf(entry.get("mamf")))
     return out
+
+
+def _mamf(entry: dict[str, Any] | None) -> Mamf | None:
+    if entry is None:
+        return None
+    m, n, k = (int(x) for x in str(entry["shape"]).split("x"))
+    return Mamf(float(entry["bf16"]), (m, n, k), str(entry["software"]))
 
 
 @functools.cache

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from flexcomm.compression.moo_config import MOOConfig
 from flexcomm.costmodel.cluster import Cluster
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 from flexcomm.emulation.options import COMPRESS_TIME_MODES, EMULATION_NETWORKS, EMULATION_STRATEGIES, LR_SCHEDULES
@@ -37,9 +36,10 @@ class EmulationConfig:
     network: str = "static"
     jitter: float = 0.0  #: relative s.d. of the log-normal noise on every collective's time
     compute_time_s: float | None = None  #: per step; default: FLOP model on the cluster's device
-    efficiency: float = DEFAULT_EFFICIENCY
+    efficiency: float | None = None  #: flat fraction of peak; None: priced on the device (device_compute)
     compress_time: str = "model"
-    compress_throughput: float = V100_TOPK_ELEMENTS_PER_S
+    #: Top-k selection rate (elements/s); None: the V100 measurement scaled by the cluster device's HBM bandwidth
+    compress_throughput: float | None = None
     price_params: int | None = None
     hysteresis: float = 0.1
     patience: int = 3
@@ -77,7 +77,7 @@ class EmulationConfig:
             raise InputError("compress-time", self.compress_time, "one of " + ", ".join(COMPRESS_TIME_MODES))
         if not (math.isfinite(self.jitter) and self.jitter >= 0):
             raise InputError("jitter", self.jitter, "a relative standard deviation >= 0")
-        if not self.compress_throughput >= 0:
+        if self.compress_throughput is not None and not self.compress_throughput >= 0:
             raise InputError("compress-throughput", self.compress_throughput, "elements per second >= 0")
         if self.compute_time_s is not None and not (math.isfinite(self.compute_time_s) and self.compute_time_s >= 0):
             raise InputError("compute-time", self.compute_time_s, "a non-negative time")

@@ -10,8 +10,9 @@ running statistics are kept as rank 0's replica would keep them (its own batches
 
 The simulated clock advances each step by
 
-* **compute**: the workload's forward+backward FLOPs (``Workload.spec()``) at the cluster device's peak
-  times ``efficiency`` (:mod:`costmodel.compute`), or a given ``compute_time_s`` (e.g. a measured profile);
+* **compute**: the workload's forward and backward passes (``Workload.spec()``) priced on the cluster's device
+  (:mod:`costmodel.device_compute`: GEMM shapes, memory-bound traffic), or FLOPs at ``efficiency`` of peak
+  when one is given, or a given ``compute_time_s`` (e.g. a measured profile);
 * **communication**: every collective the step really issued (``StepStats`` payload + control records,
   the same coefficients as ``StepStats.parts()``) priced by ``CostModel.from_cluster(cluster)``, or by the
   phase of a time-varying network (``network="c1"|"c2"``: the paper's dynamic scenarios stretched over
@@ -55,6 +56,8 @@ from flexcomm.compression.network_estimate import NetworkEstimator, timed_record
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compressed import scheme_coefficients
+from flexcomm.costmodel.compression_compute import topk_elements_per_s
+from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.emulation.config import EmulationConfig, strategy_names
@@ -149,9 +152,12 @@ class EmulatedRun:
             self.compute_s = float(config.compute_time_s)
         else:
             spec = self.workload.spec(model=copy.deepcopy(self.model))
-            self.compute_s = float(spec.iteration_seconds(batch, self.cluster.device.peak_flops, config.efficiency))
+            fwd, bwd = model_layer_seconds(spec, batch, self.cluster.device, config.efficiency)
+            self.compute_s = float(fwd.sum() + bwd.sum())
             self.compute_s *= self.price_scale  # a stand-in for a larger model computes like one
-        self.compress_model = TopkTimeModel(config.compress_throughput)
+        rate = config.compress_throughput
+        self.compress_model = TopkTimeModel(
+            topk_elements_per_s(self.cluster.device.memory_bandwidth_Bps) if rate is None else rate)
         self.csv_path = Path(csv_path) if csv_path is not None else None
         self.compressor = self._build_compressor()
         self.controller = RatioController(config.moo) if config.strategy == "moo" else None

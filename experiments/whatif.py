@@ -30,7 +30,7 @@ from flexcomm.costmodel.compressed import (
     powersgd_sides,
     scheme_coefficients,
 )
-from flexcomm.costmodel.compression_compute import compression_seconds
+from flexcomm.costmodel.compression_compute import device_compression_seconds
 from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_time
@@ -62,7 +62,8 @@ class WhatIfGrid:
     #: Default from Tyagi & Swany 2023's V100 measurements: layer-wise Top-k took ~14 ms for
     #: ResNet-18's 11.7M and ~36 ms for ResNet-50's 25.6M elements (~0.75e9 elements/s), nearly
     #: constant in the ratio, so it is priced as numel / throughput whatever the ratio.
-    compress_elements_per_s: float = V100_TOPK_ELEMENTS_PER_S
+    #: Top-k selection rate (elements/s); None: V100's, or on a GPU cluster its device's; 0: free
+    compress_elements_per_s: float | None = None
 
     #: with a gpu_fabric cluster: the NIC speeds swept (bytes/s per NIC; the cluster's own is added)
     nic_bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.array(NIC_SWEEP_GBIT) * 1.25e8)
@@ -95,9 +96,10 @@ def _cluster_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
 
 
 def _compress_seconds(grid: WhatIfGrid, scheme: str, numel: float) -> float:
-    if scheme == "dense" or grid.compress_elements_per_s <= 0:
+    rate = V100_TOPK_ELEMENTS_PER_S if grid.compress_elements_per_s is None else grid.compress_elements_per_s
+    if scheme == "dense" or rate <= 0:
         return 0.0
-    return numel / grid.compress_elements_per_s
+    return numel / rate
 
 
 def run_whatif(
@@ -202,9 +204,10 @@ def run_library_whatif(grid: WhatIfGrid, cluster: Cluster, shard: tuple[int, int
         priced: dict[tuple[str, float, int, float], tuple[float, float, float, str]] = {}
         columns: dict[str, list] = {k: [] for k in ("scheme", "comm", "lat", "bw", "red", "runs", "compress")}
         for scheme in PRICED_SCHEMES:
-            topk_rate = grid.compress_elements_per_s if grid.compress_elements_per_s > 0 else float("inf")
-            compress = compression_seconds(scheme, params, device.peak_flops, device.memory_bandwidth_Bps, topk_rate,
-                                           library.powersgd_rank, matrices=layers)
+            rate = grid.compress_elements_per_s
+            topk_rate = None if rate is None else (rate if rate > 0 else float("inf"))
+            compress = device_compression_seconds(scheme, params, device, topk_rate, library.powersgd_rank,
+                                                  matrices=layers)
             for row in configs.itertuples(index=False):
                 ratio = row.ratio if scheme.startswith("topk") else 1.0
                 key = (scheme, row.bandwidth_Bps, row.ranks, ratio)

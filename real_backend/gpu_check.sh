@@ -19,7 +19,11 @@
 #      summary.json; and dense blocking (--no-overlap) for the overlap's gain -> ddp-blocking/;
 #   3. Top-k selection and compressor timings on the GPU (real_backend/gpu_topk.py; benchmarks/bench_topk.py
 #      has no --device flag) -> topk.json;
-#   4. report.md: all of it as one page to paste into the README (real_backend/gpu_report.py).
+#   4. the compute model on one GPU (real_backend/gpu_compute.py): the planner's transformer GEMMs (bf16,
+#      CUDA events), one layer's forward+backward, Top-k / threshold / PowerSGD / fp16 kernels and each
+#      workload's step, against what the engines predict for the catalog's device -> gpu_compute.csv (the
+#      validation/gpu-compute/ corpus's form: copy it there and `flexcomm validate --gpu-compute` reports it);
+#   5. report.md: all of it as one page to paste into the README (real_backend/gpu_report.py).
 # Each step has its own time limit; a failed step is recorded in status.txt and the others still run.
 # Exit status: 0 all steps passed, 1 some step failed, 2 --rehearse without a built kit, 69 (EX_UNAVAILABLE)
 # no CUDA here: nothing was run.
@@ -181,6 +185,13 @@ step ddp-blocking 40 "$PY" -m flexcomm.experiments.cli train-ddp --backend "$BAC
     --out "$OUT_DIR/ddp-blocking" --timeout 35s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-blocking"
 
 step gpu-topk 60 "$PY" -m flexcomm.real_backend.gpu_topk --device "$DEVICE" --repeats 10 --out "$OUT_DIR/topk.json"
+if [ "$REHEARSE" -eq 1 ]; then
+    step gpu-compute 120 "$PY" -m flexcomm.real_backend.gpu_compute --device cpu --quick --repeats 3 \
+        --out "$OUT_DIR/gpu_compute.csv"
+else
+    step gpu-compute 150 "$PY" -m flexcomm.real_backend.gpu_compute --device cuda --repeats 20 \
+        --out "$OUT_DIR/gpu_compute.csv"
+fi
 step report 20 "$PY" -m flexcomm.real_backend.gpu_report "$OUT_DIR"
 
 echo "gpu_check: done in ${SECONDS}s; $(tr '\n' ';' < "$STATUS")"

@@ -2,8 +2,8 @@
 
 Why its own module: ``gpu_check.sh`` must run unchanged the first time a GPU is lent, so everything after
 the measurements is plain Python over the files it leaves (``environment.txt``, ``status.txt``,
-``nccl_collectives.csv``, ``nccl-tests/*.validation.json``, ``ddp/*/summary.json``, ``topk.json``); a missing
-file is reported as missing, never guessed. Tested on the CPU with the same files.
+``nccl_collectives.csv``, ``nccl-tests/*.validation.json``, ``ddp/*/summary.json``, ``topk.json``,
+``gpu_compute.csv``); a missing file is reported as missing, never guessed. Tested on the CPU with the same files.
 
 Run: ``python -m flexcomm.real_backend.gpu_report OUT_DIR`` (writes ``OUT_DIR/report.md`` and prints it).
 """
@@ -84,6 +84,21 @@ def topk_section(folder: Path) -> list[str]:
     return lines
 
 
+def compute_section(folder: Path) -> list[str]:
+    """The one-GPU compute checks: per section, rows and median / worst |error| against the engines."""
+    path = folder / "gpu_compute.csv"
+    if not path.exists():
+        return ["Compute model: not measured (no gpu_compute.csv)."]
+    import pandas as pd
+
+    from flexcomm.real_backend.gpu_compute_corpus import summary_lines
+
+    frame = pd.read_csv(path)
+    device = frame["device"].iloc[0] if len(frame) else "?"
+    catalog = frame["catalog_device"].fillna("").iloc[0] if len(frame) else ""
+    return [f"On {device} (catalog: {catalog or 'none: no predictions'}):", "", *summary_lines(frame)]
+
+
 def report(folder: str | Path) -> str:
     folder = Path(folder)
     environment = (folder / "environment.txt").read_text().strip() if (folder / "environment.txt").exists() else ""
@@ -92,7 +107,8 @@ def report(folder: str | Path) -> str:
              "Steps (name, exit status, seconds):", "", "```", status or "(no status.txt)", "```", "",
              "## NCCL collectives", "", *collectives_section(folder), "", *validation_section(folder), "",
              "## DDP hooks on NCCL (overlapping backward)", "", *hooks_section(folder), "",
-             "## Top-k", "", *topk_section(folder), ""]
+             "## Top-k", "", *topk_section(folder), "",
+             "## Compute model on one GPU", "", *compute_section(folder), ""]
     return "\n".join(parts)
 
 

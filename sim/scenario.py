@@ -37,7 +37,7 @@ import pandas as pd
 import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.ring_orders import ORDERS, ring_order
@@ -289,8 +289,8 @@ def _job_process(env: simpy.Environment, net: Network, job: JobSpec, rows: list[
     if job.workload is not None:
         workload = get_training_workload(job.workload)
         buckets = make_buckets(workload.model, DEFAULT_BUCKET_CAP)
-        peak = min(net.cluster.rank_devices[r].peak_flops for r in job.ranks)
-        fwd, bwd = workload.model.layer_seconds(workload.batch_per_rank, peak, DEFAULT_EFFICIENCY)
+        slowest = min((net.cluster.rank_devices[r] for r in job.ranks), key=lambda d: d.peak_flops)
+        fwd, bwd = model_layer_seconds(workload.model, workload.batch_per_rank, slowest)
         ready = bucket_ready_seconds(fwd, bwd, buckets)
         compute = float(fwd.sum() + bwd.sum())
     for i in range(job.iterations):

@@ -1,14 +1,15 @@
 """Data-parallel training iterations on the simulated cluster: compute, gradient buckets, overlap, faults.
 
 Per iteration every rank runs the forward pass, then the backward pass layer by layer in reverse
-(layer times from :meth:`costmodel.compute.ModelSpec.layer_seconds` at the cluster device's peak
-FLOP/s, or its measured profile). Gradients are grouped into buckets as PyTorch DDP does (reverse
+(layer times priced on the cluster's device by :mod:`costmodel.device_compute`: GEMMs by shape at its measured
+matmul rate, memory-bound kernels by bytes at its HBM bandwidth; or FLOPs at a given ``efficiency`` of peak; or
+the measured profile). Gradients are grouped into buckets as PyTorch DDP does (reverse
 layer order, a bucket closes once it holds ``bucket_cap`` bytes; or ``bucket_count`` buckets of
 about equal size). A bucket is exchanged as soon as its last gradient is ready on *every* rank
 (a collective starts when all its ranks reached it), one bucket after the other (one
 communication stream, as NCCL/DDP), overlapping the rest of the backward pass; the optimizer
 step follows the last bucket. A compressed scheme (``topk-ag``, ``topk-ar``, ``powersgd``, ``fp16``,
-``bf16``) first compresses on the device (:func:`costmodel.compression_compute.compression_seconds`):
+``bf16``) first compresses on the device (:mod:`costmodel.compression_compute`, priced per device):
 that work runs on the compute stream when the bucket is ready (a DDP communication hook's kernels
 delay the backward kernels queued behind them), then the exchange
 runs as :func:`sim.collectives.run_scheme`.
@@ -46,8 +47,9 @@ from simpy.events import Timeout
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.compressed import PRICED_SCHEMES, SchemeAlgorithms, SparsePayload, powersgd_sides
-from flexcomm.costmodel.compression_compute import compression_seconds
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY, V100_TOPK_ELEMENTS_PER_S, ModelSpec
+from flexcomm.costmodel.compression_compute import device_compression_seconds
+from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S, ModelSpec
+from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
 from flexcomm.costmodel.model import CostModel
@@ -173,10 +175,12 @@ class TrainingConfig:
     bucket_cap: float | str | None = DEFAULT_BUCKET_CAP
     bucket_count: int | None = None
     first_bucket_cap: float | str | None = None
-    efficiency: float = DEFAULT_EFFICIENCY
+    #: fraction of peak FLOP/s for the flat FLOP model; None: priced on the device (costmodel.device_compute)
+    efficiency: float | None = None
     optimizer_s: float = 0.0
     gamma: float = 0.0
-    compress_elements_per_s: float = DEFAULT_COMPRESS_ELEMENTS_PER_S
+    #: Top-k selection rate; None: the device's (the V100 measurement scaled by HBM bandwidth)
+    compress_elements_per_s: float | None = None
     stragglers: Mapping[int, float] = field(default_factory=dict)
     compute_jitter: float = 0.0
     granularity: str = "auto"
@@ -198,7 +202,7 @@ class TrainingConfig:
                             ("compute-jitter", self.compute_jitter)):
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(name, value, "a non-negative number")
-        if not self.compress_elements_per_s > 0:
+        if self.compress_elements_per_s is not None and not self.compress_elements_per_s > 0:
             raise InputError("compress_elements_per_s", self.compress_elements_per_s, "a positive rate")
         for rank, factor in self.stragglers.items():
             if not (math.isfinite(factor) and factor > 0):
@@ -349,17 +353,16 @@ class TrainingSimulator:
         self.fault_sources = parse_faults(faults, config.seed)
         model = self.workload.model
         self.buckets = make_buckets(model, config.bucket_cap, config.bucket_count, config.first_bucket_cap)
-        fwd, bwd = model.layer_seconds(self.workload.batch_per_rank, self.cluster.device.peak_flops, config.efficiency)
+        fwd, bwd = model_layer_seconds(model, self.workload.batch_per_rank, self.cluster.device, config.efficiency)
         self.fwd, self.bwd = fwd, bwd
         forward = float(fwd.sum())
         self.forward_s = forward
         self.backward_s = float(bwd.sum())
         self.bucket_compute = bucket_ready_seconds(fwd, bwd, self.buckets)
         device = self.cluster.device
-        self.compress = np.array([compression_seconds(
-            config.scheme, b.numel, device.peak_flops, device.memory_bandwidth_Bps, config.compress_elements_per_s,
-            efficiency=config.efficiency, matrices=[model.layers[i].params for i in b.layers if model.layers[i].params])
-            for b in self.buckets])
+        self.compress = np.array([device_compression_seconds(
+            config.scheme, b.numel, device, config.compress_elements_per_s,
+            matrices=[model.layers[i].params for i in b.layers if model.layers[i].params]) for b in self.buckets])
         self.compress_cum = np.cumsum(self.compress)
         # PowerSGD's factors: one square matrix per layer of the bucket (see costmodel.compressed.powersgd_sides)
         self.payloads = [SparsePayload(matrix_sides=powersgd_sides([model.layers[i].params for i in b.layers]))

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.experiments.cli import main
-from flexcomm.planner.llm import megatron
+from flexcomm.planner.llm import korthikanti, megatron
 from flexcomm.planner.llm.memory import in_flight, layer_activation_bytes, model_state_bytes
 from flexcomm.planner.llm.model import Transformer
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer
@@ -125,8 +126,11 @@ def test_reproduction_predicts_every_row_within_the_goals_with_leave_one_out_cal
     table = pd.read_csv(tmp_path / "megatron.csv")
     assert len(table) == len(megatron.TABLE_1) and (tmp_path / "megatron.png").exists()
     errors = table["rel_error"].abs()
-    assert errors.median() <= 0.10 and errors.max() <= 0.20  # measured: 1.8 % and 7.3 %
+    assert errors.median() <= 0.05 and errors.max() <= 0.10  # the issue's goals; measured: 2.0 % and 3.7 %
     assert table["gemm_ceiling_loo"].between(0.3, 1.0).all()
+    # the unfitted prediction is reported beside it, from the catalog's A100 (no constant from this paper)
+    assert table["catalog_tflops"].notna().all() and (table["catalog_tflops"] > 0).all()
+    assert not np.allclose(table["catalog_tflops"], table["predicted_tflops"])
     assert (table["plans_per_s"] >= 1000).all()
     assert "median |error|" in (tmp_path / "megatron.md").read_text() and outcome.findings
 
@@ -134,11 +138,14 @@ def test_reproduction_predicts_every_row_within_the_goals_with_leave_one_out_cal
 # --- the CLI -----------------------------------------------------------------------------------
 
 
-def test_plan_gpt_writes_the_best_plan_with_the_transformer_fields(tmp_path: Path) -> None:
+def test_plan_gpt_writes_the_best_plan_with_the_transformer_fields(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["plan", "--model", "gpt", "--layers", "24", "--hidden", "2304", "--heads", "24", "--seq-len", "2048",
                  "--vocab", "51200", "--cluster", "dgx-a100-80g", "--batch-size", "512", "--out", str(tmp_path),
                  "--no-progress"])
     assert code == 0
+    # where the GEMM rate came from is said, not assumed: the A100's measured MAMF from the catalog
+    assert "GEMMs: 0.902 of A100-SXM4-80GB's 312 TFLOP/s" in capsys.readouterr().out
     best = json.loads((tmp_path / "best_plan.json").read_text())["best"]
     for key in ("tp", "pp", "dp", "step_s", "micro_batch_size", "virtual_stages", "recompute", "sequence_parallel",
                 "tflops_per_gpu", "peak_memory_bytes"):
@@ -164,3 +171,34 @@ def test_plan_gpt_refuses_in_one_line(argv: list[str], field: str, words: str, t
     assert main([*base, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"flexcomm: error: {field}:") and words in err, err
+
+
+# --- Korthikanti et al.'s table: a second paper, nothing fitted -----------------------------------
+
+
+@pytest.mark.parametrize(("row", "mfu"), list(zip(korthikanti.TABLE, (0.415, 0.514, 0.560, 0.563), strict=True)),
+                         ids=lambda v: getattr(v, "label", str(v)))
+def test_the_transcribed_times_give_the_papers_model_flops_utilization(row: korthikanti.KorthikantiRow,
+                                                                         mfu: float) -> None:
+    """The paper's MFU (present work) follows from its times, configurations and FLOP count: a typo in any of the
+    transcribed numbers would show here."""
+    assert row.model_flops() / (row.present_work_s * row.gpus * 312e12) == pytest.approx(mfu, abs=0.002)
+
+
+def test_korthikanti_reproduction_predicts_without_fitting(tmp_path: Path) -> None:
+    from flexcomm.experiments.reproductions import run_reproductions
+    from flexcomm.experiments.reproductions.base import Settings
+
+    outcome = run_reproductions(["korthikanti"], tmp_path, Settings(progress=False))["korthikanti"]
+    table = pd.read_csv(tmp_path / "korthikanti.csv")
+    assert len(table) == 2 * len(korthikanti.TABLE) and (tmp_path / "korthikanti.png").exists()
+    assert table["fits"].all()
+    # the catalog's achievable fraction, not a fitted one: the same for every run, from the A100's MAMF
+    assert table["gemm_ceiling"].nunique() == 1 and table["gemm_ceiling"].iloc[0] > 0.8
+    # measured: mean 6.5 %, worst 11.9 % (22B, present work); the guard is looser than the measurement
+    assert table["rel_error"].abs().max() <= 0.15
+    # selective recomputation with sequence parallelism is faster than full recomputation, as published
+    for label in table["model"].unique():
+        runs = table[table["model"] == label].set_index("setting")
+        assert runs.loc["present work", "predicted_s"] < runs.loc["full recompute", "predicted_s"]
+    assert "mean |error|" in (tmp_path / "korthikanti.md").read_text() and outcome.findings

@@ -89,3 +89,14 @@ def test_trace_validation_figure_ticks_read_for_any_step_times(low: float, decad
     finally:
         matplotlib.figure.Figure.savefig = original
     assert captured == [[]]
+
+
+def test_a_line_that_would_lie_on_another_is_found_and_one_that_would_not_is_not() -> None:
+    from flexcomm.costmodel.plotting import coinciding_line
+
+    x = np.array([1.0, 2.0, 3.0])
+    drawn = [("a", x, np.array([1.0, 2.0, 3.0])), ("b", x, np.array([5.0, 5.0, 5.0]))]
+    assert coinciding_line(x, [1.01, 2.0, 2.99], drawn, rtol=0.02) == "a"
+    assert coinciding_line(x, [1.1, 2.0, 3.0], drawn, rtol=0.02) is None  # apart at one point: both drawn
+    assert coinciding_line([1.0, 2.0, 4.0], [1.0, 2.0, 3.0], drawn) is None  # other x: not the same line
+    assert coinciding_line(x, [5.0, 5.0, 5.0], []) is None

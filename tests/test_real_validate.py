@@ -159,7 +159,16 @@ def test_gpu_report_pastes_what_the_check_wrote_and_says_what_is_missing(tmp_pat
     assert "| allreduce | 8 | 256 MiB | 2.00 ms | 240.0 GB/s |" in text
     assert "| dense | 10.40 ms | 1.040x |" in text
     assert "Top-k on the GPU: not measured (no topk.json)." in text
+    assert "Compute model: not measured (no gpu_compute.csv)." in text
     assert "no validation" in text
+    (out / "gpu_compute.csv").write_text(
+        "section,case,m,n,k,count,dtype,measured_s,predicted_s,rel_error,device,catalog_device,torch,cuda\n"
+        "gemm,a,1,1,1,1,bfloat16,0.001,0.0011,0.1,NVIDIA H200,H200-SXM,2.11,13.0\n"
+        "gemm,b,1,1,1,1,bfloat16,0.002,0.0015,-0.25,NVIDIA H200,H200-SXM,2.11,13.0\n")
+    assert gpu_report([str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "On NVIDIA H200 (catalog: H200-SXM):" in text and "| gemm | 2 | 2 | 17.5% | 25.0% |" in text
+    assert "GEMM targets (median 10%, worst 25%) on NVIDIA H200: not met" in text
     assert gpu_report([str(tmp_path / "absent")]) == 2
 
 

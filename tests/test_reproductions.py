@@ -112,9 +112,9 @@ def test_adaptation_and_accuracy_time_run_end_to_end_on_tiny_settings(tmp_path: 
 
 def test_resolve_accepts_ids_numbers_and_all_and_rejects_the_rest() -> None:
     assert [r.id for r in resolve(["1", "table4", "crossover"])] == ["crossover", "table4"]
-    assert len(resolve(["all"])) == len(REPRODUCTIONS) == 8
+    assert len(resolve(["all"])) == len(REPRODUCTIONS) == 9
     with pytest.raises(InputError, match="ID"):
-        resolve(["9"])
+        resolve(["10"])
 
 
 def test_reproduce_cli_writes_index_notes_and_is_deterministic(tmp_path: Path,

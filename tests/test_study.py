@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.compression_compute import topk_elements_per_s
 from flexcomm.costmodel.compute import get_model
+from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.experiments.cli import main
@@ -190,9 +192,10 @@ def test_model_engine_rows_are_the_shared_cost_model_and_speedup_is_against_dens
         update={"bandwidth_Bps": 1.25e8, "latency_s": 1e-3})})
     model = get_model("resnet50")
     comm = float(CostModel.from_cluster(cluster).scheme("topk-ar", model.params, 8, 0.01).total)
-    compute = float(model.iteration_seconds(256, cluster.device.peak_flops))
+    compute = DeviceCompute.of(cluster.device).iteration_seconds(model, 256)  # priced on its V100
+    topk_rate = topk_elements_per_s(cluster.device.memory_bandwidth_Bps)
     assert row["comm_time_s"] == pytest.approx(comm, rel=1e-12)
-    assert row["step_time_s"] == pytest.approx(comm + compute + model.params / 0.75e9, rel=1e-12)
+    assert row["step_time_s"] == pytest.approx(comm + compute + model.params / topk_rate, rel=1e-12)
     dense = table[(table["strategy"] == "dense") & (table["latency_s"] == 1e-3) & (table["bandwidth_Bps"] == 1.25e8)]
     assert row["speedup_vs_dense"] == pytest.approx(dense["step_time_s"].iloc[0] / row["step_time_s"])
     # a slower network makes the dense exchange slower: the axis really reaches the cluster's links

@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate-top", type=int, default=3, help="best plans re-ranked on the simulator "
                         "(default 3, 0 for none)")
     parser.add_argument("--balance", default="speed", help="speed (resource-aware, default) or even")
-    parser.add_argument("--efficiency", type=float, default=0.65, help="fraction of peak FLOP/s reached (0.65; gpt: "
-                        "the GEMM ceiling of the transformer planner, fitted on Megatron-LM's Table 1)")
+    parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s reached (default 0.65; gpt: the "
+                        "fraction a perfectly shaped GEMM reaches, default the device's measured MAMF from the "
+                        "catalog)")
     parser.add_argument("--op-times", help="measured per-op forward medians replacing the FLOP model for those ops "
                         "(JSON: batch_size, peak_flops of the measuring device (default: the cluster's fastest), "
                         "ops: {op: seconds})")
@@ -59,6 +60,7 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+    from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
     from flexcomm.costmodel.units import format_size, format_time
     from flexcomm.experiments.options import GRAPH_NAMES
     from flexcomm.planner.devices import load_plan_cluster
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         calibrate_op_times(graph, measured, device=peak)
     else:
         graph = build_graph(args.model, batch_size=1, **options)
-    units = build_units(graph, efficiency=args.efficiency,
+    units = build_units(graph, efficiency=DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency,
                         reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None)
     pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction)
 

@@ -12,16 +12,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "reproduce",
         help="regenerate the research results: crossover, speedup, pareto, adaptation, accuracy-time, scaling, "
-        "table4, megatron (or all)",
+        "table4, megatron, korthikanti (or all)",
         description="Regenerates, in simulation and emulated training, the results flexible communication rests "
         "on; each writes a tidy CSV, PNG figures and a markdown note that sets our number beside the literature's, "
         "as soon as it finishes. Studies: 1 crossover (Allgather vs AR Top-k vs dense against c, crossover map); "
         "2 speedup (static Top-k vs flexible switching over networks); 3 pareto (fronts of a few models); "
         "4 adaptation (c and collective over time on C1/C2); 5 accuracy-time (accuracy vs wall-clock); "
         "6 scaling (efficiency 8 to 1024 ranks); 7 table4 (the paper's Table IV step times); "
-        "8 megatron (Megatron-LM's GPT weak-scaling table predicted by the transformer planner).",
+        "8 megatron (Megatron-LM's GPT weak-scaling table predicted by the transformer planner); 9 korthikanti "
+        "(Korthikanti et al.'s iteration times on the same A100s, predicted with nothing fitted).",
     )
-    parser.add_argument("ids", nargs="+", metavar="ID", help="all, a number 1-8 or a study id")
+    parser.add_argument("ids", nargs="+", metavar="ID", help="all, a number 1-9 or a study id")
     parser.add_argument("--out", default="results/reproduce", help="output directory (default results/reproduce)")
     parser.add_argument("--full", action="store_true", help="the larger published-scale settings (slower)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every study (default 0)")

@@ -58,8 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the cluster device's peak x 0.65)")
     parser.add_argument("--compress-time", default="model", help="model (Top-k at --compress-throughput, "
                         "deterministic), measured (this CPU) or none; one of " + ", ".join(COMPRESS_TIME_MODES))
-    parser.add_argument("--compress-throughput", type=float, default=0.75e9,
-                        help="Top-k elements/s for --compress-time model (default 0.75e9, V100)")
+    parser.add_argument("--compress-throughput", type=float,
+                        help="Top-k elements/s for --compress-time model (default: 0.75e9, the V100 measurement, "
+                        "scaled by the cluster device's HBM bandwidth)")
     parser.add_argument("--price-params", help="price communication, compute and compression as if the "
                         "gradient had this many elements, e.g. 11.69M (ResNet-18); accuracy stays the workload's")
     parser.add_argument("--hysteresis", type=float, default=0.1, help="flexible: relative margin (default 0.1)")

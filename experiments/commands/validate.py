@@ -62,6 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "DeepLearningExamples) from its 1-GPU row with the simulator and NCCL on the node's "
                         "fabric; write training.csv, training.md and training.png to --out (default "
                         "results/published-training)")
+    corpus.add_argument("--gpu-compute", nargs="?", const="", metavar="DIR",
+                        help="report the one-GPU compute measurements of DIR (default: the project's "
+                        "validation/gpu-compute, written by real_backend/gpu_check.sh on a lent GPU) against the "
+                        "engines' predictions, per section; write gpu_compute.md to --out (default "
+                        "results/gpu-compute)")
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
     traced = parser.add_argument_group("real ranks under a changing network (root; results/validate-trace)")
     traced.add_argument("--network-trace", metavar="c1|c2|FILE",
@@ -167,6 +172,7 @@ def run_published(args: argparse.Namespace) -> int:
 def run_published_training(args: argparse.Namespace) -> int:
     """``validate --published-training [FILE]``: published DDP throughput predicted from 1-GPU rows."""
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.experiments import published_compute as compute_module
     from flexcomm.experiments.published_training import TARGET_SCALING_POINTS, TARGET_THROUGHPUT, validate_training
     from flexcomm.experiments.published_training_report import plot_training, report_lines
 
@@ -183,11 +189,46 @@ def run_published_training(args: argparse.Namespace) -> int:
     met = int(frame["meets_target"].sum())
     print(f"targets (throughput within {TARGET_THROUGHPUT:.0%}, scaling within {TARGET_SCALING_POINTS:g} points): "
           f"met by {met} of {len(frame)} rows")
-    print(f"wrote {out}/: training.csv, training.md, {figure.name}")
+    compute = compute_module.validate_compute(path)
+    compute_lines = compute_module.report_lines(compute)
+    write_csv_atomic(compute, out / "compute.csv")
+    write_text_atomic(out / "compute.md", "\n".join(compute_lines) + "\n")
+    compute_figure = compute_module.plot_compute(compute, out / "compute.png")
+    print("\n1-GPU rows from the device catalog alone (nothing measured or fitted):")
+    for line in compute_lines:
+        print(line)
+    print(f"target (within {compute_module.TARGET:.0%}): met by {int(compute['within_target'].sum())} of "
+          f"{len(compute)} rows")
+    print(f"wrote {out}/: training.csv, training.md, {figure.name}, compute.csv, compute.md, {compute_figure.name}")
+    return 0
+
+
+def run_gpu_compute(args: argparse.Namespace) -> int:
+    """``validate --gpu-compute [DIR]``: the one-GPU measurements against the predictions made beside them."""
+    from flexcomm.costmodel.atomic import write_text_atomic
+    from flexcomm.real_backend.gpu_compute_corpus import corpus_folder, read_corpus, summary_lines
+
+    folder = Path(args.gpu_compute) if args.gpu_compute else corpus_folder()
+    frame = read_corpus(folder)
+    if frame.empty:
+        print(f"{folder}: no measurements yet (no GPU has been lent to this project's check): on a GPU, run "
+              "real_backend/gpu_check.sh and copy its gpu_compute.csv here as <device>-<date>.csv")
+        return 0
+    out = Path("results/gpu-compute" if args.out == "results/validate" else args.out)
+    lines = []
+    for file, group in frame.groupby("file", sort=True):
+        torch_version = group["torch"].iloc[0] if "torch" in group.columns else "?"
+        lines += [f"{file}: {group['device'].iloc[0]}, torch {torch_version}", "",
+                  *summary_lines(group), ""]
+    write_text_atomic(out / "gpu_compute.md", "\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out}/gpu_compute.md")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gpu_compute is not None:
+        return run_gpu_compute(args)
     if args.published_training is not None:
         return run_published_training(args)
     if args.published is not None:

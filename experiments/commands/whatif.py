@@ -28,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "
                         "e.g. 100GB/s (default: reductions are free)")
-    parser.add_argument("--compress-throughput", type=float, default=0.75e9,
-                        help="Top-k selection speed in gradient elements/s (default 0.75e9, V100 layer-wise "
-                        "Top-k from Tyagi & Swany 2023); 0 makes compression free")
+    parser.add_argument("--compress-throughput", type=float,
+                        help="Top-k selection speed in gradient elements/s (default: 0.75e9, V100 layer-wise "
+                        "Top-k from Tyagi & Swany 2023, scaled by the --cluster device's HBM bandwidth over the "
+                        "V100's); 0 makes compression free")
     parser.add_argument("--shard", default="0/1", help="K/N: price only shard K of N (for splitting a sweep "
                         "over machines; plots are skipped, concatenate the CSVs)")
     parser.add_argument("--no-plots", action="store_true", help="write the CSV only")
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)  # with --cluster, its links replace the bandwidth/latency sweep
     payload = SparsePayload(index_dtype=args.index_dtype)
     payload.index_bytes  # validate the dtype name before any work  # noqa: B018
-    if not args.compress_throughput >= 0:
+    if args.compress_throughput is not None and not args.compress_throughput >= 0:
         raise InputError("compress-throughput", args.compress_throughput, "elements per second >= 0")
     grid = WhatIfGrid(payload=payload, compress_elements_per_s=args.compress_throughput)
     if args.reduce_bandwidth:

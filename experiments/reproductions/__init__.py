@@ -17,6 +17,7 @@ from flexcomm.experiments.reproductions import (
     accuracy_time,
     adaptation,
     crossover,
+    korthikanti,
     megatron,
     pareto_fronts,
     scaling,
@@ -28,7 +29,7 @@ from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Setti
 REPRODUCTIONS: dict[str, Reproduction] = {
     r.id: r for r in (crossover.REPRODUCTION, speedup.REPRODUCTION, pareto_fronts.REPRODUCTION,
                       adaptation.REPRODUCTION, accuracy_time.REPRODUCTION, scaling.REPRODUCTION,
-                      table4.REPRODUCTION, megatron.REPRODUCTION)
+                      table4.REPRODUCTION, megatron.REPRODUCTION, korthikanti.REPRODUCTION)
 }
 
 
@@ -45,10 +46,10 @@ def resolve(ids: Sequence[str]) -> list[Reproduction]:
         elif key in by_number:
             picked = [by_number[key]]
         else:
-            raise InputError("ID", raw, "all, a number 1-8 or one of " + ", ".join(REPRODUCTIONS))
+            raise InputError("ID", raw, "all, a number 1-9 or one of " + ", ".join(REPRODUCTIONS))
         chosen += [r for r in picked if r not in chosen]
     if not chosen:
-        raise InputError("ID", "(none)", "all, a number 1-8 or one of " + ", ".join(REPRODUCTIONS))
+        raise InputError("ID", "(none)", "all, a number 1-9 or one of " + ", ".join(REPRODUCTIONS))
     return chosen
 
 

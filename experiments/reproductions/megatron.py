@@ -1,9 +1,11 @@
 """8. Megatron-LM's weak-scaling table (Narayanan et al., SC'21, Table 1) predicted by the transformer planner.
 
-Each row is predicted with the one non-datasheet constant (the GEMM ceiling, :mod:`planner.llm.timing`)
-fitted on the *other* five rows: the published (t, p) priced with the published features (full
-recomputation, no sequence parallelism, no distributed optimizer), the best plan with those same features,
-and the best plan the planner finds with every feature it knows.
+Each row is predicted twice: from the device catalog alone (the A100's measured maximum matmul rate, nothing
+fitted: :mod:`costmodel.gemm_efficiency`), and with the GEMM ceiling fitted on the *other* five rows (what a
+constant fitted to this paper buys, and what it costs elsewhere: ``flexcomm reproduce korthikanti``). Both price
+the published (t, p) with the published features (full recomputation, no sequence parallelism, no distributed
+optimizer); beside them, the best plan with those same features and the best plan the planner finds with every
+feature it knows.
 """
 
 from __future__ import annotations
@@ -13,7 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure
-from flexcomm.planner.llm.megatron import TABLE_1, as_published, leave_one_out_ceilings, median_and_worst, pricer
+from flexcomm.planner.llm.megatron import (
+    TABLE_1,
+    as_published,
+    leave_one_out_ceilings,
+    median_and_worst,
+    pricer,
+)
 from flexcomm.planner.llm.search import search
 
 BREAKDOWN = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "p2p_s", "bubble_s", "dp_exposed_s",
@@ -24,9 +32,10 @@ def _table(settings: Settings) -> pd.DataFrame:
     rows = []
     ceilings = leave_one_out_ceilings()
     for row, ceiling in settings.iterate(list(zip(TABLE_1, ceilings, strict=True)), "megatron rows"):
-        price = pricer(row, ceiling)
-        free = search(price)
-        published = as_published(search(price, tp=row.tp, pp=row.pp))
+        published = as_published(search(pricer(row, ceiling), tp=row.tp, pp=row.pp))
+        catalog_pricer = pricer(row, None)
+        catalog = as_published(search(catalog_pricer, tp=row.tp, pp=row.pp))
+        free = search(catalog_pricer)
         old = as_published(free)
         best = free.best
         rows.append({
@@ -35,10 +44,12 @@ def _table(settings: Settings) -> pd.DataFrame:
             "gemm_ceiling_loo": ceiling,
             "predicted_tflops": published.tflops_per_gpu,
             "rel_error": published.tflops_per_gpu / row.tflops_per_gpu - 1,
+            "catalog_tflops": catalog.tflops_per_gpu, "catalog_plan": catalog.plan.label,
+            "catalog_rel_error": catalog.tflops_per_gpu / row.tflops_per_gpu - 1,
             "published_plan": published.plan.label, "published_step_s": published.step_s,
             "published_memory_GiB": published.peak_memory_bytes / 2**30,
             "best_2021_plan": old.plan.label, "best_2021_step_s": old.step_s,
-            "published_vs_best_2021": published.step_s / old.step_s - 1,
+            "published_vs_best_2021": catalog.step_s / old.step_s - 1,
             "chosen_plan": best.plan.label, "chosen_tp": best.plan.tp, "chosen_pp": best.plan.pp,
             "chosen_dp": best.plan.dp, "chosen_micro_batch_size": best.plan.micro_batch_size,
             "chosen_virtual_stages": best.plan.virtual_stages, "chosen_recompute": best.plan.recompute,
@@ -59,17 +70,23 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.6))
     x = np.arange(len(table))
-    ax.bar(x - 0.27, table["published_tflops"], 0.27, label="published (Table 1)", color="#444444")
-    ax.bar(x, table["predicted_tflops"], 0.27, label="predicted, published (t, p) and features", color="#1f77b4")
-    ax.bar(x + 0.27, table["chosen_tflops"], 0.27, label="predicted, planner's choice (all features)",
+    w = 0.21
+    ax.bar(x - 1.5 * w, table["published_tflops"], w, label="published (Table 1)", color="#444444")
+    ax.bar(x - 0.5 * w, table["catalog_tflops"], w, label="predicted from the catalog (nothing fitted)",
+           color="#2ca02c")
+    ax.bar(x + 0.5 * w, table["predicted_tflops"], w, label="predicted, ceiling fitted on the other rows",
+           color="#1f77b4")
+    ax.bar(x + 1.5 * w, table["chosen_tflops"], w, label="planner's choice (all features, catalog)",
            color="#ff7f0e")
-    for i, err in enumerate(table["rel_error"]):
-        ax.annotate(f"{err:+.0%}", (i, table["predicted_tflops"].iloc[i]), ha="center", va="bottom", fontsize=8)
+    for i, err in enumerate(table["catalog_rel_error"]):
+        ax.annotate(f"{err:+.0%}", (i - 0.5 * w, table["catalog_tflops"].iloc[i]), ha="center", va="bottom",
+                    fontsize=7, color="#2ca02c")
     ax.set_xticks(x, table["model"])
     ax.set_xlabel("model (GPUs: " + ", ".join(map(str, table["gpus"])) + ")")
     ax.set_ylabel("teraFLOP/s per GPU (paper's FLOP count)")
-    ax.set_title("Megatron-LM Table 1: achieved vs predicted (leave-one-out ceiling)", fontsize=9)
-    ax.set_ylim(0, 1.35 * float(table[["published_tflops", "predicted_tflops", "chosen_tflops"]].max().max()))
+    ax.set_title("Megatron-LM Table 1: achieved vs predicted (catalog; leave-one-out ceiling)", fontsize=9)
+    ax.set_ylim(0, 1.45 * float(table[["published_tflops", "catalog_tflops", "predicted_tflops",
+                                       "chosen_tflops"]].max().max()))
     ax.legend(fontsize=8, loc="upper left")
     bottom = np.zeros(len(table))
     colors = plt.get_cmap("tab10").colors
@@ -93,12 +110,18 @@ def run(settings: Settings, out: Path) -> Outcome:
     table = _table(settings)
     figure = _plot(table, out / "megatron.png")
     median, worst = median_and_worst(table["rel_error"].tolist())
-    differs = table[(table["published_plan"] != table["best_2021_plan"])]
+    cat_median, cat_worst = median_and_worst(table["catalog_rel_error"].tolist())
+    differs = table[(table["catalog_plan"] != table["best_2021_plan"])]
     lines = [
         f"Predicted teraFLOP/s per GPU of the published configurations, each row's GEMM ceiling fitted on the other "
         f"five ({table['gemm_ceiling_loo'].min():.3f}-{table['gemm_ceiling_loo'].max():.3f}): median |error| "
         f"{median:.1%}, worst {worst:.1%} ({table.loc[table['rel_error'].abs().idxmax(), 'model']}); "
-        "goals 10 % / 20 %.",
+        "goals 5 % / 10 %.",
+        f"From the device catalog alone (nothing fitted: the A100's measured maximum matmul rate on 2025 software), "
+        f"median |error| {cat_median:.1%}, worst {cat_worst:.1%}, every row predicted faster than published "
+        f"({table['catalog_rel_error'].min():+.1%} to {table['catalog_rel_error'].max():+.1%}): the 2021 software "
+        "stack reached less of the A100 than today's matmuls do; the fitted ceiling absorbs that gap, and "
+        "`flexcomm reproduce korthikanti` shows it does not carry to a 2022 paper on the same hardware.",
         "Per row (published -> predicted): " + "; ".join(
             f"{r.model} {r.published_tflops:.0f} -> {r.predicted_tflops:.0f} ({r.rel_error:+.1%})"
             for r in table.itertuples()) + ".",
@@ -108,8 +131,8 @@ def run(settings: Settings, out: Path) -> Outcome:
         + (" (" + "; ".join(f"{r.model}: {r.best_2021_plan}, published {r.published_vs_best_2021:+.1%}"
                             for r in differs.itertuples()) + ")" if len(differs) else "") + ".",
         "With every feature (sequence parallelism, selective recomputation, ZeRO), the planner's choices run "
-        f"{(table['chosen_tflops'] / table['predicted_tflops']).min():.2f}-"
-        f"{(table['chosen_tflops'] / table['predicted_tflops']).max():.2f}x the published configuration's "
+        f"{(table['chosen_tflops'] / table['catalog_tflops']).min():.2f}-"
+        f"{(table['chosen_tflops'] / table['catalog_tflops']).max():.2f}x the published configuration's "
         "predicted rate (the FLOP count stays the paper's, which includes a recomputed forward pass the "
         "choices may skip): " + "; ".join(f"{r.model}: {r.chosen_plan}" for r in table.itertuples()) + ".",
         f"The search priced {int(table['plans_priced'].min()):,}-{int(table['plans_priced'].max()):,} plans per row "

@@ -55,7 +55,8 @@ def _cost_model(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: 
 
 
 def _model(payload: dict[str, Any]) -> dict[str, Any]:
-    from flexcomm.sim.training import DEFAULT_COMPRESS_ELEMENTS_PER_S
+    from flexcomm.costmodel.compression_compute import topk_elements_per_s
+    from flexcomm.costmodel.device_compute import model_layer_seconds
     from flexcomm.sim.workload import get_training_workload
 
     p = payload["params"]
@@ -66,8 +67,9 @@ def _model(payload: dict[str, Any]) -> dict[str, Any]:
     numel = workload.model.params
     ranks = int(p["ranks"])
     comm = float(model.scheme(p["strategy"], numel, ranks, p["ratio"] or 1.0).total)
-    compute = float(workload.model.iteration_seconds(workload.batch_per_rank, cluster.device.peak_flops))
-    compress = 0.0 if p["strategy"] == "dense" else numel / DEFAULT_COMPRESS_ELEMENTS_PER_S
+    fwd, bwd = model_layer_seconds(workload.model, workload.batch_per_rank, cluster.device)
+    compute = float(fwd.sum() + bwd.sum())
+    compress = 0.0 if p["strategy"] == "dense" else numel / topk_elements_per_s(cluster.device.memory_bandwidth_Bps)
     step = compute + comm + compress
     return {"batch": workload.batch_per_rank, "step_time_s": step, "comm_time_s": comm, "compute_time_s": compute,
             "compress_time_s": compress, "samples_per_s": ranks * workload.batch_per_rank / step}

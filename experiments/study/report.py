@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -111,13 +112,19 @@ def _fmt(column: str, value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+#: Series of one panel within this relative distance everywhere are drawn as one line named for both.
+COINCIDENT_RTOL = 0.02
+
+
 def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     """Each metric against the first swept axis, one panel per value of the second, a line per strategy.
 
     Axes beyond those (and the ratio, when it is neither) are summarised by the median and named in the
-    panel title; with the ratio swept but not plotted, each sparse strategy gets a line per ratio.
+    panel title; with the ratio swept but not plotted, each sparse strategy gets a line per ratio. Series that
+    coincide in a panel (within 2 % at every point) are drawn once and labelled ``A = B``: one would hide the
+    other whatever the styles.
     """
-    from flexcomm.costmodel.plotting import use_file_backend
+    from flexcomm.costmodel.plotting import coinciding_line, use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
@@ -136,20 +143,27 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
         for j, value in enumerate(facets):
             ax = grid[i][j]
             part = wide if facet is None else wide[wide[facet] == value]
-            for strategy in spec.strategies:
-                rows = part[part["strategy"] == strategy]
-                groups = [(None, rows)] if not by_ratio or strategy in RATIO_FREE else list(rows.groupby("ratio"))
-                for k, (ratio, sub) in enumerate(groups):
-                    label = strategy if ratio is None else f"{strategy} c={ratio:g}"
-                    style = ["-", "--", ":", "-."][k % 4]
-                    colour = COLOURS.get(strategy)
-                    if x is None:
-                        ax.bar(label, sub[metric].median(), color=colour)
-                        continue
-                    line = sub.groupby(x)[metric].median()
-                    line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
-                    ax.plot(_x(x, line.index.to_series()), line.to_numpy(), style, marker="o", ms=3, color=colour,
-                            label=label)
+            series = [(strategy, k, ratio, sub) for strategy in spec.strategies
+                      for k, (ratio, sub) in enumerate(
+                          [(None, part[part["strategy"] == strategy])] if not by_ratio or strategy in RATIO_FREE
+                          else list(part[part["strategy"] == strategy].groupby("ratio")))]
+            drawn: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (line, x, y) in this panel
+            for strategy, k, ratio, sub in series:
+                label = strategy if ratio is None else f"{strategy} c={ratio:g}"
+                style = ["-", "--", ":", "-."][k % 4]
+                colour = COLOURS.get(strategy)
+                if x is None:
+                    ax.bar(label, sub[metric].median(), color=colour)
+                    continue
+                line = sub.groupby(x)[metric].median()
+                line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
+                xs, values = _x(x, line.index.to_series()).to_numpy(dtype=float), line.to_numpy(dtype=float)
+                twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
+                if twin is not None:  # one line would hide the other: draw it once, named for both
+                    twin.set_label(f"{twin.get_label()} = {label}")
+                    continue
+                (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
+                drawn.append((artist, xs, values))
             if x is not None and pd.api.types.is_numeric_dtype(wide[x]):
                 span = wide[x].astype(float)
                 if span.min() > 0 and span.max() / span.min() >= 10:
@@ -172,7 +186,11 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                 ax.set_ylabel(METRICS[metric].label, fontsize=9)
             if i == len(metrics) - 1 and x is not None:
                 ax.set_xlabel(AXIS_LABELS[x])
-    handles, labels = grid[0][0].get_legend_handles_labels()
+    entries: dict[str, Any] = {}
+    for ax in grid.flat:  # every panel's lines: one may have drawn two coinciding series as one
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    handles, labels = list(entries.values()), list(entries)
     if handles:
         fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8,
                    bbox_to_anchor=(0.5, 1.0 + 0.02 * math.ceil(len(labels) / 6)))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gemm_efficiency import achievable_source
 from flexcomm.planner.devices import PlanCluster
 
 #: GPT-2 small, the graph planner's default GPT: what ``--model gpt`` plans without shape options.
@@ -37,7 +38,7 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     for flag, value in (("nics-per-node", args.nics_per_node), ("tp", args.tp), ("pp", args.pp)):
         if value is not None and value < 1:
             raise InputError(flag, value, "an integer >= 1")
-    if not 0 < args.efficiency <= 1:
+    if args.efficiency is not None and not 0 < args.efficiency <= 1:
         raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
     base = cluster.cluster
     if args.nics_per_node is not None:
@@ -58,6 +59,11 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
           f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size} GPUs), batch {args.batch_size} "
           f"sequences, {args.precision}")
+    slowest_device = min(base.rank_devices, key=lambda dev: dev.peak_flops)
+    ceiling_source = ("--efficiency" if args.efficiency is not None
+                      else achievable_source(slowest_device.name))
+    print(f"GEMMs: {pricer.hw.gemm_ceiling:.3f} of {slowest_device.name}'s {slowest_device.peak_flops / 1e12:g} "
+          f"TFLOP/s before shape losses ({ceiling_source})")
     print(f"priced {len(result.costs):,} plans in {result.pricing_s:.2f}s ({result.plans_per_s:,.0f} plans/s); "
           f"{len(result.ranked):,} fit in memory")
     print(f"best: {best.plan.label}: {format_time(best.step_s)} per step, {best.tflops_per_gpu:.0f} teraFLOP/s per "

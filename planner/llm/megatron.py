@@ -30,10 +30,9 @@ VOCAB = 51200
 
 
 @dataclass(frozen=True)
-class MegatronRow:
-    """One row of the published table."""
+class PublishedRun:
+    """A published GPT run on Selene's A100s: the model's shape, its (t, p) split, GPUs and global batch."""
 
-    billions: float
     heads: int
     hidden: int
     layers: int
@@ -41,11 +40,18 @@ class MegatronRow:
     pp: int
     gpus: int
     batch: int
-    tflops_per_gpu: float
 
     @property
     def model(self) -> Transformer:
         return Transformer(self.layers, self.hidden, self.heads, SEQ_LEN, VOCAB)
+
+
+@dataclass(frozen=True)
+class MegatronRow(PublishedRun):
+    """One row of the published table: its size in billions of parameters and achieved teraFLOP/s per GPU."""
+
+    billions: float
+    tflops_per_gpu: float
 
     @property
     def label(self) -> str:
@@ -53,12 +59,12 @@ class MegatronRow:
 
 
 TABLE_1 = (
-    MegatronRow(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
-    MegatronRow(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
-    MegatronRow(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
-    MegatronRow(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
-    MegatronRow(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    MegatronRow(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    MegatronRow(24, 2304, 24, 1, 1, 32, 512, 1.7, 137),
+    MegatronRow(32, 3072, 30, 2, 1, 64, 512, 3.6, 138),
+    MegatronRow(32, 4096, 36, 4, 1, 128, 512, 7.5, 142),
+    MegatronRow(48, 6144, 40, 8, 1, 256, 1024, 18.4, 135),
+    MegatronRow(96, 12288, 80, 8, 8, 1536, 2304, 145.6, 148),
+    MegatronRow(128, 20480, 105, 8, 35, 2520, 2520, 529.6, 163),
 )
 
 

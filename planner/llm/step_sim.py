@@ -12,7 +12,9 @@ What runs (ranks as the planner lays them out: tensor innermost, then data, then
   head on the last stage), then its tensor-parallel communication: per layer the all-gather + reduce-scatter
   pairs of sequence parallelism (or two allreduces), 4(t-1)/t x b s h bytes per rank in 4(t-1) ring steps,
   run as one ring coflow per stage carrying every layer's bytes and latencies and every data-parallel
-  replica's tensor group at once (the replicas are identical, so one coupled coflow is exact for them);
+  replica's tensor group at once (the replicas are identical, so one coupled coflow is exact for them); inside
+  a node on a cluster with a ``gpu_fabric``, the ring carries the bytes that take NCCL's time for those calls
+  uncontended (the planner's price), so the two engines agree where nothing is shared;
 * with ``experts``: per MoE layer the dispatch and combine all-to-all inside each expert-parallel group
   (``ep`` consecutive data-parallel replicas), every group's flows as one coflow (it ends with its slowest
   flow, as a synchronous all-to-all does);
@@ -189,6 +191,11 @@ class StepSimulator:
         tokens = model.seq_len * b
         self.tp_bytes = self.layers * 4 * (t - 1) / t * tokens * model.hidden * e  # per flow, per pass
         self.tp_rounds = self.layers * 4 * (t - 1)
+        # inside a node on a GPU fabric the planner prices these calls as NCCL runs them: the ring then carries
+        # the bytes that take that time uncontended (as sim/nccl_flows does for the training simulator)
+        self.tp_nccl_s = None
+        if t > 1 and self.pricer.hw.nccl_cluster is not None and t <= cluster.devices_per_node:
+            self.tp_nccl_s = self.layers * self.pricer._tp_pass_s(b, t, sp)
         self.send_bytes = tokens * model.hidden * e / t
         params_stage = self.layers * model.layer_parameters + model.embedding_parameters
         self.grad_bytes = params_stage / t * (4.0 if step.precision == "fp32" else 2.0)
@@ -208,8 +215,11 @@ class StepSimulator:
         self.coflows = 0
 
     # --- communications ---------------------------------------------------------------------------
+    def _pattern(self, pairs: np.ndarray, key: Any) -> Any:
+        return self.net.cached(key) or self.net.pattern(pairs, key=key)
+
     def _ring(self, pairs: np.ndarray, key: Any, nbytes: float, rounds: int) -> Any:
-        pattern = self.net.cached(key) or self.net.pattern(pairs, key=key)
+        pattern = self._pattern(pairs, key)
         self.coflows += 1
         return self.net.transfer(pattern, nbytes, latency_s=rounds * pattern.latency())
 
@@ -224,7 +234,11 @@ class StepSimulator:
         self.busy["compute"] += compute if s == 0 else 0.0
         if stage.tp is not None:
             t0 = env.now
-            yield self._ring(stage.tp, ("tp", s), self.tp_bytes / stage.channels, self.tp_rounds)
+            nbytes = self.tp_bytes / stage.channels
+            if self.tp_nccl_s is not None:
+                latency = self.tp_rounds * self._pattern(stage.tp, ("tp", s)).latency()
+                nbytes = max(0.0, self.tp_nccl_s - latency) * self.cluster.intra_link.bandwidth_Bps
+            yield self._ring(stage.tp, ("tp", s), nbytes, self.tp_rounds)
             self.busy["tp"] += (env.now - t0) if s == 0 else 0.0
         if stage.moe is not None:
             t0 = env.now

@@ -1,40 +1,32 @@
 """Seconds of the pieces of a transformer step on one GPU: GEMMs by roofline, memory-bound kernels by
 HBM traffic, tensor-parallel and data-parallel collectives and pipeline sends on the cluster's links.
 
-**GEMMs** (NVIDIA, "Matrix Multiplication Background User's Guide", DU-09799-001, 2023): a GEMM is math-
-or memory-limited, time = max(FLOPs / (peak x efficiency), bytes / memory bandwidth); cuBLAS computes it
-in output tiles (the largest typical A100 tile is 256 x 128, section 2.3) spread over the SMs in waves, so
-the achieved fraction of peak falls with *tile quantization* (a partial tile costs a full one, 3.1) and
-*wave quantization* (a partial last wave costs a full one, 3.2). Efficiency = ``gemm_ceiling`` x tile
-fill x wave fill: the shape-dependent part is the guide's; ``gemm_ceiling`` (the fraction of peak a
-perfectly quantized GEMM reaches, with every overhead a closed form leaves out) is the one constant that
-is not from a datasheet; :data:`DEFAULT_GEMM_CEILING` is fitted on Megatron-LM's Table 1 and the
-reproduction predicts each row with a ceiling fitted on the *other* rows only.
+**GEMMs** (:mod:`costmodel.gemm_efficiency`, shared with the simulator): time = max(FLOPs / (peak x achievable
+x shape fill), bytes / HBM bandwidth, one launch). ``achievable`` is the device's *measured* maximum matmul
+rate (the catalog's MAMF, with the shape losses at its best shape divided out); the shape fill is tile and
+wave quantization (NVIDIA's matmul guide) times the K-loop's pipeline fill (CUTLASS's default SM80 tile).
+Nothing here is fitted to a training paper; ``gemm_ceiling`` overrides ``achievable`` for what-ifs and for
+the leave-one-out fit ``flexcomm reproduce megatron`` reports beside the unfitted prediction.
 
 **Memory-bound kernels** (layer norms, softmax, dropout, GeLU, bias adds, cross entropy): each stored
 activation byte (Korthikanti et al.'s count, :mod:`planner.llm.memory`) is written once and read once in
 the forward pass, and the backward pass moves twice that: forward time = 2 x bytes / HBM bandwidth.
 
-**Collectives** are rings (alpha-beta, as :func:`costmodel.collectives.formula` prices them): inside a
-node on ``intra_link``; across nodes every GPU of a node sends at once, so a GPU gets
-``nics_per_node x inter_link bandwidth / devices_per_node``, and a data-parallel group with g members
-per node moves its ring's 2(d-1)/d share through the node's NICs together with the node's other groups.
+**Collectives**: inside a node on a cluster with a ``gpu_fabric``, as NCCL runs them
+(:meth:`costmodel.model.CostModel.nccl_choice`: the algorithm, protocol and channels NCCL picks, validated
+against nccl-tests); otherwise, and across nodes, rings (alpha-beta): across nodes every GPU of a node sends at
+once, so a GPU gets ``nics_per_node x inter_link bandwidth / devices_per_node``, and a data-parallel group with
+g members per node moves its ring's 2(d-1)/d share through the node's NICs together with the node's other groups.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.gemm_efficiency import GemmShape, achievable_fraction, gemm_seconds, shape_fill
 from flexcomm.planner.llm.model import Gemm
 
-#: The largest typical cuBLAS tile on A100 (NVIDIA matmul guide, section 2.3).
-TILE = (256, 128)
-#: Fraction of peak a fully quantized GEMM reaches: fitted on all six rows of Megatron-LM Table 1 (0.648; see
-#: the module docstring and ``flexcomm reproduce megatron``, which predicts each row with a ceiling fitted on the
-#: other rows only: 0.635-0.656).
-DEFAULT_GEMM_CEILING = 0.65
 #: Memory-bound traffic per stored activation byte in the forward pass (written once, read once).
 FORWARD_TRAFFIC_PER_STORED_BYTE = 2.0
 #: Adam's traffic per parameter: reads 16-bit gradient + fp32 master, m, v; writes those three + 16-bit weight.
@@ -64,16 +56,22 @@ class Hardware:
     intra_Bps: float
     inter_alpha: float
     inter_Bps: float
-    gemm_ceiling: float = DEFAULT_GEMM_CEILING
+    #: fraction of peak a perfectly shaped GEMM reaches (the device's measured MAMF; see the module doc)
+    gemm_ceiling: float
+    #: the cluster, where it has a ``gpu_fabric``: intra-node collectives are priced as NCCL runs them
+    nccl_cluster: Cluster | None = field(default=None, compare=False, repr=False)
+    _collective_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def of(cls, cluster: Cluster, gemm_ceiling: float = DEFAULT_GEMM_CEILING) -> Hardware:
+    def of(cls, cluster: Cluster, gemm_ceiling: float | None = None) -> Hardware:
+        """The cluster's slowest device and links; ``gemm_ceiling`` None: the device's achievable fraction."""
         d = min(cluster.rank_devices, key=lambda dev: dev.peak_flops)  # a mixed pool runs at its slowest
+        ceiling = achievable_fraction(d.name) if gemm_ceiling is None else gemm_ceiling
         return cls(peak_flops=d.peak_flops, memory_bandwidth_Bps=d.memory_bandwidth_Bps, sms=d.sms,
                    devices_per_node=cluster.devices_per_node, nics_per_node=cluster.nics_per_node or 1,
                    intra_alpha=cluster.intra_link.latency_s, intra_Bps=cluster.intra_link.bandwidth_Bps,
                    inter_alpha=cluster.inter_link.latency_s, inter_Bps=cluster.inter_link.bandwidth_Bps,
-                   gemm_ceiling=gemm_ceiling)
+                   gemm_ceiling=ceiling, nccl_cluster=cluster if cluster.gpu_fabric is not None else None)
 
     @property
     def inter_Bps_per_gpu(self) -> float:
@@ -83,22 +81,12 @@ class Hardware:
     # --- kernels ---------------------------------------------------------------------------------
 
     def gemm_efficiency(self, g: Gemm) -> float:
-        """Fraction of peak: the ceiling times tile and wave quantization (best tile orientation)."""
-        best = 0.0
-        for tm, tn in (TILE, TILE[::-1]):
-            tiles = math.ceil(g.m / tm) * math.ceil(g.n / tn) * g.count
-            fill = g.m * g.n * g.count / (tiles * tm * tn)
-            if self.sms:
-                fill *= tiles / (math.ceil(tiles / self.sms) * self.sms)
-            best = max(best, fill)
-        return self.gemm_ceiling * best
+        """Fraction of peak: the achievable fraction times the shape's tile, wave and K-loop fill."""
+        return self.gemm_ceiling * shape_fill(GemmShape(g.m, g.n, g.k, g.count), self.sms)
 
     def gemm_s(self, g: Gemm, element_bytes: float) -> float:
-        math_s = g.flops / (self.peak_flops * self.gemm_efficiency(g))
-        if not self.memory_bandwidth_Bps:
-            return math_s
-        moved = (g.m * g.k + g.k * g.n + g.m * g.n) * g.count * element_bytes
-        return max(math_s, moved / self.memory_bandwidth_Bps)
+        return gemm_seconds(GemmShape(g.m, g.n, g.k, g.count), self.peak_flops, self.gemm_ceiling, self.sms,
+                            self.memory_bandwidth_Bps, element_bytes)
 
     def memory_bound_s(self, stored_bytes: float) -> float:
         """Forward seconds of the memory-bound kernels around ``stored_bytes`` of kept activations."""
@@ -120,9 +108,24 @@ class Hardware:
         bandwidth = min(share, self.intra_Bps) if per_node > 1 else min(share, self.inter_Bps * self.nics_per_node)
         return self.inter_alpha, bandwidth
 
+    def _nccl_s(self, collective: str, nbytes: float, group: int, per_node: int) -> float | None:
+        """NCCL's time for a group inside one node (``nbytes`` in flexcomm's sizes), or None to use rings."""
+        if self.nccl_cluster is None or group > per_node or group > self.devices_per_node:
+            return None
+        key = (collective, float(nbytes), group)
+        if key not in self._collective_cache:
+            from flexcomm.costmodel.model import CostModel
+
+            model = CostModel.from_cluster(self.nccl_cluster)
+            self._collective_cache[key] = model.nccl_choice(collective, "nccl", nbytes, group).seconds
+        return self._collective_cache[key]
+
     def allreduce_s(self, nbytes: float, group: int, per_node: int) -> float:
         if group <= 1 or nbytes <= 0:
             return 0.0
+        nccl = self._nccl_s("allreduce", nbytes, group, per_node)
+        if nccl is not None:
+            return nccl
         alpha, bw = self._ring_link(group, per_node)
         return 2 * (group - 1) * alpha + 2 * (group - 1) / group * nbytes / bw
 
@@ -130,6 +133,9 @@ class Hardware:
         """One reduce-scatter or allgather of ``nbytes`` in all (sequence parallelism's halves of an allreduce)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
+        nccl = self._nccl_s("allgather", nbytes / group, group, per_node)  # flexcomm counts one rank's part
+        if nccl is not None:
+            return nccl
         alpha, bw = self._ring_link(group, per_node)
         return (group - 1) * alpha + (group - 1) / group * nbytes / bw
 
