@@ -289,7 +289,9 @@ class Device(_Model):
         """What the file leaves out, from the device catalog (:mod:`costmodel.devices`)."""
         from flexcomm.costmodel.devices import fill
 
-        return fill(data)
+        names = {name: tuple(field.validation_alias.choices) if isinstance(field.validation_alias, AliasChoices)
+                 else (name,) for name, field in cls.model_fields.items()}
+        return fill(data, names)
 
     @field_validator("memory_bandwidth_Bps")
     @classmethod

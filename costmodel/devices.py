@@ -19,6 +19,7 @@ import difflib
 import functools
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,12 @@ def closest(name: str, count: int = 3) -> list[str]:
     return list(dict.fromkeys(keys[k] for k in near))[:count] or list(catalog())[:count]
 
 
-def fill(data: dict[str, Any]) -> dict[str, Any]:
+def fill(data: dict[str, Any], field_names: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     """A cluster file's ``device`` mapping with what it leaves out taken from the catalog; records which keys
-    came from where in ``sources`` (``file``, ``catalog: <datasheet>``, ``conservative``)."""
+    came from where in ``sources`` (``file``, ``catalog: <datasheet>``, ``conservative``). ``field_names``: the
+    keys a file may write each ``Device`` field as (its declared aliases, the first as files write it), passed
+    by the model so the two cannot drift."""
+    names_of = dict(field_names or {})
     if not isinstance(data, dict) or data.get("name") is None:
         return data  # no name: the model says what is missing
     data = {k: v for k, v in data.items() if v is not None}  # a key set to null is a key left out
@@ -130,24 +134,23 @@ def fill(data: dict[str, Any]) -> dict[str, Any]:
     device = lookup(str(data["name"]))
     precision = str(data.get("precision", DEFAULT_PRECISION))
     if device is not None:
-        wanted = {"peak_flops": lambda: device.peak(precision), "memory": lambda: device.memory_bytes,
-                  "memory_bandwidth": lambda: device.memory_bandwidth_Bps, "sms": lambda: device.units}
-        aliases = {"memory": ("memory", "memory_bytes"), "memory_bandwidth": ("memory_bandwidth",
-                                                                               "memory_bandwidth_Bps")}
-        for key, value in wanted.items():
-            if any(k in data for k in aliases.get(key, (key,))):
+        wanted = {"peak_flops": lambda: device.peak(precision), "memory_bytes": lambda: device.memory_bytes,
+                  "memory_bandwidth_Bps": lambda: device.memory_bandwidth_Bps, "sms": lambda: device.units}
+        for field, value in wanted.items():
+            names = names_of.get(field, (field,))
+            if any(k in data for k in names):
                 continue
             got = value()
             if got is not None:
-                data[key] = got
-                sources[key] = f"catalog {device.name}: {device.source}"
+                data[names[0]] = got
+                sources[names[0]] = f"catalog {device.name}: {device.source}"
     elif precision not in PRECISIONS:
         raise InputError("device.precision", precision, "a precision, one of " + ", ".join(PRECISIONS))
     elif "peak_flops" not in data:
         name = str(data["name"])
         raise InputError("device.name", name, f"a catalog device (closest: {', '.join(closest(name))}) or a "
                          "device that states its peak_flops and memory")
-    has_bandwidth = "memory_bandwidth" in data or "memory_bandwidth_Bps" in data
+    has_bandwidth = any(k in data for k in names_of.get("memory_bandwidth_Bps", ("memory_bandwidth_Bps",)))
     if not has_bandwidth and "peak_flops" in data:
         from flexcomm.costmodel.units import parse_flops
 

@@ -263,12 +263,17 @@ class CostModel:
                                       np.asarray(ratio, dtype=float))
         latency, bandwidth, compute = np.zeros(n.shape), np.zeros(n.shape), np.zeros(n.shape)
         for index in np.ndindex(n.shape):
-            for message, choice in self.scheme_choices(scheme, float(n[index]), int(p[index]), float(c[index]),
-                                                       payload, algorithms):
-                latency[index] += choice.latency_s
-                bandwidth[index] += choice.bandwidth_s
-                compute[index] += self.gamma * message.extra_reduce_bytes
+            one = self.calls_breakdown(self.scheme_choices(scheme, float(n[index]), int(p[index]), float(c[index]),
+                                                           payload, algorithms))
+            latency[index], bandwidth[index], compute[index] = one.latency, one.bandwidth, one.compute
         return CostBreakdown(latency, bandwidth, compute)
+
+    def calls_breakdown(self, calls: list[tuple[Message, NcclChoice]]) -> CostBreakdown:
+        """One exchange's calls (from :meth:`scheme_choices`) as one breakdown: their latencies, bandwidth terms
+        and the reductions their extra bytes cost at this model's gamma, each summed."""
+        return CostBreakdown(np.array(sum(choice.latency_s for _, choice in calls)),
+                             np.array(sum(choice.bandwidth_s for _, choice in calls)),
+                             np.array(sum(self.gamma * message.extra_reduce_bytes for message, _ in calls)))
 
     def hierarchical_allreduce(
         self, nbytes: ArrayLike, ranks: ArrayLike, inter_algorithm: str = "ring"

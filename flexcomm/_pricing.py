@@ -42,7 +42,21 @@ if TYPE_CHECKING:
     from flexcomm.costmodel.calibration import CalibrationProfile
     from flexcomm.costmodel.cluster import Cluster
 
-__all__ = ["Cost", "calibrate", "cost", "cost_model"]
+__all__ = ["CallPrice", "Cost", "calibrate", "cost", "cost_model"]
+
+
+@dataclass(frozen=True)
+class CallPrice:
+    """One library call of a scheme's exchange: what it moves and what the library runs for it."""
+
+    collective: str
+    nbytes: float
+    #: what NCCL runs, e.g. ``NVLSTree/Simple``
+    runs: str
+    seconds: float
+    #: the call as the library runs it (channels, chunk, time split): what ``--explain`` prints
+    execution: Any = None
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -65,10 +79,8 @@ class Cost:
     execution: Any = None
     #: with a scheme: PowerSGD's rank
     powersgd_rank: int | None = None
-    #: with a scheme through ``nccl``: each call (collective, bytes, what the library runs, seconds)
-    calls: tuple[tuple[str, float, str, float], ...] = ()
-    #: with a scheme through ``nccl``: each call's :class:`Execution` (what ``--explain`` prints)
-    call_executions: tuple[Any, ...] = ()
+    #: with a scheme through ``nccl``: each call
+    calls: tuple[CallPrice, ...] = ()
     #: with PowerSGD: the shape of its matrices as given (None: one square matrix)
     powersgd_matrix: str | None = None
 
@@ -115,8 +127,8 @@ class Cost:
                 f"(latency {format_time(self.latency_s)}, bandwidth {format_time(self.bandwidth_s)}, "
                 f"reduction {format_time(self.reduction_s)})"
                 + (f"; bus bandwidth {format_bandwidth(bus)}" if bus is not None else "")
-                + "".join(f"\n  {collective} {format_size(nbytes)}: {runs}, {format_time(seconds)}"
-                          for collective, nbytes, runs, seconds in self.calls))
+                + "".join(f"\n  {c.collective} {format_size(c.nbytes)}: {c.runs}, {format_time(c.seconds)}"
+                          for c in self.calls))
 
     def as_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "algorithm": self.algorithm, "scheme": self.scheme,
@@ -124,8 +136,8 @@ class Cost:
                 "algorithm_bandwidth_Bps": self.algorithm_bandwidth_Bps, "bus_bandwidth_Bps": self.bus_bandwidth_Bps,
                 **({"nccl_runs": self.nccl_runs} if self.nccl_runs else {}),
                 **({"powersgd_rank": self.powersgd_rank} if self.powersgd_rank else {}),
-                **({"calls": [{"collective": c, "bytes": b, "runs": r, "seconds": t} for c, b, r, t in self.calls]}
-                   if self.calls else {})}
+                **({"calls": [{"collective": c.collective, "bytes": c.nbytes, "runs": c.runs, "seconds": c.seconds}
+                              for c in self.calls]} if self.calls else {})}
 
 
 def matrix_sides(text: str, elements: float) -> tuple[float, float]:
@@ -262,9 +274,8 @@ def cost(
     model = cost_model(cluster=cluster, profile=profile, latency=latency, bandwidth=bandwidth,
                        reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node)
     if scheme:
-        result = _scheme_cost(model, scheme, algorithm, elements, nbytes, ranks, float(ratio), payload, index_dtype,
-                              powersgd_rank)
-        return replace(result, powersgd_matrix=powersgd_matrix) if powersgd_matrix else result
+        return _scheme_cost(model, scheme, algorithm, elements, nbytes, ranks, float(ratio), payload, index_dtype,
+                            powersgd_rank, powersgd_matrix)
     chosen_algorithm = algorithm or table[name][0]
     if isinstance(order, str) and order == "rank" or is_nccl_algorithm(chosen_algorithm):
         breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
@@ -283,25 +294,23 @@ def cost(
 
 
 def _scheme_cost(model: CostModel, scheme: str, algorithm: str | None, elements: float, nbytes: float, ranks: int,
-                 ratio: float, payload: SparsePayload, index_dtype: str, powersgd_rank: int) -> Cost:
+                 ratio: float, payload: SparsePayload, index_dtype: str, powersgd_rank: int,
+                 powersgd_matrix: str | None) -> Cost:
     """One exchange priced by formulas on the cluster's links, or call by call as NCCL runs it."""
     rank = powersgd_rank if scheme == "powersgd" else None
     if algorithm is not None and is_nccl_algorithm(algorithm):
         chosen = SchemeAlgorithms(library=algorithm, powersgd_rank=powersgd_rank)
         calls = model.scheme_choices(scheme, elements, ranks, ratio, payload, chosen)
-        latency = sum(choice.latency_s for _, choice in calls)
-        bandwidth = sum(choice.bandwidth_s for _, choice in calls)
-        compute = sum(model.gamma * message.extra_reduce_bytes for message, _ in calls)
-        breakdown = CostBreakdown(np.array(latency), np.array(bandwidth), np.array(compute))
+        breakdown = model.calls_breakdown(calls)
         runs = ", ".join(dict.fromkeys(choice.label for _, choice in calls))
         return Cost("allreduce", algorithm, scheme, ratio, index_dtype, ranks, nbytes, breakdown, runs,
                     calls[0][1].execution if len(calls) == 1 else None, rank,
-                    tuple((m.collective, m.nbytes, c.label, c.seconds) for m, c in calls),
-                    tuple(c.execution for _, c in calls))
+                    tuple(CallPrice(m.collective, m.nbytes, c.label, c.seconds, c.execution) for m, c in calls),
+                    powersgd_matrix)
     chosen = SchemeAlgorithms(allreduce=algorithm or "ring", powersgd_rank=powersgd_rank)
     breakdown = model.scheme(scheme, elements, ranks, ratio, payload, chosen)
     return Cost("allreduce", chosen.allreduce, scheme, ratio, index_dtype, ranks, nbytes, breakdown,
-                powersgd_rank=rank)
+                powersgd_rank=rank, powersgd_matrix=powersgd_matrix)
 
 
 def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:

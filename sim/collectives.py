@@ -220,9 +220,7 @@ def _nccl_model(network: Network, ranks: np.ndarray):  # -> (CostModel, ranks to
     domain = fabric.nvlink_domain if fabric is not None else None
     spread = nodes > 1 and g < per_node and domain in (None, per_node)
     key = (g, nodes) if spread else None
-    models = getattr(network, "_nccl_cost_models", None)
-    if models is None:
-        models = network._nccl_cost_models = {}  # type: ignore[attr-defined]
+    models = network.cost_models
     if key not in models:
         view = cluster
         if spread:

@@ -37,12 +37,17 @@ def _by_node(ranks: np.ndarray, per_node: int) -> list[np.ndarray]:
 MAX_ALLTOALL_RANKS = 256
 
 
+def all_pairs(ranks: np.ndarray) -> np.ndarray:
+    """Every (src, dst) pair of distinct ranks, one row each: an all-to-all sent flow by flow."""
+    src, dst = np.meshgrid(ranks, ranks, indexing="ij")
+    off = src != dst
+    return np.stack([src[off], dst[off]], axis=1)
+
+
 def _alltoall_pairs(ranks: np.ndarray) -> np.ndarray:
     p = len(ranks)
     if p <= MAX_ALLTOALL_RANKS:
-        src, dst = np.meshgrid(ranks, ranks, indexing="ij")
-        off = src != dst
-        return np.stack([src[off], dst[off]], axis=1)
+        return all_pairs(ranks)
     shifts = [1 << k for k in range(p.bit_length()) if (1 << k) < p]
     return np.concatenate([np.stack([ranks, np.roll(ranks, -s)], axis=1) for s in shifts])
 

@@ -328,6 +328,8 @@ class Network:
         self._timer_at: float | None = None
         self._on_timer_cb = self._on_timer
         self._patterns: dict[Any, Pattern] = {}
+        #: cost models of the communicator views NCCL calls are priced on (sim.collectives fills it per view)
+        self.cost_models: dict[Any, Any] = {}
         self._lat_version = 0
         self._cap_version = 0
         self._struct_version = 0

@@ -43,6 +43,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.ring_orders import ORDERS, ring_order
 from flexcomm.costmodel.units import parse_size, parse_time
 from flexcomm.sim.collectives import run_collective
+from flexcomm.sim.nccl_flows import all_pairs
 from flexcomm.sim.network import COUPLINGS, SHARINGS, Network
 from flexcomm.sim.training import DEFAULT_BUCKET_CAP, bucket_ready_seconds, default_algorithm, make_buckets
 from flexcomm.sim.workload import get_training_workload
@@ -327,10 +328,7 @@ def _pattern_iteration(env: simpy.Environment, net: Network, job: JobSpec, i: in
     ranks = np.asarray(job.ranks, dtype=np.int64)
     tag = f"{job.name}:i{i}"
     if kind == "alltoall-flows":
-        p = len(ranks)
-        src, dst = np.meshgrid(ranks, ranks, indexing="ij")
-        off = src != dst
-        yield net.send(np.stack([src[off], dst[off]], axis=1), size / p, tag=tag)
+        yield net.send(all_pairs(ranks), size / len(ranks), tag=tag)
     elif kind == "p2p":
         yield net.send(np.stack([ranks, np.roll(ranks, -1)], axis=1), size, tag=tag)
     else:

@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
                   reduce_bandwidth=args.reduce_bandwidth, ranks_per_node=args.ranks_per_node, order=_order(args.order),
                   nccl_version=args.nccl_version, gpus_per_process=args.gpus_per_process,
                   powersgd_rank=args.powersgd_rank, powersgd_matrix=args.powersgd_matrix)
-    executions = [e for e in (result.call_executions or (result.execution,)) if e is not None] if args.explain else []
+    executions = [e for e in ([c.execution for c in result.calls] or [result.execution]) if e is not None] \
+        if args.explain else []
     if args.json:
         explained = [e.as_dict() for e in executions]
         extra = {"explain": explained[0]} if len(explained) == 1 and not result.calls else (

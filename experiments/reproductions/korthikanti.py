@@ -59,7 +59,7 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
     ax.bar(x + w, table["megatron_fitted_s"], w, label="predicted with the ceiling fitted on Megatron-LM 2021",
            color="#1f77b4")
     for i, err in enumerate(table["rel_error"]):
-        ax.annotate(f"{err:+.0%}", (i, table["predicted_s"].iloc[i]), ha="center", va="bottom", fontsize=7,
+        ax.annotate(f"{err:+.1%}", (i, table["predicted_s"].iloc[i]), ha="center", va="bottom", fontsize=7,
                     color="#2ca02c")
     ax.set_yscale("log")
     ax.set_xticks(x, [f"{r.model}\n{r.setting.replace(' ', chr(10))}" for r in table.itertuples()], fontsize=7)

@@ -79,7 +79,7 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
     ax.bar(x + 1.5 * w, table["chosen_tflops"], w, label="planner's choice (all features, catalog)",
            color="#ff7f0e")
     for i, err in enumerate(table["catalog_rel_error"]):
-        ax.annotate(f"{err:+.0%}", (i - 0.5 * w, table["catalog_tflops"].iloc[i]), ha="center", va="bottom",
+        ax.annotate(f"{err:+.1%}", (i - 0.5 * w, table["catalog_tflops"].iloc[i]), ha="center", va="bottom",
                     fontsize=7, color="#2ca02c")
     ax.set_xticks(x, table["model"])
     ax.set_xlabel("model (GPUs: " + ", ".join(map(str, table["gpus"])) + ")")
@@ -99,6 +99,8 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
     bx.set_xticks(x, [f"{r.model}\nt{r.chosen_tp} p{r.chosen_pp} d{r.chosen_dp}\nb{r.chosen_micro_batch_size} "
                       f"v{r.chosen_virtual_stages}{' sp' if r.chosen_sequence_parallel else ''}\n{r.chosen_recompute}"
                       for r in table.itertuples()], fontsize=7)
+    bx.set_ylim(0, 1.08)  # the stacks sum to 1: room above them, and the 1.0 tick labelled
+    bx.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     bx.set_ylabel("share of the chosen plan's step")
     bx.set_title("where the chosen plans' steps go", fontsize=9)
     bx.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
