@@ -32,6 +32,7 @@ from flexcomm.costmodel.compressed import (
 )
 from flexcomm.costmodel.compression_compute import device_compression_seconds
 from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_time
 
@@ -51,6 +52,8 @@ class WhatIfGrid:
     """Axes of the sweep; every combination is priced for every model and scheme."""
 
     models: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODELS))
+    #: per-layer parameter counts of models the zoo does not hold (a user's ``module:factory``): PowerSGD's matrices
+    layers: dict[str, list[float]] = field(default_factory=dict)
     ratios: np.ndarray = field(default_factory=lambda: np.logspace(-1, -4, 13))
     bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.logspace(0, 3.5, 15) * 1.25e8)  # 1..3162 Gbit/s
     latencies_s: np.ndarray = field(default_factory=lambda: np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2]))
@@ -172,13 +175,38 @@ def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _layer_params(model_name: str) -> list[float] | None:
+def _layer_params(model_name: str, grid: WhatIfGrid | None = None) -> list[float] | None:
     """The parameter counts of a model flexcomm knows layer by layer (PowerSGD's matrices); None otherwise."""
     from flexcomm.costmodel.compute import MODEL_ZOO, get_model
 
+    if grid is not None and model_name in grid.layers:
+        return grid.layers[model_name]
     if model_name not in MODEL_ZOO:
         return None
     return [float(layer.params) for layer in get_model(model_name).layers if layer.params > 0]
+
+
+def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Parameters and per-layer parameters of each model named: a zoo model or ``module:factory`` /
+    ``file.py:factory`` (the user's own, counted off the module)."""
+    from flexcomm.costmodel.compute import MODEL_ZOO, get_model
+    from flexcomm.sim.workload import _is_reference
+
+    params: dict[str, float] = {}
+    layers: dict[str, list[float]] = {}
+    for name in names:
+        if _is_reference(name):
+            from flexcomm.workloads.user_model import build_user_model
+
+            spec = build_user_model(name).spec()
+        elif name.strip().lower() in MODEL_ZOO:
+            spec = get_model(name)
+        else:
+            raise InputError("model", name, "one of " + ", ".join(sorted(MODEL_ZOO))
+                             + ", or your model as module.path:factory or path/to/file.py:factory")
+        params[spec.name] = float(spec.params)
+        layers[spec.name] = [float(layer.params) for layer in spec.layers if layer.params > 0]
+    return params, layers
 
 
 def _with_nic(cluster: Cluster, bandwidth_Bps: float) -> Cluster:
@@ -199,7 +227,7 @@ def run_library_whatif(grid: WhatIfGrid, cluster: Cluster, shard: tuple[int, int
     device = cluster.device
     frames = []
     for model_name, params in grid.models.items():
-        layers = _layer_params(model_name)
+        layers = _layer_params(model_name, grid)
         payload = replace(grid.payload, matrix_sides=None if layers is None else powersgd_sides(layers))
         priced: dict[tuple[str, float, int, float], tuple[float, float, float, str]] = {}
         columns: dict[str, list] = {k: [] for k in ("scheme", "comm", "lat", "bw", "red", "runs", "compress")}

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from flexcomm.sim.collectives import SimResult
     from flexcomm.sim.training import TrainingResult
 
+#: DDP's first gradient bucket (torch.distributed's ``_DEFAULT_FIRST_BUCKET_BYTES``: 1 MiB), the rest at the cap.
+DDP_FIRST_BUCKET_BYTES = 1024 * 1024
+
 __all__ = ["emulate", "emulation_settings", "network_dynamics", "simulate", "simulate_collective", "study"]
 
 CONGESTION_FORM = "good=MEAN,bad=MEAN,factor=F, e.g. good=50ms,bad=10ms,factor=0.25"
@@ -133,6 +136,8 @@ def simulate(
     if batch is not None and not batch > 0:
         raise InputError("batch", batch, "a positive number of samples per rank")
     extra: dict[str, Any] = {}
+    if isinstance(workload, str) and ":" in workload:  # the user's own model: DDP's real first bucket too
+        extra["first_bucket_cap"] = DDP_FIRST_BUCKET_BYTES
     if efficiency is not None:
         if not 0 < efficiency <= 1:
             raise InputError("efficiency", efficiency, "a fraction of peak in (0, 1]")

@@ -91,10 +91,42 @@ def graph_options(name: str) -> dict[str, Any]:
 
 
 def _spec(name: str) -> _Spec:
+    from flexcomm.sim.workload import _is_reference
+
+    if _is_reference(name):
+        return _user_spec(str(name).strip())
     key = str(name).strip().lower()
     if key not in _SPECS:
-        raise InputError("model", name, "one of " + ", ".join(GRAPH_NAMES))
+        raise InputError("model", name, "one of " + ", ".join(GRAPH_NAMES)
+                         + ", or your model as module.path:factory or path/to/file.py:factory")
     return _SPECS[key]
+
+
+def _resized(example: Any, batch: int, device: torch.device) -> Any:
+    """An input like ``example`` with ``batch`` samples on ``device`` (integer inputs are token ids: 0)."""
+    if isinstance(example, tuple):
+        return tuple(_resized(e, batch, device) for e in example)
+    shape = (batch, *example.shape[1:])
+    if example.dtype.is_floating_point:
+        return torch.randn(shape, dtype=example.dtype, device=device)
+    return torch.zeros(shape, dtype=example.dtype, device=device)
+
+
+def _user_spec(reference: str) -> _Spec:
+    """A user's ``module:factory`` as a graph spec: the factory builds the module (on the device ``trace``
+    asks for), its example input is resized to the batch."""
+    from flexcomm.workloads.user_model import build_user_model
+
+    built: dict[str, Any] = {}
+
+    def factory() -> nn.Module:
+        built["user"] = build_user_model(reference)
+        return built["user"].module
+
+    def input_of(opts: dict[str, Any], batch: int, device: torch.device) -> Any:
+        return _resized(built["user"].example, batch, device)
+
+    return _Spec(factory, {}, input_of, reference)
 
 
 def _resolve(name: str, options: Mapping[str, Any]) -> tuple[_Spec, dict[str, Any]]:
@@ -128,7 +160,12 @@ def trace(name: str, *, batch_size: int = 32, device: str = "meta",
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         example = spec.input_of(opts, batch, dev)
-    return fx.symbolic_trace(module), example
+    try:
+        return fx.symbolic_trace(module), example
+    except Exception as exc:  # noqa: BLE001 (a user's module: what stopped the tracer, in one line)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError("model", name, f"a module torch.fx can trace (it stopped at: {first}); measured "
+                         "per-op times stand in for the FLOP model with --op-times") from exc
 
 
 def _tensor_bytes(value: Any) -> int:

@@ -7,6 +7,8 @@ training on one modern GPU (ResNet-50 at 256 is NVIDIA's DeepLearningExamples A1
 small models of the ``workloads`` package (``mlp-digits``, ``resnet-synthetic``, ...) are also
 accepted: their layers are counted off the real torch module, so simulated and emulated runs talk
 about the same network (importing them needs torch, so it happens only when such a name is asked for).
+A user's own model is named as its factory, ``module.path:factory`` or ``path/to/file.py:factory``
+(:mod:`workloads.user_model`), and counted the same way.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         model = get_model(key)
         return TrainingWorkload(key, model, float(DEFAULT_BATCH.get(key, 32)), model.description).with_batch(
             batch_per_rank)
+    if _is_reference(name):  # the user's own model: module.path:factory or file.py:factory
+        from flexcomm.workloads.user_model import build_user_model
+
+        user = build_user_model(str(name).strip())
+        return TrainingWorkload(user.name, user.spec(), float(user.batch_size), user.reference).with_batch(
+            batch_per_rank)
     names = _package_names()
     if key in names:
         from flexcomm.workloads.registry import get_workload
@@ -74,4 +82,13 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         spec = workload.spec()
         return TrainingWorkload(key, spec, float(workload.batch_size), workload.description).with_batch(
             batch_per_rank)
-    raise InputError("workload", name, "one of " + ", ".join([*sorted(MODEL_ZOO), *names]))
+    raise InputError("workload", name, "one of " + ", ".join([*sorted(MODEL_ZOO), *names])
+                     + ", or your model as module.path:factory or path/to/file.py:factory")
+
+
+def _is_reference(name: object) -> bool:
+    """``module:factory`` or ``file.py:factory`` (torch-free: the check runs before anything is imported)."""
+    if not isinstance(name, str) or name.strip().count(":") != 1:
+        return False
+    where, factory = name.strip().rsplit(":", 1)
+    return bool(where) and factory.isidentifier()

@@ -66,8 +66,11 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.planner.devices import load_plan_cluster
 
     # everything checkable without torch first: a typo is a one-line error within a second
-    if args.model not in GRAPH_NAMES:
-        raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES))
+    from flexcomm.sim.workload import _is_reference
+
+    if args.model not in GRAPH_NAMES and not _is_reference(args.model):
+        raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
+                         + ", or your model as module.path:factory or path/to/file.py:factory")
     _check_int("batch-size", args.batch_size, 1)
     _check_int("top", args.top, 1)
     _check_int("samples", args.samples, 1)

@@ -278,7 +278,10 @@ def run(args: argparse.Namespace) -> int:
                     "events": _records(result.events), "files": written})
         return 0
     buckets = result.bucket_list
-    cap = f"{args.buckets} buckets" if args.buckets else f"{len(buckets)} buckets ({args.bucket_size} cap)"
+    first = result.config.get("first_bucket_cap")
+    cap = f"{args.buckets} buckets" if args.buckets else (
+        f"{len(buckets)} buckets ({args.bucket_size} cap" + (f", {format_size(first)} first, as DDP" if first else "")
+        + ")")
     config = result.config
     exchange = "allreduce/" + config["algorithm"] if config["scheme"] == "dense" else \
         f"{config['scheme']}" + (f" ratio {config['ratio']:g}" if config["scheme"].startswith("topk") else "") + \

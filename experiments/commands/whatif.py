@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "command says where compression does not pay.",
     )
     add_cluster_arguments(parser)
+    parser.add_argument("--model", help="comma-separated models to price (default resnet50,vgg16,transformer-1.3b): "
+                        "zoo names or your own as module.path:factory or path/to/file.py:factory")
     parser.add_argument("--out", default="results/whatif", help="output directory (default results/whatif)")
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.costmodel.compressed import SparsePayload
     from flexcomm.experiments import whatif_plots
-    from flexcomm.experiments.whatif import WhatIfGrid, run_whatif, winners
+    from flexcomm.experiments.whatif import WhatIfGrid, grid_models, run_whatif, winners
 
     cluster = cluster_from_args(args)  # with --cluster, its links replace the bandwidth/latency sweep
     payload = SparsePayload(index_dtype=args.index_dtype)
@@ -61,6 +63,11 @@ def run(args: argparse.Namespace) -> int:
     if args.compress_throughput is not None and not args.compress_throughput >= 0:
         raise InputError("compress-throughput", args.compress_throughput, "elements per second >= 0")
     grid = WhatIfGrid(payload=payload, compress_elements_per_s=args.compress_throughput)
+    if args.model:
+        names = [n.strip() for n in args.model.split(",") if n.strip()]
+        if not names:
+            raise InputError("model", args.model, "comma-separated zoo names or module:factory references")
+        grid.models, grid.layers = grid_models(names)
     if args.reduce_bandwidth:
         grid.reduce_gamma_s_per_byte = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth")
     shard = _parse_shard(args.shard)

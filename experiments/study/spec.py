@@ -6,7 +6,8 @@ A study file is YAML (or JSON)::
     engine: model                 # model (cost model) | sim (discrete-event simulator) | emulated (real gradients)
                                   # | recovery (goodput of a transformer job over days of failures)
     cluster: 8x1-10gbe            # embedded name or file; or {base: NAME|FILE, override: {inter_link: {...}}}
-    workload: resnet50            # MODEL_ZOO model (model, sim) or workloads-package name (emulated, sim, model)
+    workload: resnet50            # MODEL_ZOO model (model, sim), workloads-package name (emulated, sim, model) or
+                                  # your own module.path:factory / file.py:factory (model, sim)
     strategies: [dense, topk-ag, topk-ar]
     sweep:                        # axis -> values; the points are the cartesian product
       bandwidth: [1Gbit/s, 10Gbit/s, 100Gbit/s]
@@ -183,9 +184,11 @@ def _storage(value: Any, field: str) -> float:
 
 
 def _name(value: Any, field: str) -> str:
+    from flexcomm.sim.workload import _is_reference
+
     if not isinstance(value, str) or not value.strip():
         raise InputError(field, value, "a workload name such as resnet50 or mlp-digits")
-    return value.strip().lower()
+    return value.strip() if _is_reference(value) else value.strip().lower()  # a factory's path keeps its case
 
 
 @dataclass(frozen=True)
@@ -441,6 +444,7 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
 
 def _check_workload(name: str, engine: str, field: str) -> str:
     from flexcomm.costmodel.compute import MODEL_ZOO
+    from flexcomm.sim.workload import _is_reference
 
     if engine == "emulated":
         from flexcomm.workloads.registry import WORKLOADS
@@ -451,6 +455,11 @@ def _check_workload(name: str, engine: str, field: str) -> str:
 
         known = list(recovery_workloads())
     elif name in MODEL_ZOO:
+        return name
+    elif _is_reference(name):  # the user's own model (model and sim engines): built now, so a bad one fails here
+        from flexcomm.workloads.user_model import build_user_model
+
+        build_user_model(name)
         return name
     else:
         from flexcomm.sim.workload import workload_names

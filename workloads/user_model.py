@@ -1,0 +1,151 @@
+"""The user's own model: ``module.path:factory`` or ``path/to/file.py:factory`` as a workload.
+
+Why: the people this workbench is for arrive with a model in their repository, not one of the zoo's. A factory
+is the least they can give: a function of no arguments returning an ``nn.Module``, or ``(module, example)``
+where ``example`` is an input batch (a tensor or a tuple of positional tensors) or one sample's shape (a tuple of
+ints: a float batch of that shape is made). Without an example, the first layer that takes the input says what
+it expects (``nn.Linear``: its in_features; ``nn.Conv2d``: its in_channels at 224 x 224; ``nn.Conv1d``: its
+in_channels over 128 steps; ``nn.Embedding``: 128 token ids), and anything else is one error line asking for one.
+
+Every failure is one :class:`InputError` naming the reference and what went wrong: a module path that does not
+import, a file that does not exist, no such factory, a factory that raises or returns something that is not an
+``nn.Module``, an example that is neither a tensor nor a shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from flexcomm.costmodel.errors import InputError
+
+#: Samples per example batch when the factory gives a shape or nothing (what the FLOP counter runs).
+EXAMPLE_BATCH = 8
+#: Tokens per sample for a model whose first layer is an embedding, and steps for a Conv1d.
+DEFAULT_SEQUENCE = 128
+#: Pixels per side for a model whose first layer is a Conv2d.
+DEFAULT_IMAGE = 224
+
+
+def is_reference(text: object) -> bool:
+    """Whether ``text`` names a factory (``module:factory`` or ``file.py:factory``), not a zoo model."""
+    from flexcomm.sim.workload import _is_reference
+
+    return _is_reference(text)
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """A built user model: its name (the factory's), the module and an example input batch."""
+
+    reference: str
+    name: str
+    module: nn.Module
+    example: Any
+
+    @property
+    def batch_size(self) -> int:
+        first = self.example[0] if isinstance(self.example, tuple) else self.example
+        return int(first.shape[0])
+
+    def spec(self):  # -> costmodel.compute.ModelSpec
+        """Per-layer parameters and forward FLOPs per sample, counted as the zoo's workloads are."""
+        from flexcomm.costmodel.compute import layers_from_torch
+
+        return layers_from_torch(self.module, self.example, name=self.name,
+                                 description=f"{self.reference} (counted by torch.utils.flop_counter)")
+
+
+def _import(reference: str, where: str) -> Any:
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise InputError("model", reference, f"a factory in an existing file ({where} does not exist)")
+        name = f"flexcomm_user_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise InputError("model", reference, f"a Python file ({where} cannot be loaded)")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # noqa: BLE001 (the user's code: any failure is reported, in one line)
+            sys.modules.pop(name, None)
+            raise InputError("model", reference, f"a file that imports ({where}: {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        return module
+    try:
+        return importlib.import_module(where)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError("model", reference, f"a module path that imports ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+
+
+def load_factory(reference: str) -> Callable[[], Any]:
+    """The factory a reference names (imported, not yet called)."""
+    if not is_reference(reference):
+        raise InputError("model", reference, "module.path:factory or path/to/file.py:factory")
+    where, factory = reference.rsplit(":", 1)
+    module = _import(reference, where)
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        raise InputError("model", reference, f"a callable {factory!r} in {where}")
+    return fn
+
+
+def _example_of_shape(shape: tuple, module: nn.Module, reference: str) -> torch.Tensor:
+    if not shape or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape):
+        raise InputError("model", reference, "an example input: a tensor, a tuple of tensors or one sample's shape "
+                         f"as positive ints (the factory returned {shape!r})")
+    return torch.randn(EXAMPLE_BATCH, *shape)
+
+
+def _inferred_example(module: nn.Module, reference: str) -> torch.Tensor:
+    """An example batch from the first layer that takes the input (see the module doc)."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            return torch.randn(EXAMPLE_BATCH, layer.in_features)
+        if isinstance(layer, nn.Conv2d):
+            return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_IMAGE, DEFAULT_IMAGE)
+        if isinstance(layer, nn.Conv1d):
+            return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_SEQUENCE)
+        if isinstance(layer, nn.Embedding):
+            return torch.randint(0, layer.num_embeddings, (EXAMPLE_BATCH, DEFAULT_SEQUENCE))
+    raise InputError("model", reference, "a factory that returns (module, example input) or (module, input shape): "
+                     "its first layer does not say what input it takes")
+
+
+def build_user_model(reference: str) -> UserModel:
+    """Call the factory and check what it returns (see the module doc)."""
+    factory = load_factory(reference)
+    try:
+        built = factory()
+    except Exception as exc:  # noqa: BLE001 (the user's code)
+        raise InputError("model", reference, f"a factory that runs (it raised {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    module, example = (built if isinstance(built, tuple) and len(built) == 2 else (built, None))
+    if not isinstance(module, nn.Module):
+        raise InputError("model", reference, "a factory returning an nn.Module, or (module, example input or shape) "
+                         f"(it returned {type(built).__name__})")
+    if example is None:
+        example = _inferred_example(module, reference)
+    elif isinstance(example, torch.Tensor):
+        if example.dim() == 0:
+            raise InputError("model", reference, "an example input with a batch dimension")
+    elif isinstance(example, tuple) and example and all(isinstance(t, torch.Tensor) for t in example):
+        pass
+    elif isinstance(example, (tuple, list)):
+        example = _example_of_shape(tuple(example), module, reference)
+    else:
+        raise InputError("model", reference, "an example input: a tensor, a tuple of tensors or one sample's shape "
+                         f"(the factory returned {type(example).__name__})")
+    name = reference.rsplit(":", 1)[1]
+    return UserModel(reference, name, module, example)
