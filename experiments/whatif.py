@@ -190,12 +190,12 @@ def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[floa
     """Parameters and per-layer parameters of each model named: a zoo model or ``module:factory`` /
     ``file.py:factory`` (the user's own, counted off the module)."""
     from flexcomm.costmodel.compute import MODEL_ZOO, get_model
-    from flexcomm.sim.workload import _is_reference
+    from flexcomm.workloads.names import is_factory_reference
 
     params: dict[str, float] = {}
     layers: dict[str, list[float]] = {}
     for name in names:
-        if _is_reference(name):
+        if is_factory_reference(name):
             from flexcomm.workloads.user_model import build_user_model
 
             spec = build_user_model(name).spec()

@@ -91,9 +91,9 @@ def graph_options(name: str) -> dict[str, Any]:
 
 
 def _spec(name: str) -> _Spec:
-    from flexcomm.sim.workload import _is_reference
+    from flexcomm.workloads.names import is_factory_reference
 
-    if _is_reference(name):
+    if is_factory_reference(name):
         return _user_spec(str(name).strip())
     key = str(name).strip().lower()
     if key not in _SPECS:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.compute import MODEL_ZOO, ModelSpec, get_model
 from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads.names import is_factory_reference
 
 #: Samples per rank per iteration when none is given (a sample of transformer-1.3b is one 2048-token sequence).
 DEFAULT_BATCH: dict[str, int] = {
@@ -68,7 +69,7 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         model = get_model(key)
         return TrainingWorkload(key, model, float(DEFAULT_BATCH.get(key, 32)), model.description).with_batch(
             batch_per_rank)
-    if _is_reference(name):  # the user's own model: module.path:factory or file.py:factory
+    if is_factory_reference(name):  # the user's own model: module.path:factory or file.py:factory
         from flexcomm.workloads.user_model import build_user_model
 
         user = build_user_model(str(name).strip())
@@ -85,10 +86,3 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
     raise InputError("workload", name, "one of " + ", ".join([*sorted(MODEL_ZOO), *names])
                      + ", or your model as module.path:factory or path/to/file.py:factory")
 
-
-def _is_reference(name: object) -> bool:
-    """``module:factory`` or ``file.py:factory`` (torch-free: the check runs before anything is imported)."""
-    if not isinstance(name, str) or name.strip().count(":") != 1:
-        return False
-    where, factory = name.strip().rsplit(":", 1)
-    return bool(where) and factory.isidentifier()

@@ -24,3 +24,12 @@ FASHION_WORKLOADS: tuple[str, ...] = ("fashion-cnn", "fashion-resnet8", "fashion
 def canonical_workload(name: object) -> str:
     """``name`` as the registry keys it (case and surrounding spaces ignored); unknown names unchanged."""
     return str(name).strip().lower()
+
+
+def is_factory_reference(name: object) -> bool:
+    """Whether ``name`` is the user's own model as ``module.path:factory`` or ``path/to/file.py:factory`` (one
+    colon, an identifier after it), not a workload name."""
+    if not isinstance(name, str) or name.strip().count(":") != 1:
+        return False
+    where, factory = name.strip().rsplit(":", 1)
+    return bool(where) and factory.isidentifier()

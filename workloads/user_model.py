@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads.names import is_factory_reference
 
 #: Samples per example batch when the factory gives a shape or nothing (what the FLOP counter runs).
 EXAMPLE_BATCH = 8
@@ -37,9 +38,7 @@ DEFAULT_IMAGE = 224
 
 def is_reference(text: object) -> bool:
     """Whether ``text`` names a factory (``module:factory`` or ``file.py:factory``), not a zoo model."""
-    from flexcomm.sim.workload import _is_reference
-
-    return _is_reference(text)
+    return is_factory_reference(text)
 
 
 @dataclass(frozen=True)

@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.planner.devices import load_plan_cluster
 
     # everything checkable without torch first: a typo is a one-line error within a second
-    from flexcomm.sim.workload import _is_reference
+    from flexcomm.workloads.names import is_factory_reference
 
-    if args.model not in GRAPH_NAMES and not _is_reference(args.model):
+    if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
                          + ", or your model as module.path:factory or path/to/file.py:factory")
     _check_int("batch-size", args.batch_size, 1)

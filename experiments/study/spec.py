@@ -184,11 +184,11 @@ def _storage(value: Any, field: str) -> float:
 
 
 def _name(value: Any, field: str) -> str:
-    from flexcomm.sim.workload import _is_reference
+    from flexcomm.workloads.names import is_factory_reference
 
     if not isinstance(value, str) or not value.strip():
         raise InputError(field, value, "a workload name such as resnet50 or mlp-digits")
-    return value.strip() if _is_reference(value) else value.strip().lower()  # a factory's path keeps its case
+    return value.strip() if is_factory_reference(value) else value.strip().lower()  # a factory's path keeps its case
 
 
 @dataclass(frozen=True)
@@ -444,7 +444,7 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
 
 def _check_workload(name: str, engine: str, field: str) -> str:
     from flexcomm.costmodel.compute import MODEL_ZOO
-    from flexcomm.sim.workload import _is_reference
+    from flexcomm.workloads.names import is_factory_reference
 
     if engine == "emulated":
         from flexcomm.workloads.registry import WORKLOADS
@@ -456,7 +456,7 @@ def _check_workload(name: str, engine: str, field: str) -> str:
         known = list(recovery_workloads())
     elif name in MODEL_ZOO:
         return name
-    elif _is_reference(name):  # the user's own model (model and sim engines): built now, so a bad one fails here
+    elif is_factory_reference(name):  # the user's own model (model and sim engines): built now, so a bad one fails here
         from flexcomm.workloads.user_model import build_user_model
 
         build_user_model(name)
