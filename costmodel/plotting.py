@@ -14,12 +14,18 @@ from typing import Any
 #: Line styles of the strategies every engine compares; a series that often coincides with another (flexible
 #: with Top-k over Allgather when it keeps choosing it) is drawn thin and dashed *over* a thick solid one, so
 #: both stay visible where they agree.
+#: One colour per exchange scheme and strategy in every figure of every tool (what-if maps, study winners,
+#: emulated runs, reproductions), so a colour means the same thing wherever it appears.
+SCHEME_COLOURS: dict[str, str] = {
+    "dense": "#7f7f7f", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "flexible": "#2ca02c", "moo": "#d62728",
+    "powersgd": "#17becf", "fp16": "#9467bd", "bf16": "#8c564b",
+}
 STRATEGY_STYLES: dict[str, dict[str, Any]] = {
-    "dense": {"color": "#7f7f7f", "ls": "-", "marker": "s", "lw": 2.0, "zorder": 2},
-    "topk-ag": {"color": "#1f77b4", "ls": "-", "marker": "o", "lw": 5.0, "zorder": 1, "alpha": 0.55},
-    "topk-ar": {"color": "#ff7f0e", "ls": "-", "marker": "^", "lw": 2.4, "zorder": 2},
-    "flexible": {"color": "#2ca02c", "ls": "--", "marker": "D", "lw": 2.0, "zorder": 3, "mfc": "none"},
-    "moo": {"color": "#d62728", "ls": "-.", "marker": "v", "lw": 1.5, "zorder": 4, "mfc": "none"},
+    "dense": {"color": SCHEME_COLOURS["dense"], "ls": "-", "marker": "s", "lw": 2.0, "zorder": 2},
+    "topk-ag": {"color": SCHEME_COLOURS["topk-ag"], "ls": "-", "marker": "o", "lw": 5.0, "zorder": 1, "alpha": 0.55},
+    "topk-ar": {"color": SCHEME_COLOURS["topk-ar"], "ls": "-", "marker": "^", "lw": 2.4, "zorder": 2},
+    "flexible": {"color": SCHEME_COLOURS["flexible"], "ls": "--", "marker": "D", "lw": 2.0, "zorder": 3, "mfc": "none"},
+    "moo": {"color": SCHEME_COLOURS["moo"], "ls": "-.", "marker": "v", "lw": 1.5, "zorder": 4, "mfc": "none"},
 }
 
 

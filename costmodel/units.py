@@ -189,3 +189,12 @@ def coerce(value: Any, parser: Callable[[Any, str], float], field: str) -> Any:
     if isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):
         return [parser(v, field) for v in value]
     return value
+
+
+def format_count(count: float) -> str:
+    """A parameter or element count as people write it: 3 significant digits and K, M, B or T (25.6M, 1.3B)."""
+    value = float(count)
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= factor:
+            return f"{float(f'{value / factor:.3g}'):g}{suffix}"
+    return f"{value:.3g}"

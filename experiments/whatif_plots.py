@@ -15,10 +15,9 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
 from flexcomm.costmodel.compressed import PRICED_SCHEMES as SCHEMES  # noqa: E402
-from flexcomm.costmodel.units import format_time  # noqa: E402
+from flexcomm.costmodel.plotting import SCHEME_COLOURS  # noqa: E402  (one meaning per colour across tools)
+from flexcomm.costmodel.units import format_count, format_time  # noqa: E402
 
-SCHEME_COLOURS = {"dense": "#9e9e9e", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "powersgd": "#2ca02c",
-                  "fp16": "#9467bd", "bf16": "#8c564b"}
 #: Speedup contours drawn where the data spans them: dense enough that a panel shows more than one.
 CONTOUR_LEVELS = (1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 300, 1000)
 SCHEME_LABELS = {"dense": "dense allreduce", "topk-ag": "Top-k over Allgather",
@@ -93,7 +92,7 @@ def plot_link_sweep(table: pd.DataFrame, out_dir: Path, ranks_shown=(8, 64, 1024
                               "compression ratio (fraction kept)")
                 axes[i, j].set_title(f"{int(p)} ranks, latency {format_time(lat)}", fontsize=9)
         params = best["params"].iloc[0]
-        fig.suptitle(f"{model_name} ({params / 1e6:.1f}M params): fastest gradient exchange, "
+        fig.suptitle(f"{model_name} ({format_count(params)} parameters): fastest gradient exchange, "
                      "contours = speedup over dense ring allreduce", fontsize=10)
         _legend(fig, best)
         fig.tight_layout(rect=(0, 0.04, 1, 0.96))

@@ -183,3 +183,11 @@ def test_input_error_survives_pickling_from_a_worker() -> None:
     error = pickle.loads(pickle.dumps(InputError("sweep.bandwidth[1]", "fast", "a bandwidth such as 10Gbit/s")))
     assert (error.field, error.got, error.expected) == ("sweep.bandwidth[1]", "fast", "a bandwidth such as 10Gbit/s")
     assert str(error) == "sweep.bandwidth[1]: got 'fast'; expected a bandwidth such as 10Gbit/s"
+
+
+@pytest.mark.parametrize(("count", "text"), [(25.557e6, "25.6M"), (1.3e9, "1.3B"), (138.36e6, "138M"), (999, "999"),
+                                             (1000, "1K"), (7e12, "7T")])
+def test_counts_read_as_people_write_them(count: float, text: str) -> None:
+    from flexcomm.costmodel.units import format_count
+
+    assert format_count(count) == text

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flexcomm.costmodel.plotting import use_file_backend  # noqa: E402
+from flexcomm.costmodel.plotting import SCHEME_COLOURS, use_file_backend  # noqa: E402
 
 use_file_backend()  # files only, unless a notebook's pyplot is already in use
 import matplotlib.pyplot as plt  # noqa: E402
@@ -25,7 +25,6 @@ from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Setti
 #: (label, parameters priced, compute per step s): the paper's smallest and largest model.
 PRICED = [("ResNet-18 size", *paper_model("resnet18")), ("'ViT' size", *paper_model("vit"))]
 NETWORKS = ("c1", "c2")
-SCHEME_COLOURS = {"topk-ag": "#1f77b4", "topk-ar": "#ff7f0e", "dense": "#7f7f7f"}
 #: the workload whose gradients are trained: the digits (small setting), Fashion-MNIST (``--full``)
 WORKLOAD = {False: "mlp-digits", True: "fashion-cnn"}
 SEEDS = 3  #: every run on seeds seed .. seed+2; claims are mean +- 95 % interval over them

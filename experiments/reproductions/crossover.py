@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flexcomm.costmodel.plotting import use_file_backend  # noqa: E402
+from flexcomm.costmodel.plotting import SCHEME_COLOURS, use_file_backend  # noqa: E402
 
 use_file_backend()  # files only, unless a notebook's pyplot is already in use
 import matplotlib.pyplot as plt  # noqa: E402
@@ -27,7 +27,6 @@ VARIANTS: dict[str, tuple[SparsePayload, SchemeAlgorithms]] = {
     "paper forms (int32 indices)": (SparsePayload(index_dtype="int32"), SchemeAlgorithms()),
     "int64 indices (what the code sends)": (SparsePayload(index_dtype="int64"), SchemeAlgorithms()),
 }
-SCHEME_COLOURS = {"dense": "#7f7f7f", "topk-ag": "#1f77b4", "topk-ar": "#ff7f0e"}
 
 
 def paper_threshold(latency_s: np.ndarray, bandwidth_Bps: np.ndarray, ranks: np.ndarray, params: float) -> np.ndarray:

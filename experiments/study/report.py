@@ -16,11 +16,13 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.plotting import SCHEME_COLOURS
 from flexcomm.experiments.study.journal import JOURNAL
 from flexcomm.experiments.study.spec import AXES, METRICS, RATIO_FREE, StudySpec
+from flexcomm.sim.recovery_plots import POLICY_COLOURS
 
-COLOURS = {"dense": "#4c72b0", "topk-ag": "#dd8452", "topk-ar": "#55a868", "flexible": "#c44e52", "moo": "#8172b3",
-           "restart": "#8c8c8c", "shrink": "#dd8452", "replan": "#4c72b0", "replan+grow": "#55a868"}
+#: The schemes' and the recovery policies' colours as every other figure draws them (what-if maps, goodput)
+COLOURS = {**SCHEME_COLOURS, **POLICY_COLOURS}
 AXIS_LABELS = {"bandwidth_Bps": "bandwidth (Gbit/s)", "latency_s": "latency (s)", "ranks": "ranks",
                "ratio": "ratio (fraction kept)", "batch": "batch per rank", "steps": "steps", "workload": "workload",
                "repeat": "repeat", "nodes": "job nodes", "mtbf_s": "node MTBF (h)",
