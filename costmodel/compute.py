@@ -127,7 +127,8 @@ class LayerGemm:
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k * self.count
+        """Forward FLOPs per sample."""
+        return self.at_batch(1).flops
 
 
 @dataclass(frozen=True)

@@ -32,15 +32,16 @@ from flexcomm.costmodel.gemm_efficiency import (
     kernel_config,
 )
 
-#: Bytes per activation element by the precision the device trains in.
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: Bytes per activation element by the precision the device trains in (fp8 training keeps 16-bit activations
+#: outside its GEMMs).
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 #: Backward memory-bound traffic per forward element access.
 BACKWARD_MEMORY_FACTOR = 2.0
 
 
 def element_bytes(precision: str) -> int:
-    """Activation bytes in ``precision`` (fp8 training keeps 16-bit activations outside its GEMMs: 2)."""
-    return max(2, ELEMENT_BYTES.get(precision, 2))
+    """Activation bytes in ``precision`` (16-bit where the precision is not one of :data:`ELEMENT_BYTES`)."""
+    return ELEMENT_BYTES.get(precision, 2)
 
 
 class DeviceCompute:

@@ -51,9 +51,6 @@ SM80_TENSOR_OP = KernelConfig("sm80 tensor op", (256, 128), 2 * 64)
 SM70_TENSOR_OP = KernelConfig("sm70 tensor op", (256, 128), 1 * 32)
 #: fp32 on the CUDA cores (no tensor cores: V100's fp32, any device's fp32 without TF32): 128 x 128 x 8, 2 stages.
 SIMT = KernelConfig("simt", (128, 128), 1 * 8)
-#: Output tile of the default configuration (the transformer planner's GEMMs run in 16-bit on tensor cores).
-TILE = SM80_TENSOR_OP.tile
-K_PIPELINE = SM80_TENSOR_OP.k_pipeline
 #: Device families with Volta's first-generation tensor cores.
 VOLTA = ("V100", "TITAN V")
 
@@ -63,6 +60,8 @@ def kernel_config(device_name: str, precision: str) -> KernelConfig:
     if precision == "fp32":
         return SIMT
     return SM70_TENSOR_OP if any(family in device_name.upper() for family in VOLTA) else SM80_TENSOR_OP
+
+
 #: Seconds a kernel takes at least: one host launch.
 LAUNCH_FLOOR_S = HOST_LAUNCH_US * 1e-6
 

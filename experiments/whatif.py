@@ -190,7 +190,7 @@ def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[floa
     """Parameters and per-layer parameters of each model named: a zoo model or ``module:factory`` /
     ``file.py:factory`` (the user's own, counted off the module)."""
     from flexcomm.costmodel.compute import MODEL_ZOO, get_model
-    from flexcomm.workloads.names import is_factory_reference
+    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
     params: dict[str, float] = {}
     layers: dict[str, list[float]] = {}
@@ -203,7 +203,7 @@ def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[floa
             spec = get_model(name)
         else:
             raise InputError("model", name, "one of " + ", ".join(sorted(MODEL_ZOO))
-                             + ", or your model as module.path:factory or path/to/file.py:factory")
+                             + f", or your model as {FACTORY_FORM}")
         params[spec.name] = float(spec.params)
         layers[spec.name] = [float(layer.params) for layer in spec.layers if layer.params > 0]
     return params, layers

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from flexcomm.costmodel.errors import InputError, renamed_fields
 from flexcomm.costmodel.units import coerce, parse_count, parse_size, parse_time
+from flexcomm.workloads.names import is_factory_reference
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -136,7 +137,7 @@ def simulate(
     if batch is not None and not batch > 0:
         raise InputError("batch", batch, "a positive number of samples per rank")
     extra: dict[str, Any] = {}
-    if isinstance(workload, str) and ":" in workload:  # the user's own model: DDP's real first bucket too
+    if is_factory_reference(workload):  # the user's own model: DDP's real first bucket too
         extra["first_bucket_cap"] = DDP_FIRST_BUCKET_BYTES
     if efficiency is not None:
         if not 0 < efficiency <= 1:

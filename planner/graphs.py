@@ -91,14 +91,14 @@ def graph_options(name: str) -> dict[str, Any]:
 
 
 def _spec(name: str) -> _Spec:
-    from flexcomm.workloads.names import is_factory_reference
+    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
     if is_factory_reference(name):
         return _user_spec(str(name).strip())
     key = str(name).strip().lower()
     if key not in _SPECS:
         raise InputError("model", name, "one of " + ", ".join(GRAPH_NAMES)
-                         + ", or your model as module.path:factory or path/to/file.py:factory")
+                         + f", or your model as {FACTORY_FORM}")
     return _SPECS[key]
 
 

@@ -48,7 +48,7 @@ from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
 from flexcomm.costmodel.compressed import PRICED_SCHEMES, SchemeAlgorithms, SparsePayload, powersgd_sides
 from flexcomm.costmodel.compression_compute import device_compression_seconds
-from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S, ModelSpec
+from flexcomm.costmodel.compute import ModelSpec
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
@@ -71,8 +71,6 @@ from flexcomm.sim.workload import TrainingWorkload, get_training_workload
 MIB = 2**20
 #: DDP's default bucket cap (``bucket_cap_mb=25``).
 DEFAULT_BUCKET_CAP = 25 * MIB
-#: Top-k selection speed in gradient elements/s (Tyagi & Swany's V100 measurement, as ``flexcomm whatif``).
-DEFAULT_COMPRESS_ELEMENTS_PER_S = V100_TOPK_ELEMENTS_PER_S
 
 
 # --- buckets --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.compute import MODEL_ZOO, ModelSpec, get_model
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads.names import is_factory_reference
+from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
 #: Samples per rank per iteration when none is given (a sample of transformer-1.3b is one 2048-token sequence).
 DEFAULT_BATCH: dict[str, int] = {
@@ -84,5 +84,5 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         return TrainingWorkload(key, spec, float(workload.batch_size), workload.description).with_batch(
             batch_per_rank)
     raise InputError("workload", name, "one of " + ", ".join([*sorted(MODEL_ZOO), *names])
-                     + ", or your model as module.path:factory or path/to/file.py:factory")
+                     + f", or your model as {FACTORY_FORM}")
 

@@ -26,6 +26,10 @@ def canonical_workload(name: object) -> str:
     return str(name).strip().lower()
 
 
+#: How a user's own model is named wherever a workload or model is asked for (errors and help say it alike).
+FACTORY_FORM = "module.path:factory or path/to/file.py:factory"
+
+
 def is_factory_reference(name: object) -> bool:
     """Whether ``name`` is the user's own model as ``module.path:factory`` or ``path/to/file.py:factory`` (one
     colon, an identifier after it), not a workload name."""

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads.names import is_factory_reference
+from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
 #: Samples per example batch when the factory gives a shape or nothing (what the FLOP counter runs).
 EXAMPLE_BATCH = 8
@@ -91,7 +91,7 @@ def _import(reference: str, where: str) -> Any:
 def load_factory(reference: str) -> Callable[[], Any]:
     """The factory a reference names (imported, not yet called)."""
     if not is_reference(reference):
-        raise InputError("model", reference, "module.path:factory or path/to/file.py:factory")
+        raise InputError("model", reference, FACTORY_FORM)
     where, factory = reference.rsplit(":", 1)
     module = _import(reference, where)
     fn = getattr(module, factory, None)

@@ -66,11 +66,11 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.planner.devices import load_plan_cluster
 
     # everything checkable without torch first: a typo is a one-line error within a second
-    from flexcomm.workloads.names import is_factory_reference
+    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
     if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
-                         + ", or your model as module.path:factory or path/to/file.py:factory")
+                         + f", or your model as {FACTORY_FORM}")
     _check_int("batch-size", args.batch_size, 1)
     _check_int("top", args.top, 1)
     _check_int("samples", args.samples, 1)

@@ -10,6 +10,7 @@ from pathlib import Path
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
+from flexcomm.workloads.names import FACTORY_FORM
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_cluster_arguments(parser)
     parser.add_argument("--model", help="comma-separated models to price (default resnet50,vgg16,transformer-1.3b): "
-                        "zoo names or your own as module.path:factory or path/to/file.py:factory")
+                        f"zoo names or your own as {FACTORY_FORM}")
     parser.add_argument("--out", default="results/whatif", help="output directory (default results/whatif)")
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "

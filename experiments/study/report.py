@@ -145,27 +145,26 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
         for j, value in enumerate(facets):
             ax = grid[i][j]
             part = wide if facet is None else wide[wide[facet] == value]
-            series = [(strategy, k, ratio, sub) for strategy in spec.strategies
-                      for k, (ratio, sub) in enumerate(
-                          [(None, part[part["strategy"] == strategy])] if not by_ratio or strategy in RATIO_FREE
-                          else list(part[part["strategy"] == strategy].groupby("ratio")))]
             drawn: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (line, x, y) in this panel
-            for strategy, k, ratio, sub in series:
-                label = strategy if ratio is None else f"{strategy} c={ratio:g}"
-                style = ["-", "--", ":", "-."][k % 4]
-                colour = COLOURS.get(strategy)
-                if x is None:
-                    ax.bar(label, sub[metric].median(), color=colour)
-                    continue
-                line = sub.groupby(x)[metric].median()
-                line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
-                xs, values = _x(x, line.index.to_series()).to_numpy(dtype=float), line.to_numpy(dtype=float)
-                twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
-                if twin is not None:  # one line would hide the other: draw it once, named for both
-                    twin.set_label(f"{twin.get_label()} = {label}")
-                    continue
-                (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
-                drawn.append((artist, xs, values))
+            for strategy in spec.strategies:
+                rows = part[part["strategy"] == strategy]
+                groups = [(None, rows)] if not by_ratio or strategy in RATIO_FREE else list(rows.groupby("ratio"))
+                for k, (ratio, sub) in enumerate(groups):
+                    label = strategy if ratio is None else f"{strategy} c={ratio:g}"
+                    style = ["-", "--", ":", "-."][k % 4]
+                    colour = COLOURS.get(strategy)
+                    if x is None:
+                        ax.bar(label, sub[metric].median(), color=colour)
+                        continue
+                    line = sub.groupby(x)[metric].median()
+                    line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
+                    xs, values = _x(x, line.index.to_series()).to_numpy(dtype=float), line.to_numpy(dtype=float)
+                    twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
+                    if twin is not None:  # one line would hide the other: draw it once, named for both
+                        twin.set_label(f"{twin.get_label()} = {label}")
+                        continue
+                    (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
+                    drawn.append((artist, xs, values))
             if x is not None and pd.api.types.is_numeric_dtype(wide[x]):
                 span = wide[x].astype(float)
                 if span.min() > 0 and span.max() / span.min() >= 10:

@@ -21,6 +21,7 @@ g members per node moves its ring's 2(d-1)/d share through the node's NICs toget
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from flexcomm.costmodel.cluster import Cluster
@@ -114,11 +115,14 @@ class Hardware:
             return None
         key = (collective, float(nbytes), group)
         if key not in self._collective_cache:
-            from flexcomm.costmodel.model import CostModel
-
-            model = CostModel.from_cluster(self.nccl_cluster)
-            self._collective_cache[key] = model.nccl_choice(collective, "nccl", nbytes, group).seconds
+            self._collective_cache[key] = self._nccl_model.nccl_choice(collective, "nccl", nbytes, group).seconds
         return self._collective_cache[key]
+
+    @functools.cached_property
+    def _nccl_model(self):  # -> CostModel: built once per hardware, on the first intra-node collective priced
+        from flexcomm.costmodel.model import CostModel
+
+        return CostModel.from_cluster(self.nccl_cluster)
 
     def allreduce_s(self, nbytes: float, group: int, per_node: int) -> float:
         if group <= 1 or nbytes <= 0:
