@@ -11,6 +11,7 @@ bytes, seconds, bytes/s; bad input raises :class:`InputError`, whose text is the
     model.collective("allreduce", "hierarchical", "256MiB", 32).total       # seconds
     flexcomm.predict("allreduce", "ring", sizes, 64, latency="10us", bandwidth="10Gbit/s")  # numpy arrays
     flexcomm.simulate("4x8-a100-ib", "resnet50", iterations=20, faults=["node3@1s"], checkpoint_every=5)
+    flexcomm.simulate("dgx-h100", "trace.json", ranks=16)  # your torch.profiler trace of DDP steps, replayed
     flexcomm.emulate("mlp-digits", strategies=["dense", "flexible"], steps=100)
     flexcomm.hooks.register(ddp_model, "flexible", 0.01, cluster="8x1-10gbe")  # a DDP communication hook
 

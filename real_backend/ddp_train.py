@@ -169,6 +169,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(then --steps is only a cap)")
     p.add_argument("--trace-testbed", help="testbed id whose trace restarts at each strategy's first step")
     p.add_argument("--no-overlap", action="store_true", help="hooks block inside DDP (no overlap with backward)")
+    p.add_argument("--torch-profile", action="store_true", help="record the steps after warm-up with "
+                   "torch.profiler; rank 0 writes STRATEGY/trace.json")
     return p
 
 
@@ -319,6 +321,7 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
     gathered = [torch.zeros(3, dtype=torch.float64, device=info.device) for _ in range(world)]
     rows: list[dict[str, Any]] = []
     run_clock = RunClock.start(args, spec.label, rank)
+    profiler = step_profiler(args, folder / "trace.json", rank)
     try:
         for step in range(args.steps):
             _, inputs, targets = next(stream)
@@ -357,11 +360,15 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
             rows.append(row)
             if log is not None:
                 log.write(row)
+            if profiler is not None:
+                profiler.step()
             if not math.isfinite(loss):
                 raise RuntimeError(f"{spec.label}: loss is {loss} at step {step}")
             if any(float(g[2]) for g in gathered):
                 break
     finally:
+        if profiler is not None:
+            profiler.stop()
         if log is not None:
             log.close()
         state.close()
@@ -400,6 +407,37 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
     del ddp
     dist.barrier()
     return result
+
+
+def step_profiler(args: argparse.Namespace, path: Path, rank: int) -> Any:
+    """With ``--torch-profile``: a started ``torch.profiler.profile`` recording the steps after warm-up (every
+    rank records, so each pays the same overhead; rank 0 writes the Chrome trace, atomically), else None.
+
+    A schedule, because torch marks ``ProfilerStep#N`` only with one; shapes, because they are the
+    collectives' sizes (see :mod:`workloads.profiler_trace`)."""
+    if not getattr(args, "torch_profile", False):
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    active = max(1, args.steps - args.warmup_steps - 1)
+
+    def write(prof: Any) -> None:
+        if rank == 0:
+            partial = path.with_name(path.name + ".partial")
+            prof.export_chrome_trace(str(partial))
+            partial.replace(path)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if _cuda_available() else [])
+    profiler = profile(activities=activities, record_shapes=True, on_trace_ready=write,
+                       schedule=schedule(wait=max(0, args.warmup_steps - 1), warmup=1, active=active, repeat=1))
+    profiler.start()
+    return profiler
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 @dataclass
@@ -528,7 +566,7 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
                    bandwidth_Bps: float | None = None, profile: str | Path | None = None, backend: str | None = None,
                    op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20,
                    duration_s: float | None = None, trace_testbed: str | None = None,
-                   overlap: bool = True) -> list[str]:
+                   overlap: bool = True, torch_profile: bool = False) -> list[str]:
     """The ``python -m flexcomm.real_backend.ddp_train ...`` command every rank runs."""
     labels = ",".join(s.label for s in strategies)
     cmd = [sys.executable, "-m", "flexcomm.real_backend.ddp_train", "--workload", workload, "--strategy", labels,
@@ -544,6 +582,8 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
         cmd += ["--profile", str(Path(profile).resolve())]
     if not overlap:
         cmd.append("--no-overlap")
+    if torch_profile:
+        cmd.append("--torch-profile")
     return cmd
 
 

@@ -142,6 +142,10 @@ def make_buckets(model: ModelSpec, cap_bytes: float | str | None = DEFAULT_BUCKE
     return buckets
 
 
+#: A bucket cap below any layer's bytes: every layer with parameters is a bucket of its own.
+ONE_LAYER_PER_BUCKET = 1
+
+
 # --- configuration --------------------------------------------------------------------------------
 
 
@@ -350,7 +354,12 @@ class TrainingSimulator:
         self.dynamics = list(dynamics) if isinstance(dynamics, (list, tuple)) else [dynamics]
         self.fault_sources = parse_faults(faults, config.seed)
         model = self.workload.model
-        self.buckets = make_buckets(model, config.bucket_cap, config.bucket_count, config.first_bucket_cap)
+        if self.workload.measured_buckets:  # a profiled step: its buckets are its parameter layers, as measured
+            self.buckets = make_buckets(model, ONE_LAYER_PER_BUCKET, None, ONE_LAYER_PER_BUCKET)
+        else:
+            self.buckets = make_buckets(model, config.bucket_cap, config.bucket_count, config.first_bucket_cap)
+        if self.workload.after_exchange_s:
+            config = self.config = replace(config, optimizer_s=config.optimizer_s + self.workload.after_exchange_s)
         fwd, bwd = model_layer_seconds(model, self.workload.batch_per_rank, self.cluster.device, config.efficiency)
         self.fwd, self.bwd = fwd, bwd
         forward = float(fwd.sum())

@@ -8,7 +8,8 @@ small models of the ``workloads`` package (``mlp-digits``, ``resnet-synthetic``,
 accepted: their layers are counted off the real torch module, so simulated and emulated runs talk
 about the same network (importing them needs torch, so it happens only when such a name is asked for).
 A user's own model is named as its factory, ``module.path:factory`` or ``path/to/file.py:factory``
-(:mod:`workloads.user_model`), and counted the same way.
+(:mod:`workloads.user_model`), and counted the same way; a user's profiled step as its PyTorch profiler trace,
+``path/to/trace.json`` (:mod:`sim.traced_step`: measured compute, DDP's measured buckets).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.compute import MODEL_ZOO, ModelSpec, get_model
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
+from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference, is_trace_reference
 
 #: Samples per rank per iteration when none is given (a sample of transformer-1.3b is one 2048-token sequence).
 DEFAULT_BATCH: dict[str, int] = {
@@ -37,6 +38,11 @@ class TrainingWorkload:
     model: ModelSpec
     batch_per_rank: float
     description: str = ""
+    #: a profiled step (:mod:`sim.traced_step`): each parameter layer is one of DDP's measured buckets, so the
+    #: simulator exchanges exactly those instead of re-bucketing
+    measured_buckets: bool = False
+    #: measured work after the exchange (DDP's copy back, the optimizer), added to the config's optimizer_s
+    after_exchange_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.batch_per_rank, (int, float)) and self.batch_per_rank > 0):
@@ -46,7 +52,20 @@ class TrainingWorkload:
         """The same model at another batch per rank (None keeps the default)."""
         if batch_per_rank is None:
             return self
+        if self.measured_buckets:
+            raise InputError("batch", batch_per_rank, f"no batch with a profiled step ({self.name} was measured "
+                             "at its own batch)")
         return TrainingWorkload(self.name, self.model, float(batch_per_rank), self.description)
+
+
+def traced_training_workload(profile, compute_scale: float = 1.0) -> TrainingWorkload:  # profile: StepProfile
+    """A profiled step (:class:`sim.traced_step.StepProfile`) as a workload: its measured buckets and the work
+    after them, every measured time times ``compute_scale``."""
+    from flexcomm.sim.traced_step import traced_model
+
+    model = traced_model(profile, compute_scale)
+    return TrainingWorkload(model.name, model, 1.0, model.description, measured_buckets=True,
+                            after_exchange_s=profile.after_s * compute_scale)
 
 
 def _package_names() -> list[str]:
@@ -69,6 +88,10 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         model = get_model(key)
         return TrainingWorkload(key, model, float(DEFAULT_BATCH.get(key, 32)), model.description).with_batch(
             batch_per_rank)
+    if is_trace_reference(name):  # a profiled step: path/to/trace.json[.gz]
+        from flexcomm.sim.traced_step import profile_of
+
+        return traced_training_workload(profile_of(str(name).strip())).with_batch(batch_per_rank)
     if is_factory_reference(name):  # the user's own model: module.path:factory or file.py:factory
         from flexcomm.workloads.user_model import build_user_model
 
@@ -84,5 +107,5 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         return TrainingWorkload(key, spec, float(workload.batch_size), workload.description).with_batch(
             batch_per_rank)
     raise InputError("workload", name, "one of " + ", ".join([*sorted(MODEL_ZOO), *names])
-                     + f", or your model as {FACTORY_FORM}")
+                     + f", your model as {FACTORY_FORM}, or a profiler trace as path/to/trace.json")
 

@@ -25,7 +25,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Top-level names a backticked path may start with to count as "in this repository".
 REPO_ROOTS = ("costmodel/", "sim/", "emulation/", "compression/", "workloads/", "real_backend/", "planner/",
               "placement/", "controller/", "experiments/", "flexcomm/", "notebooks/", "benchmarks/", "tests/",
-              "docs/", ".ci/")
+              "docs/", ".ci/", "validation/")
 #: Wall-clock words in printed output ("in 0.02s", "took 3.1 s") differ run to run: such lines are not compared.
 TIMING = re.compile(r"\d\s?(ms|s)\b(?!/)|\bin \d")
 

@@ -37,3 +37,17 @@ def is_factory_reference(name: object) -> bool:
         return False
     where, factory = name.strip().rsplit(":", 1)
     return bool(where) and factory.isidentifier()
+
+
+def is_trace_reference(name: object) -> bool:
+    """Whether ``name`` is a PyTorch profiler trace (``path/to/trace.json`` or ``.json.gz``), not a workload name."""
+    return isinstance(name, str) and name.strip().lower().endswith((".json", ".json.gz"))
+
+
+def workload_label(name: str) -> str:
+    """How a figure names a workload: a factory by its name, a trace by its file name, else the name itself."""
+    if is_trace_reference(name):
+        return name.strip().replace("\\", "/").rsplit("/", 1)[-1]
+    if is_factory_reference(name):
+        return name.strip().rsplit(":", 1)[-1]
+    return name

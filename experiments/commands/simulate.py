@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--iterations", type=int, default=10, help="training iterations to complete (default 10)")
     parser.add_argument("--ranks", type=int, help="use ranks 0..P-1 of the cluster (default: all)")
     parser.add_argument("--batch", type=float, help="samples per rank per iteration (default: the workload's)")
-    parser.add_argument("--scheme", default="dense", help="gradient exchange: " + ", ".join(PRICED_SCHEMES))
+    parser.add_argument("--scheme", "--strategy", default="dense", help="gradient exchange (compression): "
+                        + ", ".join(PRICED_SCHEMES))
     parser.add_argument("--ratio", type=float, default=0.01, help="Top-k fraction of elements kept (default 0.01)")
     parser.add_argument("--algorithm", default="auto", help="allreduce algorithm: nccl[:ALGO[/PROTO]] (every call "
                         "as NCCL runs it), ring, tree, rabenseifner, recursive-doubling, hierarchical; default auto: "
@@ -95,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     recovery.add_argument("--batch-size", type=int, help="global batch in sequences (default: the model's row)")
     recovery.add_argument("--mtbf-study", action="store_true", help="sweep MTBF x job size x checkpoint interval "
                           "and map the best policy per cell (writes recovery_study.csv/.png under --out)")
+    from flexcomm.experiments.commands.simulate_trace import add_arguments as add_trace_arguments
+
+    add_trace_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--trace", help="write a Chrome trace JSON (chrome://tracing, Perfetto)")
     out.add_argument("--seed", type=int, default=0, help="seed of every random process (default 0)")
@@ -217,6 +221,10 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm._running import simulate
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
+    if args.from_trace:
+        from flexcomm.experiments.commands.simulate_trace import run_from_trace
+
+        return run_from_trace(args)
     if args.scenario:
         return run_scenario_file(args)
     if args.llm_plan:

@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--compute-steps", type=int, default=6, help="steps timed without DDP (default 6)")
     parser.add_argument("--no-overlap", action="store_true", help="hooks block inside DDP instead of overlapping "
                         "backward on their communication thread (for comparison)")
+    parser.add_argument("--torch-profile", action="store_true", help="record the steps after warm-up with "
+                        "torch.profiler: OUT/STRATEGY/trace.json, the trace `simulate --from-trace` replays")
     parser.add_argument("--timeout", default="1h", help="wall-clock limit of the run (default 1h)")
     parser.add_argument("--op-timeout", default="120s", help="limit of one collective (default 120s)")
     parser.add_argument("--log-dir", help="write rank r's output to DIR/rank{r}.log")
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                               batch_size=args.batch_size, lr=args.lr, seed=args.seed, compute_steps=args.compute_steps,
                               latency_s=latency, bandwidth_Bps=bandwidth, profile=args.profile, backend=args.backend,
                               op_timeout_s=op_timeout, powersgd_rank=args.powersgd_rank,
-                              overlap=not args.no_overlap)
+                              overlap=not args.no_overlap, torch_profile=args.torch_profile)
     if result.returncode == 0:
         print_written(args.out, started)
     return result.returncode

@@ -79,7 +79,42 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="rate of c1/c2's fastest phase (default 200Mbit/s; 2 cores carry ~1 Gbit/s)")
     traced.add_argument("--replay-only", action="store_true",
                         help="only replay and report an existing --out folder of a finished traced run")
+    from_trace = parser.add_argument_group(
+        "one profiled step predicting other settings (root; results/validate-from-trace; docs/simulator.md)")
+    from_trace.add_argument("--from-trace", action="store_true",
+                            help="train with the profiler at --traced-setting, replay that trace at the other rates "
+                            "and rank counts with builtin/topk-ag/topk-ar, measure them all, report per-setting error "
+                            "and the ranking")
+    from_trace.add_argument("--traced-setting", default="3@200Mbit/s", metavar="RANKS@RATE",
+                            help="where the trace is recorded (default 3@200Mbit/s)")
+    from_trace.add_argument("--rank-counts", default="2,4", help="other rank counts at the traced rate (default 2,4)")
+    from_trace.add_argument("--predict-only", action="store_true",
+                            help="only predict and report an existing --out folder of a finished --from-trace run")
     parser.set_defaults(handler=run)
+
+
+def run_from_trace(args: argparse.Namespace, started: float) -> int:
+    """``validate --from-trace``: trace one setting on the testbed, predict and measure the others."""
+    from flexcomm.real_backend.from_trace_validate import run_from_trace_validation, summary_lines
+    from flexcomm.real_backend.launch import sigterm_as_exit
+
+    ranks_text, _, rate = args.traced_setting.partition("@")
+    try:
+        traced_ranks = int(ranks_text)
+    except ValueError:
+        raise InputError("traced-setting", args.traced_setting, "RANKS@RATE such as 3@200Mbit/s") from None
+    if not rate:
+        raise InputError("traced-setting", args.traced_setting, "RANKS@RATE such as 3@200Mbit/s")
+    out = "results/validate-from-trace" if args.out == "results/validate" else args.out
+    bandwidths = "50Mbit/s,100Mbit/s" if args.bandwidths == "100Mbit/s,1Gbit/s" else args.bandwidths
+    timeout = parse_time(args.timeout, "timeout")
+    with sigterm_as_exit():
+        folder, summary, failures = run_from_trace_validation(
+            out, traced_ranks=traced_ranks, traced_bandwidth=rate, bandwidths=bandwidths, rank_counts=args.rank_counts,
+            steps=10 if args.steps == 12 else args.steps, ratio=args.ratio, workload=args.workload,
+            hidden="512,512" if args.hidden == "1024,1024" else (args.hidden or None), timeout_s=timeout,
+            measure_runs=not args.predict_only)
+    return _report(summary_lines(summary), folder, failures, started)
 
 
 def run_network_trace(args: argparse.Namespace, started: float) -> int:
@@ -238,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
     if args.network_trace or args.replay_only:
         return run_network_trace(args, started)
+    if args.from_trace or args.predict_only:
+        return run_from_trace(args, started)
     from flexcomm.real_backend.launch import sigterm_as_exit
     from flexcomm.real_backend.options import VALIDATE_STRATEGIES
     from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines

@@ -68,7 +68,7 @@ def _model(payload: dict[str, Any]) -> dict[str, Any]:
     ranks = int(p["ranks"])
     comm = float(model.scheme(p["strategy"], numel, ranks, p["ratio"] or 1.0).total)
     fwd, bwd = model_layer_seconds(workload.model, workload.batch_per_rank, cluster.device)
-    compute = float(fwd.sum() + bwd.sum())
+    compute = float(fwd.sum() + bwd.sum()) + workload.after_exchange_s  # a profiled step's optimizer part
     compress = 0.0 if p["strategy"] == "dense" else numel / topk_elements_per_s(cluster.device.memory_bandwidth_Bps)
     step = compute + comm + compress
     return {"batch": workload.batch_per_rank, "step_time_s": step, "comm_time_s": comm, "compute_time_s": compute,

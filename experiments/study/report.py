@@ -243,8 +243,10 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
         for c in range(len(cols_v)):
             ax.text(c, r, text[r][c], ha="center", va="center", fontsize=7, color="white")
     # a sweep of fewer than two axes still labels both: the missing axis is the study's one setting (its
-    # workload; a factory by its name, not its path)
-    setting = spec.workloads[0].rsplit(":", 1)[-1]
+    # workload; a factory by its name and a trace by its file name, not their paths)
+    from flexcomm.workloads.names import workload_label
+
+    setting = workload_label(spec.workloads[0])
     ax.set_xticks(range(len(cols_v)), [_fmt(a, v) if a else setting for v in cols_v], fontsize=8)
     ax.set_yticks(range(len(rows_v)), [_fmt(b, v) if b else setting for v in rows_v], fontsize=8)
     if a:

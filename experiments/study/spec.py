@@ -6,8 +6,9 @@ A study file is YAML (or JSON)::
     engine: model                 # model (cost model) | sim (discrete-event simulator) | emulated (real gradients)
                                   # | recovery (goodput of a transformer job over days of failures)
     cluster: 8x1-10gbe            # embedded name or file; or {base: NAME|FILE, override: {inter_link: {...}}}
-    workload: resnet50            # MODEL_ZOO model (model, sim), workloads-package name (emulated, sim, model) or
-                                  # your own module.path:factory / file.py:factory (model, sim)
+    workload: resnet50            # MODEL_ZOO model (model, sim), workloads-package name (emulated, sim, model),
+                                  # your own module.path:factory / file.py:factory (model, sim) or your
+                                  # profiled step, path/to/trace.json (model, sim; `simulate --from-trace`)
     strategies: [dense, topk-ag, topk-ar]
     sweep:                        # axis -> values; the points are the cartesian product
       bandwidth: [1Gbit/s, 10Gbit/s, 100Gbit/s]
@@ -184,11 +185,13 @@ def _storage(value: Any, field: str) -> float:
 
 
 def _name(value: Any, field: str) -> str:
-    from flexcomm.workloads.names import is_factory_reference
+    from flexcomm.workloads.names import is_factory_reference, is_trace_reference
 
     if not isinstance(value, str) or not value.strip():
         raise InputError(field, value, "a workload name such as resnet50 or mlp-digits")
-    return value.strip() if is_factory_reference(value) else value.strip().lower()  # a factory's path keeps its case
+    if is_factory_reference(value) or is_trace_reference(value):  # a path keeps its case
+        return value.strip()
+    return value.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -444,7 +447,7 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
 
 def _check_workload(name: str, engine: str, field: str) -> str:
     from flexcomm.costmodel.compute import MODEL_ZOO
-    from flexcomm.workloads.names import is_factory_reference
+    from flexcomm.workloads.names import is_factory_reference, is_trace_reference
 
     if engine == "emulated":
         from flexcomm.workloads.registry import WORKLOADS
@@ -460,6 +463,11 @@ def _check_workload(name: str, engine: str, field: str) -> str:
         from flexcomm.workloads.user_model import build_user_model
 
         build_user_model(name)
+        return name
+    elif is_trace_reference(name):  # a profiled step (model and sim engines): read now, so a bad trace fails here
+        from flexcomm.sim.traced_step import profile_of
+
+        profile_of(name)
         return name
     else:
         from flexcomm.sim.workload import workload_names

@@ -1,0 +1,337 @@
+"""Read a PyTorch profiler trace (Kineto's Chrome-trace JSON) into the steps a replay needs.
+
+The trace is the one ``torch.profiler.profile(..., schedule=..., record_shapes=True)`` writes with
+``export_chrome_trace`` (or ``tensorboard_trace_handler``, ``.json.gz``); no format of our own. What is read:
+
+* **steps**: ``ProfilerStep#N`` spans (``user_annotation``; torch writes them only when the profiler has a
+  ``schedule``);
+* **backward compute**: ``autograd::engine::evaluate_function: ...`` ops on the threads that run autograd
+  (the training thread on CPU, the device threads on CUDA);
+* **collectives**: the process group's own spans, ``gloo:all_reduce`` / ``nccl:all_reduce`` ... (sizes from
+  ``Input Dims`` and ``Input type``, so the profiler needs ``record_shapes=True``), or where those are absent
+  ``record_param_comms`` ops (``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``Group size``,
+  ``dtype``), the form NCCL's process group writes; each collective's *launch* is the ``c10d::...`` op (or the
+  ``record_param_comms`` op) on the training thread that issued it, the moment DDP found its bucket ready;
+* **the group**: ``distributedInfo`` (``world_size``, ``backend``), else the collectives' ``Group size``.
+
+Times are seconds from the start of their step. Torch-free: a trace is read where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flexcomm.costmodel.errors import InputError
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: The process group's span of a collective: ``gloo:all_reduce``, ``nccl:_allgather_base`` ...
+_GROUP_SPAN = re.compile(r"^(gloo|nccl|ucc|mpi):(\w+)$")
+_LAUNCH = re.compile(r"^c10d::(\w+)$")
+_BACKWARD = "autograd::engine::evaluate_function"
+
+#: Collective names as torch's process groups and record_param_comms spell them -> flexcomm's.
+COLLECTIVE_NAMES: dict[str, str] = {
+    "all_reduce": "allreduce", "allreduce": "allreduce", "allreduce_coalesced": "allreduce",
+    "allreduce_sparse": "allreduce",
+    "all_gather": "allgather", "allgather": "allgather", "_allgather_base": "allgather",
+    "allgather_into_tensor_coalesced": "allgather", "all_gather_into_tensor": "allgather",
+    "allgather_coalesced": "allgather",
+    "reduce_scatter": "reduce-scatter", "_reduce_scatter_base": "reduce-scatter",
+    "reduce_scatter_tensor_coalesced": "reduce-scatter", "reduce_scatter_tensor": "reduce-scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    "all_to_all": "alltoall", "alltoall": "alltoall", "alltoall_base": "alltoall", "all_to_all_single": "alltoall",
+    "barrier": "barrier", "send": "send", "recv": "recv", "recv_any_source": "recv",
+}
+
+#: Bytes per element of the dtypes a profiler names (``Input type`` and record_param_comms' ``dtype``).
+ELEMENT_BYTES: dict[str, int] = {
+    "float": 4, "float32": 4, "int": 4, "int32": 4, "unsigned int": 4, "uint32": 4,
+    "double": 8, "float64": 8, "long int": 8, "long": 8, "int64": 8, "c10::complex<float>": 8,
+    "c10::half": 2, "half": 2, "float16": 2, "c10::bfloat16": 2, "bfloat16": 2, "short int": 2, "int16": 2,
+    "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1, "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+PROFILE_HINT = ("torch.profiler.profile(..., schedule=torch.profiler.schedule(wait=1, warmup=1, active=3), "
+                "record_shapes=True) and prof.step() after each training step")
+
+
+@dataclass(frozen=True)
+class TracedCollective:
+    """One collective of a step: what it moved and when it was issued (seconds from the step's start)."""
+
+    kind: str
+    numel: int
+    element_bytes: int
+    group_size: int
+    launch_s: float
+    #: the process group's span (end - start) where the trace has one; NaN for record_param_comms alone
+    span_s: float
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.element_bytes
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    """One ``ProfilerStep#N``: its length, its backward pass on the autograd threads and its collectives."""
+
+    number: int
+    duration_s: float
+    #: start of the first and end of the last backward op (NaN, NaN: the step has no backward)
+    backward_start_s: float
+    backward_end_s: float
+    #: when the training thread went on after the backward and the exchange it waits for: the start of its
+    #: first op after the backward (the step's end when there is none)
+    resumed_s: float
+    collectives: tuple[TracedCollective, ...]
+
+    def bucket_exchanges(self) -> tuple[TracedCollective, ...]:
+        """The gradient buckets: the allreduces issued while the backward ran (DDP's hooks)."""
+        if not math.isfinite(self.backward_start_s):
+            return ()
+        return tuple(c for c in self.collectives if c.kind == "allreduce"
+                     and self.backward_start_s <= c.launch_s <= self.backward_end_s)
+
+
+@dataclass(frozen=True)
+class ProfilerTrace:
+    """A whole trace: its steps in order, the process group it ran in and where it came from."""
+
+    path: str
+    steps: tuple[TracedStep, ...]
+    backend: str
+    world_size: int
+    rank: int
+    device: str
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError("from-trace", str(path), f"a readable trace file ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(str(path), "a damaged gzip file", f"a whole .json.gz trace ({exc})") from None
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as exc:
+        where = "truncated" if exc.pos >= len(raw.rstrip()) else "not JSON"
+        raise InputError(str(path), f"{where} at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                         "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)") from None
+
+
+def _dims_numel(dims: Any) -> int | None:
+    """Elements of the first tensor in ``Input Dims`` (``[[n]]``, ``[[[n]], ...]`` for a tensor list)."""
+    first = dims
+    while isinstance(first, list) and first and isinstance(first[0], list):
+        first = first[0]
+    if not isinstance(first, list) or not first or not all(isinstance(d, int) and d >= 0 for d in first):
+        return None
+    return math.prod(first)
+
+
+def _element_bytes(name: Any) -> int | None:
+    if isinstance(name, list):
+        name = name[0] if name else None
+    return ELEMENT_BYTES.get(str(name).strip().lower()) if name is not None else None
+
+
+def _number(event: dict[str, Any], key: str, index: int, path: Path) -> float:
+    value = event.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+            key == "dur" and value < 0):
+        raise InputError(str(path), f"event #{index} ({event.get('name')!r}) {key}={value!r}",
+                         f"a finite {'non-negative ' if key == 'dur' else ''}number of microseconds")
+    return float(value)
+
+
+@dataclass
+class _Event:
+    index: int
+    name: str
+    cat: str
+    tid: Any
+    ts: float
+    end: float
+    args: dict[str, Any]
+
+
+def _events(document: Any, path: Path) -> list[_Event]:
+    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
+        raise InputError(str(path), "no traceEvents list", "the Chrome-trace JSON torch.profiler writes")
+    out = []
+    for index, event in enumerate(document["traceEvents"]):
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        ts = _number(event, "ts", index, path)
+        dur = _number(event, "dur", index, path)
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        out.append(_Event(index, str(event.get("name", "")), str(event.get("cat", "")), event.get("tid"), ts,
+                          ts + dur, args))
+    return out
+
+
+def _steps(events: list[_Event], path: Path) -> list[_Event]:
+    steps = [e for e in events if _STEP.match(e.name)]
+    if not steps:
+        raise InputError(str(path), "no ProfilerStep#N event", "a trace of training steps: profile with "
+                         + PROFILE_HINT)
+    for before, after in itertools.pairwise(steps):
+        if int(_STEP.match(after.name).group(1)) <= int(_STEP.match(before.name).group(1)) or after.ts < before.ts:
+            raise InputError(str(path), f"event #{after.index} ({after.name}) out of order after event "
+                             f"#{before.index} ({before.name})", "ProfilerStep#N spans in increasing N and time")
+        if after.ts < before.end - 1.0:  # 1 us: Kineto rounds each end
+            raise InputError(str(path), f"event #{after.index} ({after.name}) starts inside event #{before.index} "
+                             f"({before.name})", "steps that do not overlap")
+    return steps
+
+
+def _group(document: dict[str, Any]) -> tuple[str, int, int]:
+    info = document.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("world_size"), int) and info["world_size"] >= 1:
+        return str(info.get("backend", "")), int(info["world_size"]), int(info.get("rank", 0) or 0)
+    return "", 0, 0
+
+
+def _launch_kind(event: _Event) -> str | None:
+    return COLLECTIVE_NAMES.get(_LAUNCH.match(event.name).group(1).rstrip("_").lower())
+
+
+def read_execution_trace(path: str | Path) -> dict[int, tuple[int, int]]:
+    """``torch.profiler.ExecutionTraceObserver``'s file (the input Chakra converts): for every ``c10d::`` op,
+    its record-function id -> (elements, bytes per element) of its first tensor, so a Kineto trace recorded
+    without shapes still has its collectives' sizes (Kineto names the same id ``Record function id``)."""
+    path = Path(path)
+    document = _load_json(path)
+    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
+        raise InputError(str(path), "no nodes list", "the execution trace torch.profiler.ExecutionTraceObserver "
+                         "writes")
+    sizes: dict[int, tuple[int, int]] = {}
+    for index, node in enumerate(document["nodes"]):
+        if not isinstance(node, dict) or not str(node.get("name", "")).startswith("c10d::"):
+            continue
+        attrs = {a.get("name"): a.get("value") for a in node.get("attrs", []) if isinstance(a, dict)}
+        values = (node.get("inputs") or {}).get("values") or []
+        tensor = values[0] if values else None
+        while isinstance(tensor, list) and tensor and isinstance(tensor[0], list):
+            tensor = tensor[0]
+        # a tensor is [tensor id, storage id, offset, elements, bytes per element, device]
+        if isinstance(attrs.get("rf_id"), int) and isinstance(tensor, list) and len(tensor) >= 5 \
+                and all(isinstance(v, int) for v in tensor[3:5]):
+            sizes[int(attrs["rf_id"])] = (int(tensor[3]), int(tensor[4]))
+        elif node.get("name") != "c10d::barrier":
+            raise InputError(str(path), f"node #{index} ({node.get('name')}) without an rf_id and a tensor",
+                             "c10d nodes as ExecutionTraceObserver writes them")
+    return sizes
+
+
+def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: dict[int, tuple[int, int]],
+                path: Path) -> tuple[str, int, int, int]:
+    """(kind, numel, element bytes, group size) of a process-group span or a record_param_comms op; the size
+    from the event, else the op that issued it, else the execution trace's record of that op."""
+    if event.name == "record_param_comms":
+        raw = str(event.args.get("Collective name", "")).strip()
+        numel = event.args.get("In msg nelems")
+        out_numel = event.args.get("Out msg nelems")
+        size = event.args.get("Group size", group_size)
+        element = _element_bytes(event.args.get("dtype"))
+        if not isinstance(numel, int) and isinstance(out_numel, int):
+            numel = out_numel
+    else:
+        raw = _GROUP_SPAN.match(event.name).group(2)
+        numel = _dims_numel(event.args.get("Input Dims"))
+        size = group_size
+        element = _element_bytes(event.args.get("Input type"))
+        if (numel is None or element is None) and issuer is not None:
+            numel = _dims_numel(issuer.args.get("Input Dims"))
+            element = element or 4 if numel is not None else None  # a TensorList names no dtype: fp32 gradients
+            recorded = sizes.get(issuer.args.get("Record function id"))  # type: ignore[arg-type]
+            if recorded is not None:
+                numel, element = recorded
+    kind = COLLECTIVE_NAMES.get(raw.lower())
+    if kind is None:
+        raise InputError(str(path), f"event #{event.index} ({event.name}) collective {raw!r}",
+                         "a collective torch's process groups name: " + ", ".join(sorted(set(COLLECTIVE_NAMES))))
+    if kind == "barrier":
+        return kind, 0, 1, int(size or 0)
+    if not isinstance(numel, int) or numel < 0 or element is None:
+        raise InputError(str(path), f"event #{event.index} ({event.name}) without a size",
+                         "collectives with their sizes and dtypes: profile with record_shapes=True (or give "
+                         "--execution-trace)")
+    if not isinstance(size, int) or size < 1:
+        raise InputError(str(path), f"event #{event.index} ({event.name}) without a group size",
+                         "a trace with distributedInfo (torch >= 2.1 writes it) or record_param_comms' Group size")
+    return kind, int(numel), element, int(size)
+
+
+def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = None) -> ProfilerTrace:
+    """Parse ``path`` (and the execution trace of the same run, for sizes the trace lacks); every problem is
+    one :class:`InputError` naming the file and the event."""
+    path = Path(path)
+    sizes = read_execution_trace(execution_trace) if execution_trace is not None else {}
+    document = _load_json(path)
+    events = _events(document, path)
+    step_events = _steps(events, path)
+    backend, world, rank = _group(document)
+    thread = step_events[0].tid
+    spans = [e for e in events if _GROUP_SPAN.match(e.name)]
+    use_spans = bool(spans)
+    issued = spans if use_spans else [e for e in events if e.name == "record_param_comms"]
+    launches = sorted((e for e in events if e.tid == thread and _LAUNCH.match(e.name)), key=lambda e: e.ts)
+    backward = [e for e in events if e.name.startswith(_BACKWARD)]
+    on_thread = sorted((e for e in events if e.tid == thread and not _STEP.match(e.name)), key=lambda e: e.ts)
+    device = "cuda" if any(e.cat == "kernel" for e in events) else "cpu"
+    steps = []
+    for step in step_events:
+        start, end = step.ts, step.end
+        inside = sorted((e for e in issued if start <= e.ts < end), key=lambda e: e.ts)
+        unused = [e for e in launches if start <= e.ts < end]
+        collectives = []
+        for event in inside:
+            issuer = None
+            if use_spans:  # the op that issued it: the first unused c10d op of its kind before the span
+                kind = COLLECTIVE_NAMES.get(_GROUP_SPAN.match(event.name).group(2).lower())
+                issuer = next((e for e in unused if e.ts <= event.ts and _launch_kind(e) == kind), None)
+                if issuer is not None:
+                    unused.remove(issuer)
+            kind, numel, element, size = _collective(event, issuer, world, sizes, path)
+            launch = issuer.ts if issuer is not None else event.ts
+            span = (event.end - event.ts) / 1e6 if use_spans else math.nan
+            collectives.append(TracedCollective(kind, numel, element, size, (launch - start) / 1e6, span))
+        mine = [e for e in backward if start <= e.ts < end]
+        if mine:
+            b0 = min(e.ts for e in mine)
+            b1 = max(e.end for e in mine)
+            after = next((e.ts for e in on_thread if e.ts >= b1 and e.ts < end), end)
+            b_start, b_end, resumed = (b0 - start) / 1e6, (b1 - start) / 1e6, (after - start) / 1e6
+        else:
+            b_start = b_end = math.nan
+            resumed = (end - start) / 1e6
+        steps.append(TracedStep(int(_STEP.match(step.name).group(1)), (end - start) / 1e6, b_start, b_end,
+                                resumed, tuple(collectives)))
+    if not world:
+        group_sizes = {c.group_size for s in steps for c in s.collectives}
+        world = max(group_sizes) if group_sizes else 1
+    return ProfilerTrace(str(path), tuple(steps), backend or ("nccl" if device == "cuda" else "gloo"), world, rank,
+                         device)
+
+
+def step_numbers(numbers: Sequence[int]) -> str:
+    """``2-4`` or ``2, 5``: the step numbers a statement is about, as people write them."""
+    numbers = list(numbers)
+    if numbers and numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 2:
+        return f"{numbers[0]}-{numbers[-1]}"
+    return ", ".join(str(n) for n in numbers)
