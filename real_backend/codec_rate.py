@@ -16,7 +16,11 @@ from flexcomm.costmodel.errors import InputError
 
 def measure_topk_elements_per_s(numel: int, ratio: float, ranks: int, repeats: int = 7, seed: int = 0) -> float:
     """Gradient elements per second one rank compresses and decodes (median of ``repeats``, one thread)."""
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise InputError("compress-throughput", None, "Top-k's elements per second on the traced host (torch, "
+                         "which would measure it here, is not installed)") from None
 
     from flexcomm.compression.compressors import topk_indices
 

@@ -49,7 +49,7 @@ TARGET_MEDIAN = 0.10
 TARGET_WORST = 0.20
 COLUMNS = ("setting", "ranks", "bandwidth", "strategy", "traced", "measured_step_s", "measured_iqr_s",
            "predicted_step_s", "error", "measured_rank", "predicted_rank", "hook_comm_s", "predicted_comm_s",
-           "compute_scale", "steps")
+           "hook_codec_s", "predicted_codec_s", "compute_scale", "steps")
 
 
 @dataclass(frozen=True)
@@ -125,14 +125,14 @@ def measured_step_s(path: Path) -> tuple[float, float, int]:
     return float(q2), float(q3 - q1), len(durations)
 
 
-def hook_comm_s(path: Path) -> float:
-    """Median seconds per step a compression hook spent in its collectives (its own log, after warm-up); NaN for
-    DDP's builtin allreduce, which logs nothing."""
+def hook_median(path: Path, column: str) -> float:
+    """Median seconds per step a compression hook spent in its collectives (``comm_s``) or compressing and
+    decoding (``codec_s``), from its own log after warm-up; NaN for DDP's builtin allreduce, which logs nothing."""
     from flexcomm.real_backend.ddp_train import DEFAULT_WARMUP_STEPS
 
     if not path.exists():
         return math.nan
-    values = pd.read_csv(path)["comm_s"].iloc[DEFAULT_WARMUP_STEPS:].dropna()
+    values = pd.read_csv(path)[column].iloc[DEFAULT_WARMUP_STEPS:].dropna()
     return float(values.median()) if len(values) else math.nan
 
 
@@ -184,8 +184,10 @@ def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> 
                          "bandwidth": format_bandwidth(setting.rate_Bps),
                          "strategy": strategy, "traced": setting == traced and strategy == "builtin",
                          "measured_step_s": measured, "measured_iqr_s": spread, "predicted_step_s": predicted,
-                         "hook_comm_s": hook_comm_s(out / setting.slug / strategy / "steps.csv"),
+                         "hook_comm_s": hook_median(out / setting.slug / strategy / "steps.csv", "comm_s"),
                          "predicted_comm_s": summary["median_comm_s"],
+                         "hook_codec_s": hook_median(out / setting.slug / strategy / "steps.csv", "codec_s"),
+                         "predicted_codec_s": summary["median_compression_s"],
                          "error": (predicted - measured) / measured if measured > 0 else math.nan,
                          "compute_scale": scale, "steps": steps})
     table = pd.DataFrame(rows)
@@ -243,15 +245,16 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
 def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     lines = ["# Replaying one profiled step on other settings of the testbed", "",
              "| setting | strategy | measured | predicted | error | rank measured / predicted "
-             "| hook's collectives measured / predicted |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| hook's collectives measured / predicted | hook's codec measured / predicted |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for row in table.to_dict("records"):
         mark = " (traced)" if row["traced"] else ""
         lines.append(f"| {row['setting']}{mark} | {row['strategy']} | {row['measured_step_s'] * 1e3:.1f} ms | "
                      f"{row['predicted_step_s'] * 1e3:.1f} ms | {row['error'] * 100:+.1f} % | "
                      f"{row['measured_rank']:.0f} / {row['predicted_rank']:.0f} | "
-                     + (f"{row['hook_comm_s'] * 1e3:.1f} / {row['predicted_comm_s'] * 1e3:.1f} ms |"
-                        if math.isfinite(row["hook_comm_s"]) else "(inside DDP) |"))
+                     + (f"{row['hook_comm_s'] * 1e3:.1f} / {row['predicted_comm_s'] * 1e3:.1f} ms | "
+                        f"{row['hook_codec_s'] * 1e3:.1f} / {row['predicted_codec_s'] * 1e3:.1f} ms |"
+                        if math.isfinite(row["hook_comm_s"]) else "(inside DDP) | - |"))
     lines += ["", *(f"- {line}" for line in summary_lines(summary))]
     return "\n".join(lines) + "\n"
 

@@ -12,6 +12,7 @@ part after the exchange (DDP's copy back, the optimizer) waits for the last one.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ class StepProfile:
         return sum(self.bucket_bytes)
 
     def describe(self) -> str:
-        left = f" (step {step_numbers(self.left_out)} left out: other buckets)" if self.left_out else ""
+        left = (f" (step {step_numbers(self.left_out)} left out: other buckets or no backward)"
+                if self.left_out else "")
         return (f"{self.trace}: {self.backend}, {self.world_size} ranks, {self.device}; steps "
                 f"{step_numbers(self.steps)}{left}")
 
@@ -102,7 +104,15 @@ def step_profile(trace: ProfilerTrace) -> StepProfile:
 
 
 def profile_of(path: str | Path, execution_trace: str | Path | None = None) -> StepProfile:
-    """Read and summarise a trace file in one call (the study and ``simulate`` name traces by path)."""
+    """Read and summarise a trace file in one call (the study and ``simulate`` name traces by path); read once
+    per process while the file is unchanged (a study's points all name the same trace)."""
+    trace, et = Path(path), None if execution_trace is None else Path(execution_trace)
+    stamp = tuple(p.stat().st_mtime_ns if p.exists() else -1 for p in (trace, et) if p is not None)
+    return _profile_of(str(trace), None if et is None else str(et), stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _profile_of(path: str, execution_trace: str | None, _stamp: tuple[int, ...]) -> StepProfile:
     return step_profile(read_profiler_trace(path, execution_trace))
 
 

@@ -144,6 +144,43 @@ def test_sizes_come_from_the_execution_trace_where_the_trace_has_no_shapes(tmp_p
     assert [c.numel for c in trace.steps[0].bucket_exchanges()] == [262_144, 32_768]
 
 
+def test_the_exchange_ends_when_ddp_copies_the_last_bucket_back(tmp_path: Path) -> None:
+    """DDP copies bucket 0 back as soon as it is done, maybe while bucket 1 is still in flight: the exchange is
+    over when the last bucket's copies begin (the copies whose elements add up to its size)."""
+    doc = kineto([STEP, STEP])
+    events = doc["traceEvents"]
+    for event in [e for e in events if e.get("name") == "torch.distributed.ddp.reducer::copy_bucket_to_grad"]:
+        events.remove(event)
+        start = event["ts"] - 70_000.0  # the step's start
+        for offset, dims in ((40_000.0, [512, 512]), (40_100.0, [4, 16_384]), (71_000.0, [32_768])):
+            events.append({**event, "ts": start + offset, "args": {"Input Dims": [dims]}})
+    step = read_profiler_trace(write(tmp_path, doc)).steps[0]
+    assert step.resumed_s == pytest.approx(0.071)  # not 0.040: bucket 0's copies ran during bucket 1's exchange
+
+
+def test_what_a_gpu_or_nccl_trace_adds_is_read_or_skipped(tmp_path: Path) -> None:
+    """CUDA traces repeat each step as gpu_user_annotation; NCCL's record_param_comms also marks waits and
+    communicator creation; a trace's events need not be in time order."""
+    doc = kineto([STEP, STEP])
+    for event in list(doc["traceEvents"]):
+        if event.get("name", "").startswith("ProfilerStep"):
+            doc["traceEvents"].append({**event, "cat": "gpu_user_annotation", "tid": 7, "ts": event["ts"] + 3.0})
+        if event.get("name") == "gloo:all_reduce":  # as NCCL writes it: record_param_comms on the main thread
+            doc["traceEvents"].remove(event)
+            numel = event["args"]["Input Dims"][0][0]
+            doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1,
+                                       "tid": MAIN, "ts": event["ts"] - 4.0, "dur": 2.0,
+                                       "args": {"Collective name": "allreduce", "In msg nelems": numel,
+                                                "Out msg nelems": numel, "Group size": 3, "dtype": "Float"}})
+            doc["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1,
+                                       "tid": MAIN, "ts": event["ts"] + 2.0, "dur": 1.0,
+                                       "args": {"Collective name": "wait", "Group size": 3}})
+    doc["traceEvents"].reverse()
+    trace = read_profiler_trace(write(tmp_path, doc))
+    assert [s.number for s in trace.steps] == [2, 3]
+    assert [c.numel for c in trace.steps[0].bucket_exchanges()] == [262_144, 32_768]
+
+
 def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     out_of_order = kineto([STEP, STEP])
     steps = [e for e in out_of_order["traceEvents"] if e.get("name", "").startswith("ProfilerStep")]
@@ -152,6 +189,18 @@ def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     for event in no_size["traceEvents"]:
         event.get("args", {}).pop("Input Dims", None)
     text = json.dumps(kineto([STEP]))
+    bool_dims = kineto([STEP])
+    for event in bool_dims["traceEvents"]:
+        if event.get("name") == "gloo:all_reduce":
+            event["args"]["Input Dims"] = [[True]]
+        if event.get("name") == "c10d::allreduce_":
+            event["args"]["Input Dims"] = [[[True]], [], []]
+    odd_info = kineto([STEP, STEP])
+    odd_info["distributedInfo"] = {"backend": "gloo", "rank": "r0", "world_size": True}
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    damaged = tmp_path / "damaged.json.gz"
+    damaged.write_bytes(gzip.compress(text.encode())[:12] + b"\x00" * 64)
     return {
         "no step": (write(tmp_path, {"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}, "a.json"),
                     "no ProfilerStep#N event"),
@@ -162,6 +211,10 @@ def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "negative": (write(tmp_path, {"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": -3}]}, "f.json"),
                      "event #0 ('x') dur=-3"),
         "no ddp": (write(tmp_path, kineto([{**STEP, "buckets": []}]), "g.json"), "no gradient allreduce"),
+        "a boolean size": (write(tmp_path, bool_dims, "h.json"), "without a size"),
+        "odd distributedInfo": (write(tmp_path, odd_info, "i.json"), "(gloo:all_reduce) without a group size"),
+        "deep": (deep, "nested too deeply"),
+        "damaged gzip": (damaged, "a damaged gzip file"),
     }
 
 
@@ -213,7 +266,8 @@ def test_a_study_sweeps_a_traced_step(tmp_path: Path) -> None:
     trace = write(tmp_path, kineto([STEP, STEP]))
     assert get_training_workload(str(trace)).measured_buckets
     study = tmp_path / "study.yaml"
-    study.write_text(f"name: traced\nengine: sim\ncluster: 8x1-10gbe\nworkload: {trace}\n"
+    # named beside the study file, as a cluster file may be: found there whatever the working folder
+    study.write_text("name: traced\nengine: sim\ncluster: 8x1-10gbe\nworkload: trace.json\n"
                      "strategies: [dense]\nsweep:\n  bandwidth: [100Mbit/s, 10Gbit/s]\n  ranks: [2]\nseed: 0\n")
     with capture_figures() as figures:
         assert main(["study", str(study), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
@@ -228,7 +282,7 @@ def test_a_real_profiled_ddp_run_replays(tmp_path: Path, capsys: pytest.CaptureF
     """train-ddp --torch-profile writes the trace torch.profiler writes; simulate --from-trace reads it."""
     out = tmp_path / "run"
     assert main(["train-ddp", "--nproc", "2", "--strategy", "builtin", "--steps", "6", "--hidden", "64",
-                 "--out", str(out), "--torch-profile", "--timeout", "120s"]) == 0
+                 "--out", str(out), "--torch-profile", "--timeout", "600s"]) == 0
     capsys.readouterr()
     trace = read_profiler_trace(out / "builtin" / "trace.json")
     assert (trace.backend, trace.world_size) == ("gloo", 2)

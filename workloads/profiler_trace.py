@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GROUP_SPAN = re.compile(r"^(gloo|nccl|ucc|mpi):(\w+)$")
 _LAUNCH = re.compile(r"^c10d::(\w+)$")
 _BACKWARD = "autograd::engine::evaluate_function"
+_COPY_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 
 #: Collective names as torch's process groups and record_param_comms spell them -> flexcomm's.
 COLLECTIVE_NAMES: dict[str, str] = {
@@ -59,6 +61,11 @@ ELEMENT_BYTES: dict[str, int] = {
     "signed char": 1, "int8": 1, "unsigned char": 1, "uint8": 1, "bool": 1, "c10::float8_e4m3fn": 1,
     "c10::float8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
+
+#: Names record_param_comms and the process groups also use for what is not a collective (a work's wait, the
+#: communicator's creation, coalescing markers): skipped, not refused.
+NOT_COLLECTIVES = frozenset({"wait", "init", "coalesced", "start_coalescing", "end_coalescing", "split", "abort",
+                             "shutdown", "comm_split"})
 
 PROFILE_HINT = ("torch.profiler.profile(..., schedule=torch.profiler.schedule(wait=1, warmup=1, active=3), "
                 "record_shapes=True) and prof.step() after each training step")
@@ -90,8 +97,9 @@ class TracedStep:
     #: start of the first and end of the last backward op (NaN, NaN: the step has no backward)
     backward_start_s: float
     backward_end_s: float
-    #: when the training thread went on after the backward and the exchange it waits for: the start of its
-    #: first op after the backward (the step's end when there is none)
+    #: when the training thread went on after the backward and the whole exchange: the start of DDP's copy of
+    #: the last bucket back into the gradients where the trace has those copies, else of its first op after
+    #: the backward (the step's end when there is none)
     resumed_s: float
     collectives: tuple[TracedCollective, ...]
 
@@ -123,13 +131,17 @@ def _load_json(path: Path) -> Any:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise InputError(str(path), "a damaged gzip file", f"a whole .json.gz trace ({exc})") from None
+    text = raw.decode("utf-8", errors="replace")
     try:
-        return json.loads(raw.decode("utf-8", errors="replace"))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        where = "truncated" if exc.pos >= len(raw.rstrip()) else "not JSON"
+        where = "truncated" if exc.pos >= len(text.rstrip()) else "not JSON"
         raise InputError(str(path), f"{where} at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                         "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)") from None
+    except RecursionError:
+        raise InputError(str(path), "JSON nested too deeply to read",
                          "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)") from None
 
 
@@ -138,9 +150,14 @@ def _dims_numel(dims: Any) -> int | None:
     first = dims
     while isinstance(first, list) and first and isinstance(first[0], list):
         first = first[0]
-    if not isinstance(first, list) or not first or not all(isinstance(d, int) and d >= 0 for d in first):
+    if not isinstance(first, list) or not first or not all(_count(d) for d in first):
         return None
     return math.prod(first)
+
+
+def _count(value: Any) -> bool:
+    """A JSON whole number >= 0 (``true`` is not one, though Python calls it an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _element_bytes(name: Any) -> int | None:
@@ -185,7 +202,10 @@ def _events(document: Any, path: Path) -> list[_Event]:
 
 
 def _steps(events: list[_Event], path: Path) -> list[_Event]:
-    steps = [e for e in events if _STEP.match(e.name)]
+    """The CPU ``ProfilerStep#N`` spans in time order (a CUDA trace repeats each as ``gpu_user_annotation``,
+    and the Chrome-trace format does not promise file order)."""
+    steps = sorted((e for e in events if _STEP.match(e.name) and e.cat in ("user_annotation", "")),
+                   key=lambda e: e.ts)
     if not steps:
         raise InputError(str(path), "no ProfilerStep#N event", "a trace of training steps: profile with "
                          + PROFILE_HINT)
@@ -201,8 +221,9 @@ def _steps(events: list[_Event], path: Path) -> list[_Event]:
 
 def _group(document: dict[str, Any]) -> tuple[str, int, int]:
     info = document.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("world_size"), int) and info["world_size"] >= 1:
-        return str(info.get("backend", "")), int(info["world_size"]), int(info.get("rank", 0) or 0)
+    if isinstance(info, dict) and _count(info.get("world_size")) and info["world_size"] >= 1:
+        rank = info.get("rank")
+        return str(info.get("backend", "")), int(info["world_size"]), int(rank) if _count(rank) else 0
     return "", 0, 0
 
 
@@ -223,14 +244,17 @@ def read_execution_trace(path: str | Path) -> dict[int, tuple[int, int]]:
     for index, node in enumerate(document["nodes"]):
         if not isinstance(node, dict) or not str(node.get("name", "")).startswith("c10d::"):
             continue
-        attrs = {a.get("name"): a.get("value") for a in node.get("attrs", []) if isinstance(a, dict)}
-        values = (node.get("inputs") or {}).get("values") or []
-        tensor = values[0] if values else None
+        raw_attrs = node.get("attrs")
+        attrs = {a.get("name"): a.get("value") for a in (raw_attrs if isinstance(raw_attrs, list) else [])
+                 if isinstance(a, dict)}
+        inputs = node.get("inputs")
+        values = inputs.get("values") if isinstance(inputs, dict) else None
+        tensor = values[0] if isinstance(values, list) and values else None
         while isinstance(tensor, list) and tensor and isinstance(tensor[0], list):
             tensor = tensor[0]
         # a tensor is [tensor id, storage id, offset, elements, bytes per element, device]
-        if isinstance(attrs.get("rf_id"), int) and isinstance(tensor, list) and len(tensor) >= 5 \
-                and all(isinstance(v, int) for v in tensor[3:5]):
+        if _count(attrs.get("rf_id")) and isinstance(tensor, list) and len(tensor) >= 5 \
+                and all(_count(v) for v in tensor[3:5]):
             sizes[int(attrs["rf_id"])] = (int(tensor[3]), int(tensor[4]))
         elif node.get("name") != "c10d::barrier":
             raise InputError(str(path), f"node #{index} ({node.get('name')}) without an rf_id and a tensor",
@@ -248,7 +272,7 @@ def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: di
         out_numel = event.args.get("Out msg nelems")
         size = event.args.get("Group size", group_size)
         element = _element_bytes(event.args.get("dtype"))
-        if not isinstance(numel, int) and isinstance(out_numel, int):
+        if not _count(numel) and _count(out_numel):
             numel = out_numel
     else:
         raw = _GROUP_SPAN.match(event.name).group(2)
@@ -258,7 +282,8 @@ def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: di
         if (numel is None or element is None) and issuer is not None:
             numel = _dims_numel(issuer.args.get("Input Dims"))
             element = element or 4 if numel is not None else None  # a TensorList names no dtype: fp32 gradients
-            recorded = sizes.get(issuer.args.get("Record function id"))  # type: ignore[arg-type]
+            rf_id = issuer.args.get("Record function id")
+            recorded = sizes.get(rf_id) if _count(rf_id) else None
             if recorded is not None:
                 numel, element = recorded
     kind = COLLECTIVE_NAMES.get(raw.lower())
@@ -267,14 +292,43 @@ def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: di
                          "a collective torch's process groups name: " + ", ".join(sorted(set(COLLECTIVE_NAMES))))
     if kind == "barrier":
         return kind, 0, 1, int(size or 0)
-    if not isinstance(numel, int) or numel < 0 or element is None:
+    if not _count(numel) or element is None:
         raise InputError(str(path), f"event #{event.index} ({event.name}) without a size",
                          "collectives with their sizes and dtypes: profile with record_shapes=True (or give "
                          "--execution-trace)")
-    if not isinstance(size, int) or size < 1:
+    if not _count(size) or size < 1:
         raise InputError(str(path), f"event #{event.index} ({event.name}) without a group size",
                          "a trace with distributedInfo (torch >= 2.1 writes it) or record_param_comms' Group size")
     return kind, int(numel), element, int(size)
+
+
+def _issuer(span: _Event, unused: list[_Event]) -> _Event | None:
+    """The c10d op that issued a process-group span: of its kind, started before it, and of its element count
+    where both name one (gloo runs two worker threads, so two buckets' spans can start in either order); else
+    the earliest of its kind."""
+    kind = COLLECTIVE_NAMES.get(_GROUP_SPAN.match(span.name).group(2).lower())
+    candidates = [e for e in unused if e.ts <= span.ts and _launch_kind(e) == kind]
+    numel = _dims_numel(span.args.get("Input Dims"))
+    same = [e for e in candidates if numel is not None and _dims_numel(e.args.get("Input Dims")) == numel]
+    return (same or candidates or [None])[0]
+
+
+def _copy_back_start(copies: list[_Event], last_numel: int) -> float | None:
+    """When DDP began copying the last bucket back into the gradients: DDP waits for each bucket's exchange and
+    copies it (``copy_bucket_to_grad``, one op per parameter) in bucket order, so the last bucket's copies are
+    the final ones whose elements add up to its size; their start is when the whole exchange had finished.
+    None when the copies do not add up (a hook with gradient_as_bucket_view copies nothing)."""
+    total = 0
+    for index in range(len(copies) - 1, -1, -1):
+        numel = _dims_numel(copies[index].args.get("Input Dims"))
+        if numel is None:
+            return None
+        total += numel
+        if total == last_numel:
+            return copies[index].ts
+        if total > last_numel:
+            return None
+    return None
 
 
 def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = None) -> ProfilerTrace:
@@ -287,9 +341,12 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
     step_events = _steps(events, path)
     backend, world, rank = _group(document)
     thread = step_events[0].tid
-    spans = [e for e in events if _GROUP_SPAN.match(e.name)]
+    spans = [e for e in events if _GROUP_SPAN.match(e.name)
+             and _GROUP_SPAN.match(e.name).group(2).lower() not in NOT_COLLECTIVES]
     use_spans = bool(spans)
-    issued = spans if use_spans else [e for e in events if e.name == "record_param_comms"]
+    issued = spans if use_spans else [
+        e for e in events if e.name == "record_param_comms"
+        and str(e.args.get("Collective name", "")).strip().lower() not in NOT_COLLECTIVES]
     launches = sorted((e for e in events if e.tid == thread and _LAUNCH.match(e.name)), key=lambda e: e.ts)
     backward = [e for e in events if e.name.startswith(_BACKWARD)]
     on_thread = sorted((e for e in events if e.tid == thread and not _STEP.match(e.name)), key=lambda e: e.ts)
@@ -302,9 +359,8 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
         collectives = []
         for event in inside:
             issuer = None
-            if use_spans:  # the op that issued it: the first unused c10d op of its kind before the span
-                kind = COLLECTIVE_NAMES.get(_GROUP_SPAN.match(event.name).group(2).lower())
-                issuer = next((e for e in unused if e.ts <= event.ts and _launch_kind(e) == kind), None)
+            if use_spans:  # the op that issued it: an unused c10d op of its kind before the span, of its size
+                issuer = _issuer(event, unused)
                 if issuer is not None:
                     unused.remove(issuer)
             kind, numel, element, size = _collective(event, issuer, world, sizes, path)
@@ -316,6 +372,11 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
             b0 = min(e.ts for e in mine)
             b1 = max(e.end for e in mine)
             after = next((e.ts for e in on_thread if e.ts >= b1 and e.ts < end), end)
+            buckets = [c for c in collectives if c.kind == "allreduce" and b0 <= start + c.launch_s * 1e6 <= b1]
+            copies = [e for e in on_thread if e.name == _COPY_BACK and b1 <= e.ts < end]
+            if buckets and copies:  # the first op after the backward copies bucket 0, maybe before the last is done
+                last = _copy_back_start(copies, buckets[-1].numel)
+                after = last if last is not None else after
             b_start, b_end, resumed = (b0 - start) / 1e6, (b1 - start) / 1e6, (after - start) / 1e6
         else:
             b_start = b_end = math.nan

@@ -134,7 +134,9 @@ def run_from_trace(args: argparse.Namespace) -> int:
     if target is not None and target.hosts and args.scheme.startswith("topk") and rate is None:
         from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
 
-        rate = measure_topk_elements_per_s(max(profile.bucket_bytes) // 4, args.ratio, target.ranks, seed=args.seed)
+        # measured by one rank alone; the replay takes the rate under the traced host's load (and rescales it)
+        alone = measure_topk_elements_per_s(max(profile.bucket_bytes) // 4, args.ratio, target.ranks, seed=args.seed)
+        rate = alone / host_compute_scale(1, world, args.host_cores)
         measured_rate = True
 
     report: dict[str, Any] = {"trace": profile.trace, "profile": _profile_dict(profile)}
@@ -187,7 +189,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     from flexcomm.workloads.profiler_trace import step_numbers
 
     p = report["profile"]
-    left = f" (step {step_numbers(p['left_out'])} left out: other buckets)" if p["left_out"] else ""
+    left = f" (step {step_numbers(p['left_out'])} left out: other buckets or no backward)" if p["left_out"] else ""
     lines = [
         f"{report['trace']}: {p['backend']} on {p['device']}, {p['ranks']} ranks; steps {step_numbers(p['steps'])}"
         f"{left}",

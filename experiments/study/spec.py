@@ -445,6 +445,16 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
     return merged.to_dict()
 
 
+def _beside(name: str, folder: Path | None) -> str:
+    """A trace named relative to the study file is found beside it (as its cluster file is)."""
+    from flexcomm.workloads.names import is_trace_reference
+
+    if folder is not None and is_trace_reference(name) and not Path(name).is_absolute() \
+            and (folder / name).is_file():
+        return str(folder / name)
+    return name
+
+
 def _check_workload(name: str, engine: str, field: str) -> str:
     from flexcomm.costmodel.compute import MODEL_ZOO
     from flexcomm.workloads.names import is_factory_reference, is_trace_reference
@@ -536,9 +546,11 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
     if "workload" in axes and raw.workload is not None:
         raise InputError("workload", raw.workload, "either workload or sweep.workload, not both")
     if "workload" in axes:
-        workloads = [_check_workload(w, engine, f"sweep.workload[{i}]") for i, w in enumerate(axes["workload"])]
+        workloads = [_check_workload(_beside(w, folder), engine, f"sweep.workload[{i}]")
+                     for i, w in enumerate(axes["workload"])]
     else:
-        workloads = [_check_workload(_name(raw.workload or DEFAULT_WORKLOAD[engine], "workload"), engine, "workload")]
+        workloads = [_check_workload(_beside(_name(raw.workload or DEFAULT_WORKLOAD[engine], "workload"), folder),
+                                     engine, "workload")]
     available = engine_metrics(engine)
     metrics = list(raw.metrics) if raw.metrics is not None else [
         m for m in DEFAULT_METRICS[engine] if m != "speedup_vs_dense" or "dense" in raw.strategies]
