@@ -67,6 +67,15 @@ def to_markdown(table: pd.DataFrame, top: int, header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def time_unit(longest_s: float) -> tuple[float, str]:
+    """(factor, unit) that puts ``longest_s`` between 1 and 1000 on an axis: s, ms or us."""
+    if longest_s >= 1.0 or not longest_s > 0:
+        return 1.0, "s"
+    if longest_s >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "\u00b5s"
+
+
 def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     """Step-time breakdown bars of the top plans (simulated step marked) and the best plan's stage split."""
     from flexcomm.costmodel.plotting import use_file_backend
@@ -83,41 +92,50 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, max(3.5, 0.45 * len(shown) + 1.5)),
                                   gridspec_kw={"width_ratios": [3, 2]})
     y = np.arange(len(shown))[::-1]
+    simulated = np.array([result.simulated.get(c.config.label, np.nan) for c in shown])
+    model_steps = np.array([sum(getattr(c, key) for key, _ in PARTS) for c in shown])
+    longest = float(np.nanmax(np.concatenate([model_steps, simulated])))
+    scale, unit = time_unit(longest)
     left = np.zeros(len(shown))
     for key, label in PARTS:
-        values = np.array([getattr(c, key) for c in shown])
+        values = np.array([getattr(c, key) for c in shown]) * scale
         ax.barh(y, values, left=left, label=label)
         left += values
-    sims = [(yy, result.simulated[c.config.label]) for yy, c in zip(y, shown, strict=True)
-            if c.config.label in result.simulated]
-    if sims:
-        ax.scatter([s for _, s in sims], [yy for yy, _ in sims], marker="D", color="black", zorder=5,
-                   label="simulated step")
+    beyond = np.where(np.isfinite(simulated), np.maximum(simulated - model_steps, 0.0), 0.0) * scale
+    if beyond.any():  # the bar ends where the plan is ranked: the simulated step, when it is longer
+        ax.barh(y, beyond, left=left, color="none", edgecolor="0.45", hatch="///", lw=0.6,
+                label="simulated beyond the model (contention, overlap)")
+    sims = np.isfinite(simulated)
+    if sims.any():
+        ax.scatter(simulated[sims] * scale, y[sims], marker="D", color="black", zorder=5, label="simulated step")
     ax.set_yticks(y, [f"{rank}. {c.config.label}" for rank, c in enumerate(shown, start=1)], fontsize=8)
-    ax.set_xlabel("seconds per training step")
+    ax.set_xlabel(f"{unit} per training step")
     ax.margins(x=0.04, y=0.6 / max(len(shown), 1))  # no bar or marker against the frame
-    ranked_by = "the simulated step (diamonds) where simulated, else the model's" if sims else "the model's step"
+    ranked_by = (f"the simulated step (diamond, bar end) for the {int(sims.sum())} simulated, then the model's"
+                 if sims.any() and not sims.all() else
+                 "the simulated step (diamond, bar end)" if sims.any() else "the model's step (bar end)")
     ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} "
                  f"plans, ranked by {ranked_by}", fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=6, frameon=False)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, frameon=False)
     if shown:
         best = shown[0]
         det = best.detail
         stages = np.arange(best.config.pp)
         work = np.array([det["compute"][:, p].mean() for p in stages])
+        stage_scale, stage_unit = time_unit(float(work.max()))
         names = [pricer.cluster.devices[int(det["ranks"][0, p, 0])].name for p in stages]
         colours = {n: f"C{i}" for i, n in enumerate(sorted(set(names)))}
-        ax2.bar(stages, work * 1e3, color=[colours[n] for n in names])
+        ax2.bar(stages, work * stage_scale, color=[colours[n] for n in names])
         for p, units in zip(stages, best.stage_units, strict=True):
             label = f"{units} unit{'s' if units != 1 else ''}"
-            ax2.annotate(label, (p, work[p] * 1e3), ha="center", va="bottom", fontsize=7)
+            ax2.annotate(label, (p, work[p] * stage_scale), ha="center", va="bottom", fontsize=7)
         from matplotlib.patches import Patch
 
         ax2.legend(handles=[Patch(color=c, label=n) for n, c in colours.items()], fontsize=7)
         ax2.set_xticks(stages)
-        ax2.set_ylim(0, float(work.max()) * 1e3 * 1.15)  # room for the unit labels above the tallest bar
+        ax2.set_ylim(0, float(work.max()) * stage_scale * 1.15)  # room for the unit labels above the tallest bar
         ax2.set_xlabel("pipeline stage")
-        ax2.set_ylabel("ms of compute per micro-batch (forward + backward)")
+        ax2.set_ylabel(f"{stage_unit} of compute per micro-batch (forward + backward)")
         ax2.set_title(f"best plan {best.config.label}: stage split", fontsize=9)
     fig.tight_layout()
     return save_figure_atomic(fig, path)

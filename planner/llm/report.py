@@ -10,12 +10,15 @@ from typing import Any
 import pandas as pd
 
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.planner.llm.pricing import LLMPlanCost
 from flexcomm.planner.llm.search import LLMSearchResult
 
 PARTS = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "p2p_s", "bubble_s", "dp_exposed_s",
          "optimizer_s")
+#: How the figure names a part where its field name would not say it.
+PART_LABELS = {"dp_exposed_s": "data-parallel allreduce not hidden by the backward", "tp_comm_s": "tp comm",
+               "p2p_s": "pipeline sends", "memory_bound_s": "memory-bound ops"}
 
 
 def best_summary(cost: LLMPlanCost) -> dict[str, Any]:
@@ -38,7 +41,9 @@ def table(result: LLMSearchResult) -> pd.DataFrame:
     return frame
 
 
-def plot(result: LLMSearchResult, top: int, path: Path) -> Path:
+def plot(result: LLMSearchResult, top: int, path: Path, title: str = "") -> Path:
+    """Stacked step-time bars of the top plans, each labelled with its step and its gap to the best (the top
+    plans are often within a few per cent, which bars from 0 cannot show); parts too small to see are named."""
     from flexcomm.costmodel.atomic import save_figure_atomic
     from flexcomm.costmodel.plotting import use_file_backend
 
@@ -51,18 +56,42 @@ def plot(result: LLMSearchResult, top: int, path: Path) -> Path:
     y = np.arange(len(shown))[::-1]
     left = np.zeros(len(shown))
     colors = plt.get_cmap("tab10").colors
+    longest = max(c.step_s for c in shown)
+    hidden = []
     for i, part in enumerate(PARTS):
         seconds = np.array([getattr(c, part) for c in shown])
-        if seconds.max() <= 0.005 * max(c.step_s for c in shown):
+        label = PART_LABELS.get(part, part.removesuffix("_s").replace("_", " "))
+        if seconds.max() <= 0.005 * longest:
+            hidden.append(label)
             continue
-        ax.barh(y, seconds, left=left, color=colors[i], label=part.removesuffix("_s").replace("_", " "))
+        ax.barh(y, seconds, left=left, color=colors[i], label=label)
         left += seconds
+    best = shown[0].step_s
+    for yy, cost in zip(y, shown, strict=True):
+        gap = "best" if cost is shown[0] else f"+{(cost.step_s / best - 1) * 100:.2f} %"
+        ax.annotate(f"{format_time(cost.step_s)} ({gap})", (cost.step_s, yy), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=7)
+    ax.set_xlim(0, longest * 1.22)  # room for the labels
     ax.set_yticks(y, [f"{i}. {c.plan.label}" for i, c in enumerate(shown, start=1)], fontsize=7)
     ax.set_xlabel("seconds per step")
-    ax.set_title(f"best {len(shown)} plans: where the step goes", fontsize=9)
+    note = f"\nunder 0.5 % of the step, not drawn: {', '.join(hidden)}" if hidden else ""
+    ax.set_title(f"{title + ': ' if title else ''}best {len(shown)} plans, where the step goes{note}", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     return save_figure_atomic(fig, path)
+
+
+def _title(extra: dict[str, Any]) -> str:
+    """``GPT 18.4B on dgx-a100-80g, batch 1024`` from what the command knows about the run."""
+    parts = []
+    if extra.get("parameters"):
+        parts.append(f"{str(extra.get('model', 'gpt')).upper()} {format_count(extra['parameters'])}")
+    if extra.get("cluster"):
+        parts.append(f"on {extra['cluster']}")
+    text = " ".join(parts)
+    if extra.get("batch_size"):
+        text += f"{', ' if text else ''}batch {extra['batch_size']}"
+    return text
 
 
 def write_outputs(result: LLMSearchResult, out: Path, top: int, extra: dict[str, Any]) -> list[Path]:
@@ -82,5 +111,5 @@ def write_outputs(result: LLMSearchResult, out: Path, top: int, extra: dict[str,
         write_csv_atomic(frame, out / "plans.csv"),
         write_text_atomic(out / "plans.md", "\n".join(lines) + "\n"),
         write_text_atomic(out / "best_plan.json", json.dumps(summary, indent=2, default=float) + "\n"),
-        plot(result, top, out / "plans.png"),
+        plot(result, top, out / "plans.png", title=_title(extra)),
     ]
