@@ -142,6 +142,12 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     fig, grid = plt.subplots(len(metrics), len(facets), figsize=(4.2 * len(facets), 3.0 * len(metrics)),
                              squeeze=False, sharex=True)
     for i, metric in enumerate(metrics):
+        # one scale per metric row, decided on all its panels' values, so a row reads across; long
+        # durations in hours, not 10^5 s
+        row_values = wide[metric].dropna()
+        row_log = metric != "speedup_vs_dense" and len(row_values) and (row_values > 0).all() \
+            and _spread(row_values) >= 10
+        scale, y_label = _duration_unit(metric, row_values)
         for j, value in enumerate(facets):
             ax = grid[i][j]
             part = wide if facet is None else wide[wide[facet] == value]
@@ -154,11 +160,12 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                     style = ["-", "--", ":", "-."][k % 4]
                     colour = COLOURS.get(strategy)
                     if x is None:
-                        ax.bar(label, sub[metric].median(), color=colour)
+                        ax.bar(label, sub[metric].median() * scale, color=colour)
                         continue
                     line = sub.groupby(x)[metric].median()
                     line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
-                    xs, values = _x(x, line.index.to_series()).to_numpy(dtype=float), line.to_numpy(dtype=float)
+                    xs = _x(x, line.index.to_series()).to_numpy(dtype=float)
+                    values = line.to_numpy(dtype=float) * scale
                     twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
                     if twin is not None:  # one line would hide the other: draw it once, named for both
                         twin.set_label(f"{twin.get_label()} = {label}")
@@ -172,8 +179,8 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                     ticks = _x(x, pd.Series(_levels(spec, x, wide[x]), dtype=float))
                     ax.set_xticks(ticks.to_numpy(), [f"{t:g}" for t in ticks])  # the swept values, not 2x10^1
                     ax.minorticks_off()
-                if metric != "speedup_vs_dense":
-                    ax.set_yscale("log") if (part[metric] > 0).all() and _spread(part[metric]) >= 10 else None
+                if row_log:
+                    ax.set_yscale("log")
             if metric == "speedup_vs_dense":
                 ax.axhline(1.0, color="grey", lw=0.8)
             ax.tick_params(labelbottom=True)  # shared x, but every panel readable on its own
@@ -184,7 +191,7 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
             if i == 0:
                 ax.set_title(title, fontsize=9)
             if j == 0:
-                ax.set_ylabel(METRICS[metric].label, fontsize=9)
+                ax.set_ylabel(y_label, fontsize=9)
             if i == len(metrics) - 1 and x is not None:
                 ax.set_xlabel(AXIS_LABELS[x])
     entries: dict[str, Any] = {}
@@ -199,6 +206,14 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     fig.tight_layout()
     save_figure_atomic(fig, path)
     return path
+
+
+def _duration_unit(metric: str, values: pd.Series) -> tuple[float, str]:
+    """(factor, axis label) for a metric: seconds stay seconds unless the largest is over two hours."""
+    label = METRICS[metric].label
+    if label.endswith("(s)") and len(values) and float(values.max()) > 2 * 3600:
+        return 1 / 3600, label[:-3] + "(h)"
+    return 1.0, label
 
 
 def _spread(values: pd.Series) -> float:
@@ -250,12 +265,18 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     ax.set_xticks(range(len(cols_v)), [_fmt(a, v) if a else setting for v in cols_v], fontsize=8)
     ax.set_yticks(range(len(rows_v)), [_fmt(b, v) if b else setting for v in rows_v], fontsize=8)
     if a:
-        ax.set_xlabel(AXIS_LABELS[a])
+        ax.set_xlabel(_name(a))  # the ticks carry the unit
     if b:
-        ax.set_ylabel(AXIS_LABELS[b])
-    others = [c for c in axes[2:]]
-    sub = f"; share of {', '.join(AXIS_LABELS[c] for c in others)} it wins" if others else ""
+        ax.set_ylabel(_name(b))
+    others = [_name(c) for c in axes[2:]]
+    sub = (f"\neach cell: the strategy best most often over {' x '.join(others)}, and how often" if others else "")
     ax.set_title(f"{spec.name}: best by {spec.winner_metric}{sub}", fontsize=9)
+    from matplotlib.patches import Patch
+
+    won = {names[int(v)] for v in grid[np.isfinite(grid)]}
+    key = [Patch(color=COLOURS.get(n, "#bbbbbb"), label=n if n in won else f"{n} (never best)")
+           for n in spec.strategies]
+    ax.legend(handles=key, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     save_figure_atomic(fig, path)
     return path
