@@ -270,12 +270,14 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel(_name(b))
     others = [_name(c) for c in axes[2:]]
     sub = (f"\neach cell: the strategy best most often over {' x '.join(others)}, and how often" if others else "")
+    won = {names[int(v)] for v in grid[np.isfinite(grid)]}
+    never = [n for n in spec.strategies if n not in won]
+    sub += f"\nnever best: {', '.join(never)}" if never else ""
     ax.set_title(f"{spec.name}: best by {spec.winner_metric}{sub}", fontsize=9)
     from matplotlib.patches import Patch
 
-    won = {names[int(v)] for v in grid[np.isfinite(grid)]}
-    key = [Patch(color=COLOURS.get(n, "#bbbbbb"), label=n if n in won else f"{n} (never best)")
-           for n in spec.strategies]
+    # the colour key names what the map shows; the strategies that never win are in the title, not the key
+    key = [Patch(color=COLOURS.get(n, "#bbbbbb"), label=n) for n in spec.strategies if n in won]
     ax.legend(handles=key, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     save_figure_atomic(fig, path)
