@@ -1220,6 +1220,14 @@ class Cluster(_Model):
 # --- loading ----------------------------------------------------------------------------------
 
 
+def flat_hosts(ranks: int, latency_s: float, bandwidth_Bps: float, device: dict[str, Any], name: str) -> Cluster:
+    """``ranks`` nodes of one ``device`` each on one flat switch, every link (latency, bandwidth): a testbed or a
+    traced host's network as the cost model and the simulator see it (every collective crosses that link)."""
+    link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
+    return Cluster.from_dict({"name": name, "nodes": int(ranks), "devices_per_node": 1, "device": dict(device),
+                              "intra_link": link, "inter_link": link, "topology": "flat"})
+
+
 def cluster_names() -> list[str]:
     """Names of the clusters shipped in ``costmodel/clusters/*.yaml``."""
     folder = resources.files("flexcomm.costmodel").joinpath("clusters")

@@ -118,14 +118,9 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
     Every rank is its own node, so every collective crosses the ``inter`` link (latency, bandwidth):
     the testbed as the cost model and the simulator see it.
     """
-    from flexcomm.costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import flat_hosts
 
-    link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
-    return Cluster.from_dict({
-        "name": name, "nodes": int(ranks), "devices_per_node": 1,
-        "device": {"name": "cpu", "peak_flops": 1e11, "memory": 2**34},
-        "intra_link": link, "inter_link": link, "topology": "flat",
-    })
+    return flat_hosts(ranks, latency_s, bandwidth_Bps, {"name": "cpu", "peak_flops": 1e11, "memory": 2**34}, name)
 
 
 def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,

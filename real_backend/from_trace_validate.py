@@ -125,15 +125,16 @@ def measured_step_s(path: Path) -> tuple[float, float, int]:
     return float(q2), float(q3 - q1), len(durations)
 
 
-def hook_median(path: Path, column: str) -> float:
-    """Median seconds per step a compression hook spent in its collectives (``comm_s``) or compressing and
-    decoding (``codec_s``), from its own log after warm-up; NaN for DDP's builtin allreduce, which logs nothing."""
+def hook_medians(path: Path) -> tuple[float, float]:
+    """Median seconds per step a compression hook spent in its collectives and compressing and decoding (its own
+    log, ``comm_s`` and ``codec_s``, after warm-up); NaN for DDP's builtin allreduce, which logs nothing."""
     from flexcomm.real_backend.ddp_train import DEFAULT_WARMUP_STEPS
 
     if not path.exists():
-        return math.nan
-    values = pd.read_csv(path)[column].iloc[DEFAULT_WARMUP_STEPS:].dropna()
-    return float(values.median()) if len(values) else math.nan
+        return math.nan, math.nan
+    log = pd.read_csv(path).iloc[DEFAULT_WARMUP_STEPS:]
+    comm, codec = (log[column].dropna() for column in ("comm_s", "codec_s"))
+    return (float(comm.median()) if len(comm) else math.nan, float(codec.median()) if len(codec) else math.nan)
 
 
 def codec_rates(out: Path, numel: int, ratio: float, rank_counts: list[int], seed: int = 0) -> dict[int, float]:
@@ -166,8 +167,8 @@ def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> 
     profile = step_profile(read_profiler_trace(out / traced.slug / "builtin" / "trace.json"))
     cores = os.cpu_count() or 1
     # measured alone on one core; the replay takes the rate at the traced setting's load (it rescales it per target)
-    load = max(1.0, traced.ranks / cores)
-    alone = codec_rates(out, max(profile.bucket_bytes) // 4, ratio, sorted({s.ranks for s in settings}), seed)
+    load = host_compute_scale(1, traced.ranks, cores)
+    alone = codec_rates(out, profile.largest_bucket_elements, ratio, sorted({s.ranks for s in settings}), seed)
     rates = {p: rate / load for p, rate in alone.items()}
     rows = []
     for setting in settings:
@@ -180,13 +181,14 @@ def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> 
                             compute_scale=scale, compress_elements_per_s=rates[setting.ranks], seed=seed)
             predicted = predicted_step_s(result)
             summary = result.summary()
+            hook_comm, hook_codec = hook_medians(out / setting.slug / strategy / "steps.csv")
             rows.append({"setting": setting.label, "ranks": setting.ranks,
                          "bandwidth": format_bandwidth(setting.rate_Bps),
                          "strategy": strategy, "traced": setting == traced and strategy == "builtin",
                          "measured_step_s": measured, "measured_iqr_s": spread, "predicted_step_s": predicted,
-                         "hook_comm_s": hook_median(out / setting.slug / strategy / "steps.csv", "comm_s"),
+                         "hook_comm_s": hook_comm,
                          "predicted_comm_s": summary["median_comm_s"],
-                         "hook_codec_s": hook_median(out / setting.slug / strategy / "steps.csv", "codec_s"),
+                         "hook_codec_s": hook_codec,
                          "predicted_codec_s": summary["median_compression_s"],
                          "error": (predicted - measured) / measured if measured > 0 else math.nan,
                          "compute_scale": scale, "steps": steps})

@@ -10,7 +10,6 @@ each rank has its own device and the scale is 1.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -38,9 +37,7 @@ def replay(profile: StepProfile, cluster: Any, *, ranks: int | None = None, sche
 
     ``compress_elements_per_s`` is the compressor's rate on the traced host for compression what-ifs (None:
     the cluster device's); it is divided by ``compute_scale`` as the compute is multiplied by it."""
-    if not (math.isfinite(compute_scale) and compute_scale > 0):
-        raise InputError("compute-scale", compute_scale, "a positive factor")
-    workload = traced_training_workload(profile, compute_scale)
+    workload = traced_training_workload(profile, compute_scale)  # checks compute_scale (traced_model)
     rate = None if compress_elements_per_s is None else compress_elements_per_s / compute_scale
     base = TrainingConfig(workload=workload, iterations=iterations, ranks=ranks, scheme=scheme, ratio=ratio,
                           algorithm=algorithm, compress_elements_per_s=rate, seed=seed)
@@ -63,11 +60,8 @@ LINK_SCHEMES = ("dense", "topk-ag", "topk-ar")
 def link_target(ranks: int, bandwidth_Bps: float, latency_s: float = 0.0) -> Any:
     """``ranks`` hosts, one rank each, on one switch of ``bandwidth_Bps`` links: the testbed's shape, and any
     "what if the network were X" question about a traced host."""
-    from flexcomm.costmodel.cluster import Cluster
+    from flexcomm.costmodel.cluster import flat_hosts
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
-    link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
-    return Cluster.from_dict({"name": f"{ranks} hosts", "nodes": ranks, "devices_per_node": 1,
-                              "device": dict(TRACED_HOST_DEVICE), "intra_link": link, "inter_link": link,
-                              "topology": "flat"})
+    return flat_hosts(ranks, latency_s, bandwidth_Bps, TRACED_HOST_DEVICE, f"{ranks} hosts")

@@ -22,7 +22,7 @@ import numpy as np
 
 from flexcomm.costmodel.compute import ModelSpec
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads.profiler_trace import ProfilerTrace, TracedStep, read_profiler_trace, step_numbers
+from flexcomm.workloads.profiler_trace import ProfilerTrace, TracedStep, read_profiler_trace
 
 #: Element bytes the simulator's buckets hold (make_buckets' default): a traced bucket of another dtype is
 #: replayed as the same number of bytes in 4-byte elements.
@@ -53,18 +53,17 @@ class StepProfile:
     measured_exposed_s: float
 
     @property
-    def compute_s(self) -> float:
-        return self.forward_s + sum(self.segments_s) + self.tail_s + self.after_s
-
-    @property
     def gradient_bytes(self) -> int:
         return sum(self.bucket_bytes)
 
-    def describe(self) -> str:
-        left = (f" (step {step_numbers(self.left_out)} left out: other buckets or no backward)"
-                if self.left_out else "")
-        return (f"{self.trace}: {self.backend}, {self.world_size} ranks, {self.device}; steps "
-                f"{step_numbers(self.steps)}{left}")
+    @property
+    def backward_s(self) -> float:
+        return sum(self.segments_s) + self.tail_s
+
+    @property
+    def largest_bucket_elements(self) -> int:
+        """The largest bucket in the simulator's elements (what a compressor's rate is measured on)."""
+        return max(self.bucket_bytes) // SIM_ELEMENT_BYTES
 
 
 def _layout(step: TracedStep) -> tuple[int, ...]:

@@ -110,12 +110,15 @@ def test_the_replay_is_ddp_overlap_of_the_measured_parts(buckets: list, bandwidt
     assert predicted == pytest.approx(expected, rel=1e-9)
 
 
-def test_steps_with_another_bucket_layout_are_left_out_and_said_so(tmp_path: Path) -> None:
+def test_steps_with_another_bucket_layout_are_left_out_and_said_so(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     first = {**STEP, "buckets": [(3_000.0, 294_912, 60_000.0)]}  # DDP before it rebuilt its buckets
-    profile = step_profile(read_profiler_trace(write(tmp_path, kineto([first, STEP, STEP]))))
+    path = write(tmp_path, kineto([first, STEP, STEP]))
+    profile = step_profile(read_profiler_trace(path))
     assert profile.steps == (3, 4) and profile.left_out == (2,)
     assert profile.bucket_bytes == (262_144 * 4, 32_768 * 4)
-    assert "step 2 left out" in profile.describe()
+    assert main(["simulate", "--from-trace", str(path)]) == 0
+    assert "steps 3, 4 (step 2 left out: other buckets or no backward)" in capsys.readouterr().out
 
 
 def test_host_sharing_scales_compute_by_oversubscription() -> None:

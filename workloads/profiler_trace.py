@@ -104,11 +104,16 @@ class TracedStep:
     collectives: tuple[TracedCollective, ...]
 
     def bucket_exchanges(self) -> tuple[TracedCollective, ...]:
-        """The gradient buckets: the allreduces issued while the backward ran (DDP's hooks)."""
-        if not math.isfinite(self.backward_start_s):
-            return ()
-        return tuple(c for c in self.collectives if c.kind == "allreduce"
-                     and self.backward_start_s <= c.launch_s <= self.backward_end_s)
+        return _buckets_during(self.collectives, self.backward_start_s, self.backward_end_s)
+
+
+def _buckets_during(collectives: Sequence[TracedCollective], start_s: float,
+                    end_s: float) -> tuple[TracedCollective, ...]:
+    """The gradient buckets: the allreduces issued while the backward ran (DDP's hooks), ``start_s``..``end_s``
+    from the step's start (NaN: the step has no backward)."""
+    if not math.isfinite(start_s):
+        return ()
+    return tuple(c for c in collectives if c.kind == "allreduce" and start_s <= c.launch_s <= end_s)
 
 
 @dataclass(frozen=True)
@@ -319,13 +324,13 @@ def _copy_back_start(copies: list[_Event], last_numel: int) -> float | None:
     the final ones whose elements add up to its size; their start is when the whole exchange had finished.
     None when the copies do not add up (a hook with gradient_as_bucket_view copies nothing)."""
     total = 0
-    for index in range(len(copies) - 1, -1, -1):
-        numel = _dims_numel(copies[index].args.get("Input Dims"))
+    for copy in reversed(copies):
+        numel = _dims_numel(copy.args.get("Input Dims"))
         if numel is None:
             return None
         total += numel
         if total == last_numel:
-            return copies[index].ts
+            return copy.ts
         if total > last_numel:
             return None
     return None
@@ -341,8 +346,7 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
     step_events = _steps(events, path)
     backend, world, rank = _group(document)
     thread = step_events[0].tid
-    spans = [e for e in events if _GROUP_SPAN.match(e.name)
-             and _GROUP_SPAN.match(e.name).group(2).lower() not in NOT_COLLECTIVES]
+    spans = [e for e in events if (m := _GROUP_SPAN.match(e.name)) and m.group(2).lower() not in NOT_COLLECTIVES]
     use_spans = bool(spans)
     issued = spans if use_spans else [
         e for e in events if e.name == "record_param_comms"
@@ -372,12 +376,13 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
             b0 = min(e.ts for e in mine)
             b1 = max(e.end for e in mine)
             after = next((e.ts for e in on_thread if e.ts >= b1 and e.ts < end), end)
-            buckets = [c for c in collectives if c.kind == "allreduce" and b0 <= start + c.launch_s * 1e6 <= b1]
+            b_start, b_end = (b0 - start) / 1e6, (b1 - start) / 1e6
+            buckets = _buckets_during(collectives, b_start, b_end)
             copies = [e for e in on_thread if e.name == _COPY_BACK and b1 <= e.ts < end]
             if buckets and copies:  # the first op after the backward copies bucket 0, maybe before the last is done
                 last = _copy_back_start(copies, buckets[-1].numel)
                 after = last if last is not None else after
-            b_start, b_end, resumed = (b0 - start) / 1e6, (b1 - start) / 1e6, (after - start) / 1e6
+            resumed = (after - start) / 1e6
         else:
             b_start = b_end = math.nan
             resumed = (end - start) / 1e6

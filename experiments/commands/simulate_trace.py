@@ -135,7 +135,8 @@ def run_from_trace(args: argparse.Namespace) -> int:
         from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
 
         # measured by one rank alone; the replay takes the rate under the traced host's load (and rescales it)
-        alone = measure_topk_elements_per_s(max(profile.bucket_bytes) // 4, args.ratio, target.ranks, seed=args.seed)
+        alone = measure_topk_elements_per_s(profile.largest_bucket_elements, args.ratio, target.ranks,
+                                            seed=args.seed)
         rate = alone / host_compute_scale(1, world, args.host_cores)
         measured_rate = True
 
@@ -179,7 +180,7 @@ def run_from_trace(args: argparse.Namespace) -> int:
 def _profile_dict(profile: Any) -> dict[str, Any]:
     return {"backend": profile.backend, "device": profile.device, "ranks": profile.world_size,
             "steps": list(profile.steps), "left_out": list(profile.left_out), "forward_s": profile.forward_s,
-            "backward_s": sum(profile.segments_s) + profile.tail_s, "after_exchange_s": profile.after_s,
+            "backward_s": profile.backward_s, "after_exchange_s": profile.after_s,
             "buckets": len(profile.bucket_bytes), "gradient_bytes": profile.gradient_bytes,
             "measured_step_s": profile.measured_step_s, "measured_exposed_s": profile.measured_exposed_s}
 
