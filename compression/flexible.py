@@ -14,6 +14,11 @@ N grows. :class:`FlexibleCompressor` makes that choice online:
   make it flap (each flip costs a warm-up of caches/buffers on a real cluster and muddles the estimate).
   Far from the crossover waiting is pure loss, so a candidate faster by more than ``urgent`` (default
   50%) is taken at once (``urgent=None`` always waits).
+* **switch cost**: a switch is taken only when what it saves over the next ``patience`` exchanges exceeds
+  ``switch_cost_s``, the seconds one switch costs beyond its exchange (0 by default: nothing is rebuilt on
+  a switch here, the residual carries over; ``validate --network-trace`` reports the first exchange after
+  each switch against the next ones, where the network change that triggered it dominates). The
+  simulator and the replay decide with the same rule.
 * **one residual per worker**: the sparse schemes run as inner compressors that *share* this object's
   ``residuals`` and ``steps`` dicts, so error feedback carries across a switch: the residual is the
   worker's, not the scheme's. Switching to ``dense`` flushes the residual into that dense exchange.
@@ -29,7 +34,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +125,34 @@ class SchemePredictor:
         return table.min(axis=0), table.argmin(axis=0)
 
 
+#: The adaptive machinery's own work, by part: what a static hook does not do.
+MECHANISM_PARTS = ("decide", "agree", "probe", "estimate")
+
+
+class MechanismTimer:
+    """Wall seconds the adaptive machinery spends beyond the exchange it chose, by part (decide: predicting
+    and choosing; agree: issuing and waiting for the ranks' timing agreement; probe: latency probes;
+    estimate: refitting the network estimate). Why: adapting pays only if it costs less than it gains, so
+    the cost is logged per exchange (the hooks' ``exchanges.csv``) beside what it bought."""
+
+    def __init__(self, parts: Sequence[str] = MECHANISM_PARTS) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(parts, 0.0)
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+    def take(self) -> dict[str, float]:
+        """Seconds per part since the last call (and reset)."""
+        out = dict(self.seconds)
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+        return out
+
+
 @dataclass
 class _KeyState:
     current: str | None = None
@@ -158,6 +193,8 @@ class FlexibleCompressor(Compressor):
         latency_probe: bool = True,
         agree_every: int = 1,
         agree_lag: int = 0,
+        probe_budget: float = 0.02,
+        switch_cost_s: float = 0.0,
         error_feedback: bool = True,
         gain_every: int | None = None,
         keep_sent: bool = False,
@@ -194,6 +231,12 @@ class FlexibleCompressor(Compressor):
         if isinstance(agree_lag, bool) or not isinstance(agree_lag, int) or agree_lag < 0:
             raise InputError("agree_lag", agree_lag, "an integer >= 0 (exchanges an agreement may stay in flight)")
         self.agree_lag = agree_lag
+        if not (isinstance(probe_budget, (int, float)) and 0 <= probe_budget):
+            raise InputError("probe_budget", probe_budget, "a fraction >= 0 of the exchanges a probe informs")
+        self.probe_budget = float(probe_budget)
+        if not (isinstance(switch_cost_s, (int, float)) and math.isfinite(switch_cost_s) and switch_cost_s >= 0):
+            raise InputError("switch_cost_s", switch_cost_s, "seconds >= 0 one switch costs beyond its exchange")
+        self.switch_cost_s = float(switch_cost_s)
         self._pending: list[tuple[StepStats, list[float]]] = []
         #: agreements in flight: (exchange count when issued, the allreduce, the stats it covers, their sizes)
         self._inflight: collections.deque[tuple[int, PendingAllreduce, list[tuple[StepStats, int]]]] = (
@@ -215,6 +258,7 @@ class FlexibleCompressor(Compressor):
         self.state: dict[int, _KeyState] = {}
         self.decisions: list[dict[str, Any]] = []
         self._predictor: SchemePredictor | None = None
+        self.mechanism = MechanismTimer()
 
     def __repr__(self) -> str:
         return f"FlexibleCompressor(ratio={self.ratio}, candidates={self.candidates}, hysteresis={self.hysteresis})"
@@ -257,7 +301,9 @@ class FlexibleCompressor(Compressor):
             state.current, state.target, state.streak = best, None, 0
             return best, True, best
         current = state.current
-        if best != current and predicted[current] > predicted[best] * (1.0 + self.hysteresis):
+        saving = predicted[current] - predicted[best]
+        if (best != current and predicted[current] > predicted[best] * (1.0 + self.hysteresis)
+                and saving * self.patience > self.switch_cost_s):
             state.streak = state.streak + 1 if state.target == best else 1
             state.target = best
             urgent = self.urgent is not None and predicted[current] > predicted[best] * (1.0 + self.urgent)
@@ -288,6 +334,24 @@ class FlexibleCompressor(Compressor):
         }
         return chosen, entry
 
+    def should_probe(self, numel: int, comm: Communicator, chosen: str) -> bool:
+        """Whether to send a latency probe after this exchange: the estimator wants one, and it is worth its
+        price. A probe informs the next ``probe_interval`` exchanges; it is taken only when its predicted
+        seconds are at most ``probe_budget`` of theirs (on a high-latency link a 4-byte allgather costs
+        several round trips, more than a wrong guess of alpha can lose). Decided from the agreed estimate
+        only, so every rank probes alike."""
+        estimator = self.estimator
+        if not self.latency_probe or estimator is None or not estimator.wants_probe():
+            return False
+        if self.probe_budget <= 0:
+            return True
+        predictor = self.predictor(comm)
+        probe = scheme_coefficients("topk-ag", 1, comm.world_size, 1.0, DEFAULT_PAYLOAD, predictor.algorithms)
+        probe_s = float(estimator.predict(probe.alpha, 0.0, 0.0))  # 4 bytes: latency only
+        informed_s = max(1, estimator.probe_interval) * float(predictor.seconds(chosen, numel, self.ratio or 1.0,
+                                                                                 comm.world_size))
+        return probe_s <= self.probe_budget * informed_s
+
     def current(self, key: int = 0) -> str | None:
         """The scheme in use for bucket ``key`` (None before its first exchange)."""
         state = self.state.get(key)
@@ -298,9 +362,11 @@ class FlexibleCompressor(Compressor):
         """Decide, delegate to the chosen scheme (sharing residuals), probe if useful, measure, log."""
         grads = self._check(grads, comm)
         numel = grads[0].numel()
-        self._settle(self._exchanges - self.agree_lag)
+        if self.agree_every:  # caller-driven agreements (agree_every=0) are folded by settle(), off the path
+            self._settle(self._exchanges - self.agree_lag)
         self._exchanges += 1
-        chosen, entry = self.choose(numel, comm, key)
+        with self.mechanism.part("decide"):
+            chosen, entry = self.choose(numel, comm, key)
         inner = self.inner[chosen]
         if chosen == "dense":
             grads = self._flush_residuals(grads, comm, key)
@@ -309,12 +375,15 @@ class FlexibleCompressor(Compressor):
         result = inner.exchange(grads, comm, key=key)
         stats = result.stats
         probed = False
-        if self.latency_probe and self.estimator.wants_probe():
-            stats = self._probe(comm, stats, grads[0].device)
+        if self.should_probe(numel, comm, chosen):
+            with self.mechanism.part("probe"):
+                stats = self._probe(comm, stats, grads[0].device)
+            self.estimator.probe_sent()
             probed = True
         self.decisions.append({"step": stats.step, **entry, "latency_probe": probed})
         if self.clock is not None:
-            self.observe(stats, [self.clock(r, comm.world_size) for r in timed_records(stats)])
+            with self.mechanism.part("estimate"):
+                self.observe(stats, [self.clock(r, comm.world_size) for r in timed_records(stats)])
         elif not comm.emulated:
             self._pending.append((stats, [r.seconds for r in timed_records(stats)]))
             if self.agree_every and len(self._pending) >= self.agree_every:
@@ -370,36 +439,52 @@ class FlexibleCompressor(Compressor):
         Each rank measures its own wall times; fed raw, the ranks' estimators would drift apart and pick
         different schemes or probes, i.e. mismatched collectives (a hang). Agreed times keep every rank's
         estimator, and so every decision, identical. With ``agree_lag`` > 0 the allreduce is only started
-        here and its result used ``agree_lag`` exchanges later (:meth:`_settle`): on a high-latency link the
+        here and its result used ``agree_lag`` exchanges later (:meth:`_settle`); caller-driven
+        (``agree_every=0``) it is folded when the caller calls :meth:`settle`. On a high-latency link the
         round trip then hides behind the next exchanges instead of adding to every one; every rank still
-        folds the same agreed times in at the same exchange, so decisions stay identical.
+        folds the same agreed times in at the same point, so decisions stay identical.
         """
         flat = [t for _, secs in self._pending for t in secs]
         covered = [(stats, len(secs)) for stats, secs in self._pending]
         self._pending = []
         if not flat:
             return
-        buf = torch.tensor(flat, dtype=torch.float64, device=device)
-        if self.agree_lag > 0 and len(comm.local_workers) == 1:
-            self._inflight.append((self._exchanges, comm.allreduce_async(buf, purpose="control"), covered))
-            return
-        total = comm.allreduce([buf.clone() for _ in comm.local_workers], purpose="control")[0]
+        with self.mechanism.part("agree"):
+            buf = torch.tensor(flat, dtype=torch.float64, device=device)
+            if (self.agree_lag > 0 or self.agree_every == 0) and len(comm.local_workers) == 1:
+                self._inflight.append((self._exchanges, comm.allreduce_async(buf, purpose="control"), covered))
+                return
+            total = comm.allreduce([buf.clone() for _ in comm.local_workers], purpose="control")[0]
         self._fold(total / comm.world_size, covered)
 
     def _settle(self, issued_by: int | None = None) -> None:
         """Fold in the agreements started at or before exchange ``issued_by`` (None: all of them)."""
         while self._inflight and (issued_by is None or self._inflight[0][0] <= issued_by):
-            _, pending, covered = self._inflight.popleft()
+            self._fold_oldest()
+
+    def _fold_oldest(self) -> None:
+        _, pending, covered = self._inflight.popleft()
+        with self.mechanism.part("agree"):
             total = pending.wait()
-            self._fold(total / covered[0][0].world_size, covered)
+        self._fold(total / covered[0][0].world_size, covered)
 
     def _fold(self, agreed: Tensor, covered: list[tuple[StepStats, int]]) -> None:
         values = agreed.tolist()
         offset = 0
-        with self._estimator_for(covered[0][0].world_size).deferred():  # one refit for the whole agreement
-            for stats, count in covered:
+        with self.mechanism.part("estimate"), self._estimator_for(covered[0][0].world_size).deferred():
+            for stats, count in covered:  # one refit for the whole agreement
                 self.observe(stats, values[offset:offset + count])
                 offset += count
+
+    def settle(self, keep: int = 0) -> None:
+        """Fold in every agreement in flight but the ``keep`` newest (caller-driven mode, ``agree_every=0``).
+
+        A DDP hook calls it once per iteration, after the last bucket's result is handed back, with
+        ``keep=1``: the agreement just started stays in flight behind the next iteration, the previous one
+        (long finished) is folded and the estimate refitted off the critical path, while the trainer runs
+        the optimizer and the next forward. Every rank folds the same agreements at the same iteration."""
+        while len(self._inflight) > max(0, keep):
+            self._fold_oldest()
 
     def finish(self) -> None:
         """Wait for the agreements still in flight (call before the process group goes away)."""

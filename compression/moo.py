@@ -235,6 +235,18 @@ def pareto_front(
 
 # --- the online controller ----------------------------------------------------------------------------
 
+#: Ratios the controller's screen (:meth:`RatioController.screen`) evaluates between the bounds.
+SCREEN_POINTS = 33
+
+
+def _non_dominated(F: np.ndarray) -> np.ndarray:
+    """Mask of the rows of ``F`` (both objectives minimised) no other row dominates."""
+    F = np.asarray(F, dtype=float)
+    dominated = np.zeros(len(F), dtype=bool)
+    for i, row in enumerate(F):
+        dominated[i] = bool(np.any(np.all(F <= row, axis=1) & np.any(F < row, axis=1)))
+    return ~dominated
+
 
 class RatioController:
     """When to probe gains and re-optimise c, and the history of what it chose (see the module docstring).
@@ -284,6 +296,55 @@ class RatioController:
     def needs_probe(reason: str | None) -> bool:
         """Reasons that need fresh gain measurements (the others reuse the gain model)."""
         return reason in ("initial", "reprobe", "gain")
+
+    def screen(self, time_fn: TimeFn, compute_s: float = 0.0, points: int = SCREEN_POINTS) -> float:
+        """The ratio the rule picks among ``points`` log-spaced ratios of the bounds (a few ms, where the
+        NSGA-II front costs a few hundred): what a re-optimisation would roughly choose."""
+        if self.gain_model is None:
+            raise InputError("gain_model", None, "fit_gains() before screen()")
+        lo, hi = self.config.bounds  # type: ignore[misc]
+        grid = np.geomspace(lo, hi, points) if hi > lo else np.array([lo])
+        F, _ = objectives(grid, time_fn, self.gain_model, self.config, compute_s)
+        keep = _non_dominated(F)
+        return float(grid[keep][choose_point(F[keep], self.config.rule, self.config.weights)])
+
+    def worth(self, reason: str, time_fn: TimeFn, probe_cost_s: float = 0.0, compute_s: float = 0.0) -> bool:
+        """Whether re-deciding for ``reason`` can gain more than it costs: the optimiser prices itself.
+
+        * ``initial``: always (there is no ratio yet).
+        * a gain probe (``reprobe``, ``gain``) costs ``probe_cost_s`` (the last probe's measured seconds,
+          agreed over ranks). What it can buy is a better ratio until the next probe may come: at most one
+          candidate step either way, i.e. the predicted step-time difference to the neighbouring candidates
+          for ``min_probe_interval`` steps. A probe costing more is not taken.
+        * a re-optimisation (``network``, ``period``): taken only when the rule's pick on a grid of ratios
+          (:meth:`screen`) moved off the current ratio by more than a tenth of a candidate step: else
+          NSGA-II would pick the same ratio and its CPU time would be lost.
+        """
+        if reason == "initial" or self.ratio is None or self.gain_model is None:
+            return True
+        cands = np.array(sorted(self.config.candidates))
+        if self.needs_probe(reason):
+            if probe_cost_s <= 0:
+                return True
+            here = float(np.asarray(time_fn(np.array([self.ratio])))[0])
+            position = int(np.argmin(np.abs(np.log(cands) - math.log(self.ratio))))
+            neighbours = cands[max(0, position - 1):position + 2]
+            times = np.asarray(time_fn(neighbours), dtype=float)
+            value = float(np.max(np.abs(times - here))) * self.config.min_probe_interval
+            return value > probe_cost_s
+        step = float(np.median(np.diff(np.log(cands)))) if len(cands) > 1 else 1.0
+        return abs(math.log(self.screen(time_fn, compute_s)) - math.log(self.ratio)) > 0.1 * step
+
+    def skip(self, step: int, reason: str, estimator: Any | None = None) -> None:
+        """Log a re-decision :meth:`worth` declined (its timers restart, and the network estimate it was
+        priced under becomes the reference, as if it had run)."""
+        if self.needs_probe(reason):
+            self._last_probe = step
+        else:
+            self._last_opt = step
+            if estimator is not None:
+                estimator.mark()
+        self.events.append({"step": step, "reason": f"{reason} (not worth it)", "ratio": self.ratio})
 
     def fit_gains(self, step: int, ratios: Sequence[float], gains: Sequence[float]) -> GainModel:
         """Fit the gain model to probed (ratio, gain) pairs."""

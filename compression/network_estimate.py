@@ -256,6 +256,11 @@ class NetworkEstimator:
             return False
         return not self._identified or self._surprised
 
+    def probe_sent(self) -> None:
+        """A probe went out: no other until ``probe_interval`` more observations, even if its own time is
+        folded in later (a DDP hook agrees its times over ranks an iteration late)."""
+        self._since_probe = 0
+
     def mark(self) -> tuple[float, float]:
         """Remember the estimate a decision was taken with (what :meth:`moved` compares against)."""
         self._reference = self._estimate

@@ -193,7 +193,8 @@ def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | P
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(names) * len(traces) * seeds, desc="evaluate", unit="run", leave=True)
+        bar = tqdm(total=len(names) * len(traces) * seeds, desc="evaluate", unit="run", leave=True,
+                   disable=None)
     frames = []
     outdir = Path(out)
     try:

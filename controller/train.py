@@ -148,7 +148,8 @@ def reference_returns(config: TrainConfig, traces: list[NetworkTrace], workload:
     env = CompressionEnv(config.env, traces, workload=workload)
     episodes = fixed_episodes(config, traces)
     static = knobs_to_action(0.01, "auto")
-    with tqdm(total=2 * len(episodes), desc="reference episodes", unit="episode", disable=not progress) as bar:
+    with tqdm(total=2 * len(episodes), desc="reference episodes", unit="episode",
+              disable=None if progress else True) as bar:
         return {"random": fixed_returns(lambda obs, rng: rng.uniform(-1, 1, 2).astype(np.float32), env, episodes,
                                         bar.update),
                 "c=0.01 auto": fixed_returns(lambda obs, rng: static, env, episodes, bar.update)}
@@ -183,7 +184,7 @@ class _Recorder:
                 if progress:  # the bar first: the initial evaluation alone takes seconds
                     from tqdm import tqdm
 
-                    self.bar = tqdm(total=total, desc=variant, unit="step", leave=True)
+                    self.bar = tqdm(total=total, desc=variant, unit="step", leave=True, disable=None)
                 self._evaluate()
 
             def _on_step(self) -> bool:

@@ -1220,6 +1220,12 @@ class Cluster(_Model):
 # --- loading ----------------------------------------------------------------------------------
 
 
+#: A host whose compute is measured, not priced (a testbed's rank, a traced host): the numbers only make a
+#: valid :class:`Device` (nothing reads them, so no catalog lookup and no warning about a missing bandwidth).
+MEASURED_HOST_DEVICE: dict[str, Any] = {"name": "measured-host", "peak_flops": 1e11, "memory": 2**34,
+                                        "memory_bandwidth": 1e10}
+
+
 def flat_hosts(ranks: int, latency_s: float, bandwidth_Bps: float, device: dict[str, Any], name: str) -> Cluster:
     """``ranks`` nodes of one ``device`` each on one flat switch, every link (latency, bandwidth): a testbed or a
     traced host's network as the cost model and the simulator see it (every collective crosses that link)."""

@@ -70,7 +70,8 @@ class CostBreakdown:
         )
 
     def as_dict(self) -> dict[str, float | list[float]]:
-        """JSON-friendly view (scalars when the inputs were scalars)."""
+        """JSON-friendly view (scalars when the inputs were scalars), keyed as :class:`flexcomm.Cost`'s
+        attributes are named (``seconds``, ``latency_s``, ``bandwidth_s``, ``reduction_s``)."""
 
         def plain(x: np.ndarray) -> float | list[float]:
             arr = np.asarray(x, dtype=float)
@@ -78,9 +79,9 @@ class CostBreakdown:
 
         return {
             "seconds": plain(self.total),
-            "latency_seconds": plain(self.latency),
-            "bandwidth_seconds": plain(self.bandwidth),
-            "compute_seconds": plain(self.compute),
+            "latency_s": plain(self.latency),
+            "bandwidth_s": plain(self.bandwidth),
+            "reduction_s": plain(self.compute),
         }
 
 
@@ -333,21 +334,38 @@ def formula(collective: str, algorithm: str) -> Formula:
     return FORMULAS[(collective, algorithm)]
 
 
+def _one_of(field: str, positional: ArrayLike | None, keyword: ArrayLike | None) -> ArrayLike:
+    """The link parameter given once, by its unit name (``latency_s``) or as :func:`flexcomm.cost` names it."""
+    if positional is not None and keyword is not None:
+        unit = "latency_s" if field == "latency" else "bandwidth_Bps"
+        raise InputError(field, "given twice", f"one of {field}= and {unit}=")
+    if positional is None and keyword is None:
+        raise InputError(field, None, f"the link's {field}, e.g. {field}=" + ('"10us"' if field == "latency"
+                                                                               else '"10Gbit/s"'))
+    return positional if positional is not None else keyword  # type: ignore[return-value]
+
+
 def predict(
     collective: str,
     algorithm: str,
     nbytes: ArrayLike,
     ranks: ArrayLike,
-    latency_s: ArrayLike,
-    bandwidth_Bps: ArrayLike,
+    latency_s: ArrayLike | None = None,
+    bandwidth_Bps: ArrayLike | None = None,
     gamma: ArrayLike = 0.0,
+    *,
+    latency: ArrayLike | None = None,
+    bandwidth: ArrayLike | None = None,
 ) -> CostBreakdown:
     """Vectorised prediction on a single link class: every argument may be a numpy array.
 
     The fast path for sweeps (millions of configurations per second); :class:`costmodel.model.CostModel`
     adds clusters, calibration profiles and the two-level hierarchical allreduce on top. ``nbytes``,
-    ``latency_s`` and ``bandwidth_Bps`` also take unit strings (``"64MiB"``, ``"10us"``, ``"10Gbit/s"``).
+    ``latency_s`` and ``bandwidth_Bps`` also take unit strings (``"64MiB"``, ``"10us"``, ``"10Gbit/s"``);
+    ``latency=`` and ``bandwidth=`` name them as :func:`flexcomm.cost` does.
     """
+    latency_s = _one_of("latency", latency_s, latency)
+    bandwidth_Bps = _one_of("bandwidth", bandwidth_Bps, bandwidth)
     nbytes = coerce(nbytes, parse_size, "nbytes")
     latency_s = coerce(latency_s, parse_time, "latency")
     bandwidth_Bps = coerce(bandwidth_Bps, parse_bandwidth, "bandwidth")

@@ -184,6 +184,8 @@ def coerce(value: Any, parser: Callable[[Any, str], float], field: str) -> Any:
     Why: every public function takes ``"64MiB"`` as well as ``67108864``, while the vectorised paths keep
     taking arrays without a per-element parse.
     """
+    if isinstance(value, bool):  # True is 1 to Python, never a size, time or bandwidth to a user
+        raise InputError(field, value, "a number or a unit string, not True/False")
     if isinstance(value, str):
         return parser(value, field)
     if isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value):

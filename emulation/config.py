@@ -43,6 +43,8 @@ class EmulationConfig:
     price_params: int | None = None
     hysteresis: float = 0.1
     patience: int = 3
+    #: seconds one switch of scheme costs beyond its exchange (a switch must save more over ``patience`` steps)
+    switch_cost_s: float = 0.0
     flexible_candidates: tuple[str, ...] = ("topk-ag", "topk-ar")
     owner: str = "star"
     moo: MOOConfig = field(default_factory=MOOConfig)
@@ -81,6 +83,9 @@ class EmulationConfig:
             raise InputError("compress-throughput", self.compress_throughput, "elements per second >= 0")
         if self.compute_time_s is not None and not (math.isfinite(self.compute_time_s) and self.compute_time_s >= 0):
             raise InputError("compute-time", self.compute_time_s, "a non-negative time")
+        if isinstance(self.switch_cost_s, bool) or not isinstance(self.switch_cost_s, (int, float)) or not (
+                math.isfinite(self.switch_cost_s) and self.switch_cost_s >= 0):
+            raise InputError("switch-cost", self.switch_cost_s, "a time >= 0 one switch of scheme costs, e.g. 5ms")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
             raise InputError("lr", self.lr, "a positive learning rate")
         if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:

@@ -207,7 +207,7 @@ def _bar(items: list[Path], progress: bool) -> Iterable[Path]:
         return items
     from tqdm import tqdm
 
-    return tqdm(items, desc="published runs", unit="run", leave=False)
+    return tqdm(items, desc="published runs", unit="run", leave=False, disable=None)
 
 
 def _write_csv(results: list[RunResult], path: Path) -> None:

@@ -85,4 +85,5 @@ __getattr__ = lazy_getattr("flexcomm", _LAZY, globals(), _SUBMODULES)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))
+    """The API only: not the machinery that builds it (``TYPE_CHECKING``, ``annotations``, ``lazy_getattr``)."""
+    return sorted(set(__all__) | set(_SUBMODULES))

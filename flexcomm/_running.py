@@ -96,9 +96,9 @@ def simulate(
     jitter_period: float | str = "1ms",
     congestion: str | Mapping[str, Any] | None = None,
     dynamics: Iterable[Any] = (),
-    stragglers: Mapping[int, float] | Iterable[str] | None = None,
+    stragglers: Mapping[int, float] | str | Iterable[str] | None = None,
     compute_jitter: float = 0.0,
-    faults: Iterable[str] = (),
+    faults: str | Iterable[str] = (),
     checkpoint_every: int = 0,
     checkpoint_cost: float | str | None = None,
     restart_cost: float | str = "30s",
@@ -148,7 +148,10 @@ def simulate(
     elif isinstance(stragglers, Mapping):
         straggling = dict(stragglers)
     else:
-        straggling = dict(parse_straggler(text) for text in stragglers)
+        straggling = dict(parse_straggler(text) for text in ([stragglers] if isinstance(stragglers, str)
+                                                              else stragglers))
+    if isinstance(faults, str):  # one fault given as a string, not its characters
+        faults = [faults]
     fault_sources = [parse_fault(spec, seed) if isinstance(spec, str) else spec for spec in faults]
     cost = coerce(checkpoint_cost, parse_time, "checkpoint-cost") if checkpoint_cost is not None else None
     policy = FaultPolicy(

@@ -39,12 +39,16 @@ class CommThread:
         self._thread.start()
         #: seconds this thread spent running jobs since the last :meth:`take_busy` (the exchanges' own time)
         self.busy_s = 0.0
+        self._failed: BaseException | None = None  #: an ``after`` that raised: the next job re-raises it
 
-    def submit(self, job: Callable[[], torch.Tensor], device: torch.device) -> torch.futures.Future[torch.Tensor]:
-        """Queue ``job``; its result (or exception) completes the returned future."""
+    def submit(self, job: Callable[[], torch.Tensor], device: torch.device,
+               after: Callable[[], None] | None = None) -> torch.futures.Future[torch.Tensor]:
+        """Queue ``job``; its result (or exception) completes the returned future. ``after`` then runs on
+        this thread too, once the future is complete: work the trainer need not wait for (an adaptive
+        hook's folding and deciding), still before the next job, so its outcome is in place for it."""
         future: torch.futures.Future[torch.Tensor] = (
             torch.futures.Future(devices=[device]) if device.type == "cuda" else torch.futures.Future())
-        self._jobs.put((job, future, device))
+        self._jobs.put((job, future, device, after))
         return future
 
     def _run(self) -> None:
@@ -52,9 +56,11 @@ class CommThread:
             item = self._jobs.get()
             if item is _STOP:
                 return
-            job, future, device = item
+            job, future, device, after = item
             started = time.perf_counter()
             try:
+                if self._failed is not None:
+                    raise RuntimeError("the previous job's follow-up work failed") from self._failed
                 if device.type == "cuda":
                     torch.cuda.set_device(device)
                 result = job()
@@ -64,6 +70,11 @@ class CommThread:
                 continue
             self.busy_s += time.perf_counter() - started
             future.set_result(result)
+            if after is not None:
+                try:
+                    after()
+                except BaseException as exc:  # noqa: BLE001 - fail the next job (the trainer waits for it)
+                    self._failed = exc
 
     def take_busy(self) -> float:
         """Busy seconds since the last call (a step's exchange time, overlapped or not)."""

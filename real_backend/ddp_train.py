@@ -47,7 +47,7 @@ from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
     "payload_bytes", "control_bytes", "scheme", "ratio", "buckets", "records", "gain", "start_epoch_s", "trace_s",
-    "trace_phase",
+    "trace_phase", "mechanism_s",
 )
 #: Steps left out of medians: DDP rebuilds its buckets after iteration 1, PowerSGD starts at iteration 2.
 DEFAULT_WARMUP_STEPS = 3
@@ -118,9 +118,9 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
     Every rank is its own node, so every collective crosses the ``inter`` link (latency, bandwidth):
     the testbed as the cost model and the simulator see it.
     """
-    from flexcomm.costmodel.cluster import flat_hosts
+    from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE, flat_hosts
 
-    return flat_hosts(ranks, latency_s, bandwidth_Bps, {"name": "cpu", "peak_flops": 1e11, "memory": 2**34}, name)
+    return flat_hosts(ranks, latency_s, bandwidth_Bps, MEASURED_HOST_DEVICE, name)
 
 
 def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,
@@ -342,6 +342,7 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
                 "hook_s": summary.hook_s if summary else math.nan,
                 "comm_s": summary.measured_comm_s if summary else math.nan,
                 "codec_s": summary.codec_s if summary else math.nan,
+                "mechanism_s": summary.mechanism_s if summary and state.strategy in ("flexible", "moo") else math.nan,
                 "predicted_comm_s": summary.predicted_comm_s if summary else math.nan,
                 "payload_bytes": summary.payload_bytes if summary else math.nan,
                 "control_bytes": summary.control_bytes if summary else math.nan,
@@ -377,6 +378,7 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
         "median_hook_s": _median([r["hook_s"] for r in steady]),
         "median_comm_s": _median([r["comm_s"] for r in steady]),
         "median_codec_s": _median([r["codec_s"] for r in steady]),
+        "median_mechanism_s": _median([r["mechanism_s"] for r in steady]),
         "median_predicted_comm_s": _median([r["predicted_comm_s"] for r in steady]),
         "median_payload_bytes": _median([r["payload_bytes"] for r in steady]),
         "first_loss": rows[0]["loss"] if rows else math.nan, "last_loss": rows[-1]["loss"] if rows else math.nan,

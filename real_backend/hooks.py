@@ -42,11 +42,19 @@ chained on gloo's work keep Python-owned tensors, and freeing them at interprete
 
 **Rank agreement.** Adaptive strategies decide from measured times; each rank's clock differs, and two
 ranks choosing different schemes or ratios would issue mismatched collectives and hang. The
-``FlexibleCompressor`` averages its measured seconds over ranks (one small allreduce, ``agree_every``,
-started at once and used :data:`DEFAULT_AGREE_LAG` exchanges later so its round trip overlaps) before they
-reach its estimator; the MOO controller's gains are averaged the same way here
-(:func:`agree_mean`) and a new ratio is broadcast from rank 0: every rank then holds bitwise the same
-estimate and takes the same decision.
+``FlexibleCompressor`` averages its measured seconds over ranks (one small allreduce per iteration,
+started after the last bucket and folded after the next iteration: :data:`AGREEMENTS_IN_FLIGHT`); MOO's
+gains are averaged the same way and a new ratio is broadcast from rank 0: every rank then holds bitwise
+the same estimate and takes the same decision.
+
+**Off the critical path.** What the adaptive machinery does beyond the exchange it chose is logged per
+exchange (``decide_s``, ``agree_s``, ``probe_s``, ``estimate_s``, ``moo_s``; their sum ``mechanism_s``) and
+kept small: after an iteration's last result is handed back, the communication thread runs its
+housekeeping (:func:`_housekeeping`: fold the previous agreement, refit the estimate, MOO's folding,
+pricing and optimising; ``housekeeping_s``) while the trainer steps the optimizer and runs the next
+forward. Only collectives (issued in order, never waited for there) and the per-bucket decision stay on
+the path. Latency probes and MOO's gain probes and re-optimisations are taken only when they are worth
+their price (:meth:`FlexibleCompressor.should_probe`, :meth:`RatioController.worth`).
 
 **Log.** Every exchange appends one row to a CSV on rank 0 (:data:`EXCHANGE_COLUMNS`: step, bucket,
 scheme chosen, ratio, bytes, the collectives as ``collective/algorithm/bytes`` for the cost model and the
@@ -88,17 +96,20 @@ from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 DEFAULT_PRIOR_LATENCY_S = 100e-6
 DEFAULT_PRIOR_BANDWIDTH_BPS = 125e6  # 1 Gbit/s
 
-#: Exchanges the ranks' timing agreement may stay in flight (``FlexibleCompressor.agree_lag``; the hooks
-#: agree once per iteration): measured on a 2-rank testbed with a 50 ms one-way delay, a blocking agreement
-#: after every bucket added one round trip to each.
-DEFAULT_AGREE_LAG = 4
+#: Timing agreements left in flight when the hooks fold the others (once per iteration, off the critical
+#: path): the one just started runs behind the next iteration; measured on a 2-rank testbed with a 50 ms
+#: one-way delay, a blocking agreement after every bucket added one round trip to each.
+AGREEMENTS_IN_FLIGHT = 1
 
 EXCHANGE_COLUMNS = (
     "step", "bucket", "numel", "strategy", "scheme", "ratio", "k", "payload_bytes", "control_bytes",
     "collectives", "predicted_comm_s", "measured_comm_s", "hook_s", "compress_s", "decompress_s", "local_gain",
     "est_alpha_s", "est_beta_s_per_byte", "pred_dense_s", "pred_topk-ag_s", "pred_topk-ar_s", "flex_pred_comm_s",
-    "switched", "ratio_event",
+    "switched", "ratio_event", "decide_s", "agree_s", "probe_s", "estimate_s", "moo_s", "mechanism_s",
+    "housekeeping_s",
 )
+#: The adaptive machinery's parts logged per exchange (``<part>_s``; their sum is ``mechanism_s``).
+MECHANISM_COLUMNS = ("decide", "agree", "probe", "estimate", "moo")
 
 
 # --- an append-and-flush CSV ---------------------------------------------------------------------------
@@ -167,18 +178,6 @@ def powersgd_records(bucket: dist.GradBucket, state: PowerSGDState, iteration: i
             CollectiveRecord("allreduce", algorithm, total_q * size, dtype)]
 
 
-# --- rank agreement ------------------------------------------------------------------------------------
-
-
-def agree_mean(values: Sequence[float], device: torch.device | str = "cpu", group: Any = None) -> list[float]:
-    """The mean over ranks of a few floats (one allreduce), identical on every rank afterwards."""
-    if not values:
-        return []
-    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
-    dist.all_reduce(t, group=group)
-    return (t / dist.get_world_size(group)).tolist()
-
-
 # --- the state ---------------------------------------------------------------------------------------
 
 
@@ -194,6 +193,8 @@ class StepSummary:
     measured_comm_s: float = 0.0
     hook_s: float = 0.0
     codec_s: float = 0.0
+    mechanism_s: float = 0.0  #: the adaptive machinery's own seconds on the critical path (:data:`MECHANISM_COLUMNS`)
+    housekeeping_s: float = 0.0  #: its seconds off the path (folding, refitting, optimising) before this step
     schemes: list[str] = field(default_factory=list)
     ratio: float | None = None
     records: list[tuple[str, str, int]] = field(default_factory=list)
@@ -218,8 +219,17 @@ class MOOState:
     gain_weight: float = 0.0
     last_event: str = ""
     step_gain: float = math.nan  #: the gain the drift test saw this iteration (the previous one's, agreed)
-    #: this iteration's gain agreement, in flight until the next iteration ends
-    gain_pending: PendingAllreduce | None = None
+    probe_cost_s: float = 0.0  #: the last gain probe's seconds (mean over ranks): what a new one would cost
+    #: gain agreements in flight (started after each iteration, folded after the next one)
+    gain_pending: list[PendingAllreduce] = field(default_factory=list)
+    #: a probe's gains (and its cost) being agreed, folded by the next housekeeping
+    probe_pending: PendingAllreduce | None = None
+    #: the ratio the last housekeeping chose (every rank alike), broadcast from rank 0 after the next iteration
+    proposed: tuple[float, str] | None = None
+    #: the broadcast in flight and the event it completes, applied by the housekeeping after it
+    ratio_pending: tuple[PendingAllreduce, str] | None = None
+    #: this rank's seconds of gain probing in the iteration in progress (agreed with the gains)
+    probe_seconds: float = 0.0
 
 
 @dataclass
@@ -241,6 +251,7 @@ class HookState:
     finished: list[StepSummary] = field(default_factory=list)
     engine: CommThread | None = None  #: the ordered communication thread (None: exchanges block the hook)
     chained: "ChainedIteration | None" = None  #: dense's in-flight buckets (chained_dense_hook)
+    housekeeping_s: float = 0.0  #: off-path seconds since the last logged exchange (taken by the next one)
 
     def take_steps(self) -> list[StepSummary]:
         """Summaries of the iterations finished since the last call (the trainer calls it after a step)."""
@@ -256,16 +267,20 @@ class HookState:
             self.engine.close()
         if isinstance(self.compressor, FlexibleCompressor):
             self.compressor.finish()  # agreements still in flight, before the group can go away
-        if self.moo is not None and self.moo.gain_pending is not None:
-            self.moo.gain_pending.wait()
-            self.moo.gain_pending = None
+        if self.moo is not None:
+            for pending in [*self.moo.gain_pending, self.moo.probe_pending,
+                            self.moo.ratio_pending[0] if self.moo.ratio_pending else None]:
+                if pending is not None:
+                    pending.wait()
+            self.moo.gain_pending, self.moo.probe_pending, self.moo.ratio_pending = [], None, None
         if self.log is not None:
             self.log.close()
 
     # --- bookkeeping after each exchange ---------------------------------------------------------
     def record(self, key: int, numel: int, scheme: str, ratio: float | None, k: int | None,
                records: Sequence[CollectiveRecord], hook_s: float, measured_comm_s: float, codec: tuple[float, float],
-               local_gain: float | None, extra: Mapping[str, Any] | None = None) -> None:
+               local_gain: float | None, extra: Mapping[str, Any] | None = None,
+               mechanism: Mapping[str, float] | None = None) -> None:
         payload = sum(r.nbytes for r in records if r.purpose == "payload")
         control = sum(r.nbytes for r in records if r.purpose != "payload")
         triples = [(r.collective, r.algorithm, int(r.nbytes)) for r in records]
@@ -278,6 +293,14 @@ class HookState:
         step.measured_comm_s += measured_comm_s
         step.hook_s += hook_s
         step.codec_s += codec[0] + codec[1]
+        mechanism_row = {}
+        if mechanism is not None:
+            mechanism_row = {f"{part}_s": mechanism.get(part, 0.0) for part in MECHANISM_COLUMNS}
+            mechanism_row["mechanism_s"] = sum(mechanism_row.values())
+            mechanism_row["housekeeping_s"] = self.housekeeping_s
+            step.mechanism_s += mechanism_row["mechanism_s"]
+            step.housekeeping_s += self.housekeeping_s
+            self.housekeeping_s = 0.0
         step.schemes.append(scheme)
         step.ratio = ratio
         step.records.extend(triples)
@@ -287,7 +310,7 @@ class HookState:
                 "ratio": ratio, "k": k, "payload_bytes": payload, "control_bytes": control,
                 "collectives": format_records(records), "predicted_comm_s": predicted,
                 "measured_comm_s": measured_comm_s, "hook_s": hook_s, "compress_s": codec[0],
-                "decompress_s": codec[1], "local_gain": local_gain, **(extra or {}),
+                "decompress_s": codec[1], "local_gain": local_gain, **(extra or {}), **mechanism_row,
             }
             self.log.write(row)
 
@@ -332,16 +355,28 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     buffer = bucket.buffer()
     key = bucket.index()
     last = bucket.is_last()
-    if state.moo is not None and state.moo.probing:
-        _moo_probe_bucket(state, buffer, key)
+    after = (lambda: _housekeeping(state)) if last and isinstance(state.compressor, FlexibleCompressor) else None
     if state.engine is not None:
-        return state.engine.submit(lambda: _exchange_bucket(state, buffer, key, last), buffer.device)
-    return _future(_exchange_bucket(state, buffer, key, last))
+        return state.engine.submit(lambda: _exchange_bucket(state, buffer, key, last), buffer.device, after=after)
+    result = _exchange_bucket(state, buffer, key, last)
+    if after is not None:
+        after()
+    return _future(result)
 
 
 def _exchange_bucket(state: HookState, buffer: torch.Tensor, key: int, last: bool) -> torch.Tensor:
-    """One bucket's exchange, its log row, and the iteration's end after the last bucket."""
+    """One bucket's exchange, its log row, and the iteration's end after the last bucket.
+
+    The MOO gain probe runs here, on the communication thread, rather than in the hook: whether this
+    iteration probes is decided by the housekeeping after the previous one, which runs on this thread
+    too, so every bucket of an iteration (and every rank) sees the same decision."""
     assert state.compressor is not None and state.comm is not None
+    moo_s = 0.0
+    if state.moo is not None and state.moo.probing:
+        started = time.perf_counter()
+        _moo_probe_bucket(state, buffer, key)
+        moo_s = time.perf_counter() - started
+        state.moo.probe_seconds += moo_s
     start = time.perf_counter()
     result = state.compressor.exchange([buffer], state.comm, key=key)
     aggregate = result.aggregates[0]
@@ -353,19 +388,23 @@ def _exchange_bucket(state: HookState, buffer: torch.Tensor, key: int, last: boo
     if state.moo is not None:
         extra["ratio_event"] = state.moo.last_event
         state.moo.last_event = ""
-    state.record(key, stats.numel, stats.scheme, stats.ratio, stats.k, records, hook_s,
-                 sum(r.seconds for r in records), (stats.compress_time_s, stats.decompress_time_s),
-                 stats.local_gain, extra)
-    if state.moo is not None:
         state.moo.bucket_numels[key] = stats.numel
         if stats.local_gain is not None and math.isfinite(stats.local_gain):
             state.moo.gain_sum += stats.local_gain * stats.numel
             state.moo.gain_weight += stats.numel
+    flexible = isinstance(state.compressor, FlexibleCompressor)
     if last:
-        if isinstance(state.compressor, FlexibleCompressor) and state.compressor.agree_every == 0:
+        if flexible and state.compressor.agree_every == 0:
             state.compressor.agree(state.comm, buffer.device)  # one agreement per iteration, in flight
         if state.moo is not None:
+            started = time.perf_counter()
             _moo_end_iteration(state)
+            moo_s += time.perf_counter() - started
+    mechanism = {**state.compressor.mechanism.take(), "moo": moo_s} if flexible else None
+    state.record(key, stats.numel, stats.scheme, stats.ratio, stats.k, records, hook_s,
+                 sum(r.seconds for r in records), (stats.compress_time_s, stats.decompress_time_s),
+                 stats.local_gain, extra, mechanism)
+    if last:
         state.end_iteration()
     return aggregate if aggregate.dtype == buffer.dtype else aggregate.to(buffer.dtype)
 
@@ -478,50 +517,95 @@ def _moo_time_fn(state: HookState) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def _moo_end_iteration(state: HookState) -> None:
-    """After the last bucket: finish a probe and optimise, or ask the controller whether to re-decide."""
+    """After the last bucket, in the collectives' order (every rank alike): start what must be agreed.
+
+    Nothing here waits: the new ratio chosen by the last housekeeping is broadcast from rank 0, a finished
+    probe's gains (with its cost) or the step's measured gain are averaged over ranks, all in flight;
+    :func:`_moo_housekeeping` folds them after the iteration, off the critical path."""
+    moo = state.moo
+    assert moo is not None
+    if moo.proposed is not None:
+        ratio, event = moo.proposed
+        moo.proposed = None
+        tensor = torch.tensor([ratio], dtype=torch.float64, device=_device_of(state))
+        work = dist.broadcast(tensor, src=dist.get_global_rank(state.group, 0) if state.group is not None else 0,
+                              group=state.group, async_op=True)
+        moo.ratio_pending = (PendingAllreduce(lambda: (work.wait(), tensor)[1]), event)
+    if moo.probing and moo.topk_sq is not None:
+        moo.probe_pending = comm_allreduce_async(state, [*moo.topk_sq.tolist(), moo.total_sq, moo.probe_seconds])
+        moo.topk_sq, moo.total_sq, moo.probe_seconds, moo.probing = None, 0.0, 0.0, False
+        return
+    # the step's measured gain (numel-weighted over buckets), agreed over ranks, feeds the drift test: one
+    # allreduce every iteration (so every rank issues the same collectives whatever its own numbers are)
+    moo.gain_pending.append(comm_allreduce_async(state, [moo.gain_sum, moo.gain_weight]))
+    moo.gain_sum = moo.gain_weight = 0.0
+
+
+def _moo_housekeeping(state: HookState) -> None:
+    """After the iteration's result is handed back: apply a broadcast ratio, fold agreed gains, and decide
+    (probe, re-optimise, or neither: :meth:`RatioController.worth` prices each) from agreed inputs only."""
     moo = state.moo
     comp = state.compressor
     assert moo is not None and isinstance(comp, FlexibleCompressor)
-    step = state.iteration
-    if moo.probing and moo.topk_sq is not None:
-        totals = agree_mean([*moo.topk_sq.tolist(), moo.total_sq], _device_of(state), state.group)
-        total = totals[-1]
-        gains = [t / total if total > 0 else 1.0 for t in totals[:-1]]
+    step = state.iteration - 1  # the iteration just finished
+    if moo.ratio_pending is not None:
+        pending, event = moo.ratio_pending
+        moo.ratio_pending = None
+        comp.set_ratio(float(pending.wait().item()))
+        moo.last_event = event
+    time_fn = _moo_time_fn(state)
+    if moo.probe_pending is not None:
+        totals = moo.probe_pending.wait().tolist()
+        moo.probe_pending = None
+        moo.probe_cost_s = totals[-1]
+        total = totals[-2]
+        gains = [t / total if total > 0 else 1.0 for t in totals[:-2]]
         moo.controller.fit_gains(step, moo.controller.config.candidates, gains)
-        moo.topk_sq, moo.total_sq, moo.probing = None, 0.0, False
-        _moo_optimize(state, step, moo.reason or "initial")
+        moo.controller.probes[-1]["probe_cost_s"] = moo.probe_cost_s  # moo_probes.csv: what the replay prices
+        _moo_propose(state, step, moo.reason or "initial", time_fn)
         return
-    # the step's measured gain (numel-weighted over buckets), agreed over ranks, feeds the drift test: one
-    # allreduce every iteration (so every rank issues the same collectives whatever its own numbers are),
-    # started now and folded in at the next iteration's end, so its round trip hides behind that iteration
-    pending = moo.gain_pending
-    moo.gain_pending = comm_allreduce_async(state, [moo.gain_sum, moo.gain_weight])
-    moo.gain_sum = moo.gain_weight = 0.0
     moo.step_gain = math.nan
-    if pending is not None:
-        gain_sum, weight = pending.wait().tolist()
+    while len(moo.gain_pending) > 1:  # the newest stays in flight behind the next iteration
+        gain_sum, weight = moo.gain_pending.pop(0).wait().tolist()
         moo.step_gain = gain_sum / weight if weight > 0 else math.nan
         if weight > 0:
             moo.controller.observe_gain(moo.step_gain)
     reason = moo.controller.due(step, comp.estimator)
     if reason is None:
         return
+    if not moo.controller.worth(reason, time_fn, moo.probe_cost_s):
+        moo.controller.skip(step, reason, comp.estimator)
+        moo.last_event = f"{reason} not worth it"
+        return
     if moo.controller.needs_probe(reason):
         moo.probing, moo.reason = True, reason
     else:
-        _moo_optimize(state, step, reason)
+        _moo_propose(state, step, reason, time_fn)
 
 
-def _moo_optimize(state: HookState, step: int, reason: str) -> None:
+def _moo_propose(state: HookState, step: int, reason: str, time_fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Optimise; the ratio is broadcast from rank 0 after the next iteration and used from the one after."""
     moo = state.moo
     comp = state.compressor
     assert moo is not None and isinstance(comp, FlexibleCompressor)
-    front = moo.controller.optimize(step, reason, _moo_time_fn(state), estimator=comp.estimator)
-    ratio = torch.tensor([front.ratio], dtype=torch.float64, device=_device_of(state))
-    dist.broadcast(ratio, src=dist.get_global_rank(state.group, 0) if state.group is not None else 0,
-                   group=state.group)
-    comp.set_ratio(float(ratio.item()))
-    moo.last_event = f"{reason}->{comp.ratio:.4g}"
+    front = moo.controller.optimize(step, reason, time_fn, estimator=comp.estimator)
+    moo.proposed = (front.ratio, f"{reason}->{front.ratio:.4g}")
+
+
+def _housekeeping(state: HookState) -> None:
+    """The adaptive strategies' work after an iteration's last result is handed back (off the critical
+    path: the trainer runs the optimizer and the next forward meanwhile): fold the previous timing
+    agreement and refit the estimate, then MOO's folding and deciding. It runs on the communication
+    thread before the next iteration's first exchange, so that exchange sees its outcome on every rank."""
+    comp = state.compressor
+    assert isinstance(comp, FlexibleCompressor)
+    started = time.perf_counter()
+    if comp.agree_every == 0:
+        comp.settle(keep=AGREEMENTS_IN_FLIGHT)
+    if state.moo is not None:
+        _moo_housekeeping(state)
+    comp.mechanism.take()  # counted here as off-path seconds, not as the next exchange's
+    state.housekeeping_s += time.perf_counter() - started
 
 
 def comm_allreduce_async(state: HookState, values: Sequence[float]) -> PendingAllreduce:
@@ -559,7 +643,7 @@ def make_strategy(strategy: str, ratio: float | None = None, *, cost_model: Cost
     if strategy == "topk-ar-var":
         return make_compressor("topk-ar", ratio, owner="var", **options)
     if strategy in ("flexible", "moo"):
-        opts = {"agree_every": 0, "agree_lag": DEFAULT_AGREE_LAG, **options}
+        opts = {"agree_every": 0, **options}
         opts.pop("moo_config", None)
         return FlexibleCompressor(ratio, cost_model=cost_model or default_cost_model(), **opts)
     return make_compressor(strategy, ratio, **options)

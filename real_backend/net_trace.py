@@ -100,8 +100,10 @@ def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, max_rate: s
 
 def testbed_cluster(ranks: int, rate_Bps: float, latency_s: float) -> dict:
     """The simulator's model of a testbed (one device per node, one switch): a cluster mapping."""
+    from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE
+
     return {"name": f"testbed-{ranks}", "nodes": ranks, "devices_per_node": 1,
-            "device": {"name": "cpu", "peak_flops": "1TFLOP/s", "memory": "16GiB"},
+            "device": dict(MEASURED_HOST_DEVICE),
             "intra_link": {"latency": "1us", "bandwidth": "10GB/s"},
             "inter_link": {"latency": max(latency_s, 1e-9), "bandwidth": rate_Bps}, "topology": "flat"}
 

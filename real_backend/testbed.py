@@ -65,6 +65,10 @@ FORMAT = "flexcomm-testbed/1"
 #: TCP goodput over a tbf-shaped veth, as a fraction of the tc rate (measured 0.956-0.97).
 GOODPUT_FACTOR = 0.956
 MIN_BURST_BYTES = 64 * 1024
+#: Testbeds no faster than this get small tbf buckets (:func:`burst_bytes`): 20 Mbit/s, where 4 ms of
+#: traffic is 10 KB, well under the 64 KiB floor fast links need.
+SMALL_BURST_MAX_RATE_BPS = 2.5e6
+SMALL_BURST_MIN_BYTES = 4 * 1514
 TBF_QUEUE_S = 0.1
 #: The largest packet tbf sees: veths pass 64 KiB GSO segments whole, and a tbf whose byte limit is
 #: smaller drops every one of them (a 4 Mbit/s link with a 100 ms queue stalled TCP for good, measured).
@@ -92,18 +96,43 @@ def require_privileges() -> None:
         raise InputError("testbed", "`ip netns` unavailable", f"network namespace support ({probe.stderr.strip()})")
 
 
-def burst_bytes(rate_Bps: float) -> int:
-    """tbf bucket size: at least rate/250 (4 ms of traffic at full rate) and 64 KiB, which measured
-    full rate at 100 Mbit/s and 1 Gbit/s (a smaller bucket throttles TCP below the rate there). Never under
-    one GSO segment either way: a trace lowers the rate of a live tbf, and a queued segment larger than the
-    new bucket can never be sent (measured: a 40 -> 4 Mbit/s change with an 8 KB bucket stalled TCP for good)."""
+def trace_max_rate(trace: Any) -> float:
+    """The fastest rate a :class:`real_backend.net_trace.TestbedTrace` sets on any link."""
+    return max((r for change in trace.changes for _, _, r in change.rates), default=0.0)
+
+
+def burst_rate_for(top_rate_Bps: float) -> float:
+    """The rate a testbed whose fastest link (or trace phase) is ``top_rate_Bps`` sizes its buckets for:
+    itself when it is slow (:data:`SMALL_BURST_MAX_RATE_BPS`; small buckets, fixed for the testbed's life),
+    else 0 (each rate sizes its own bucket, :func:`burst_bytes`)."""
+    return float(top_rate_Bps) if 0 < top_rate_Bps <= SMALL_BURST_MAX_RATE_BPS else 0.0
+
+
+def burst_bytes(rate_Bps: float, burst_rate_Bps: float = 0.0) -> int:
+    """tbf bucket size.
+
+    Fast testbeds (``burst_rate_Bps`` 0): at least rate/250 (4 ms of traffic at full rate) and 64 KiB, which
+    measured full rate at 100 Mbit/s and 1 Gbit/s (a smaller bucket throttles TCP below the rate there).
+    Never under one GSO segment either way: a trace lowers the rate of a live tbf, and a queued segment
+    larger than the new bucket can never be sent (measured: a 40 -> 4 Mbit/s change with an 8 KB bucket
+    stalled TCP for good).
+
+    Slow testbeds (``burst_rate_Bps`` their fastest rate, :func:`burst_rate_for`): 4 ms of traffic at that
+    rate, at least four 1514-byte frames, the same at every rate the testbed takes. At 10 Mbit/s a 64 KiB
+    bucket is 52 ms of free line rate, more than a Top-k exchange there sends, and the link stops being a
+    link: measured with 3 ranks at 10 Mbit/s, Top-k's allgather and allreduce took 31 % below what the
+    bytes at the rate allow with 64 KiB and 10 % above with 6 KB, the ratio between the two schemes as
+    the link model has it (1.19). tbf cuts a GSO segment larger than its bucket into frames on enqueue,
+    and a bucket that never shrinks strands none."""
+    if burst_rate_Bps > 0:
+        return int(max(burst_rate_Bps / 250.0, SMALL_BURST_MIN_BYTES))
     return int(max(rate_Bps / 250.0, MIN_BURST_BYTES))
 
 
-def tbf_arguments(rate_Bps: float) -> list[str]:
+def tbf_arguments(rate_Bps: float, burst_rate_Bps: float = 0.0) -> list[str]:
     """``tbf rate R burst B limit L``: a queue of :data:`TBF_QUEUE_S` at the rate, but never less than three
     GSO segments (else a slow link drops every full-size segment and TCP stalls)."""
-    burst = burst_bytes(rate_Bps)
+    burst = burst_bytes(rate_Bps, burst_rate_Bps)
     limit = int(max(rate_Bps * TBF_QUEUE_S, 3 * GSO_MAX_BYTES)) + burst
     return ["tbf", "rate", f"{int(round(rate_Bps * 8))}bit", "burst", str(burst), "limit", str(limit)]
 
@@ -193,6 +222,8 @@ class Testbed:
     delay_line: bool = False  #: routed through the delay line even at zero delay (a trace changes it later)
     trace_pid: int | None = None
     trace_name: str = ""
+    #: the rate the tbf buckets are sized for (:func:`burst_rate_for`; 0: each rate its own bucket)
+    burst_rate_Bps: float = 0.0
 
     # --- construction -------------------------------------------------------------------------
 
@@ -235,9 +266,12 @@ class Testbed:
         """
         require_privileges()
         testbed = cls.plan(ranks, bandwidth, per_link, delay)
+        top = max(testbed.link_rate_Bps(r) for r in range(ranks))
         if trace is not None:
             testbed.check_trace(trace)
             testbed.delay_line = trace.has_latency
+            top = max(top, trace_max_rate(trace))
+        testbed.burst_rate_Bps = burst_rate_for(top)
         testbed.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         testbed.owner_pid = os.getpid()
         testbed.save()  # first, so a failure half-way can still be cleaned up by id
@@ -271,6 +305,10 @@ class Testbed:
             raise InputError("testbed", self.id, f"a running testbed (namespaces gone: {', '.join(missing)}; "
                              "`flexcomm testbed status`)")
         self.check_trace(trace)
+        if self.burst_rate_Bps > 0 and trace_max_rate(trace) > self.burst_rate_Bps:
+            raise InputError(f"bandwidth ({trace.name})", format_bandwidth(trace_max_rate(trace)),
+                             f"rates up to {format_bandwidth(self.burst_rate_Bps)}, the fastest this slow testbed's "
+                             "tbf buckets are sized for: make a new testbed for faster ones")
         if trace.has_latency and not self.delay_pid:
             raise InputError(f"latency ({trace.name})", "a latency change", "a testbed with a delay line: make it "
                              "with --delay or with this --trace (`testbed up --trace`), or drop the latency column")
@@ -316,7 +354,8 @@ class Testbed:
                 run_command(["ip", "-n", br, "link", "set", port, "master", BRIDGE_IF, "up"])
             rate = self.link_rate_Bps(r)
             for ns, dev in ((namespace, inside), (br, port)):
-                run_command(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *tbf_arguments(rate)])
+                run_command(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root",
+                             *tbf_arguments(rate, self.burst_rate_Bps)])
         if routed:
             setup_routed_core(self)
             self.delay_pid = start_delay_line(self, owner_pid)
@@ -447,7 +486,8 @@ class Testbed:
                  + f", subnet {self.subnet}, middle namespace {self.bridge_namespace}"]
         for r in range(self.ranks):
             lines.append(f"  rank {r}: {self.namespaces[r]} {self.addresses[r]} dev {self.interfaces[r]} "
-                         f"{format_bandwidth(self.link_rate_Bps(r))} (burst {burst_bytes(self.link_rate_Bps(r))} B)")
+                         f"{format_bandwidth(self.link_rate_Bps(r))} "
+                         f"(burst {burst_bytes(self.link_rate_Bps(r), self.burst_rate_Bps)} B)")
         return "\n".join(lines)
 
 

@@ -172,17 +172,19 @@ class TraceTimeline:
         self.calibration = calibration
         self.trace = trace
         self.bucket = bucket
+        from flexcomm.real_backend.testbed import burst_rate_for
+
+        self.burst_rate_Bps = burst_rate_for(float(self.rates.max()))  #: as the testbed sized its buckets
         self.reset()
 
     def reset(self) -> None:
         self._tokens = 0.0 if not self.bucket else self._burst(float(self.rates[0]))
         self._idle_since = -math.inf
 
-    @staticmethod
-    def _burst(rate_Bps: float) -> float:
+    def _burst(self, rate_Bps: float) -> float:
         from flexcomm.real_backend.testbed import burst_bytes
 
-        return float(burst_bytes(rate_Bps))
+        return float(burst_bytes(rate_Bps, self.burst_rate_Bps))
 
     def index(self, t: float) -> int:
         return max(0, int(np.searchsorted(self.times, t, side="right")) - 1)
@@ -252,35 +254,29 @@ class SchemeRecords:
 class DecisionReplay:
     """``flexible`` (and ``moo``'s scheme choice) on simulated times, mirroring the hook's timing agreement."""
 
-    def __init__(self, ratio: float, prior: Any, world: int, agree_lag: int) -> None:
+    def __init__(self, ratio: float, prior: Any, world: int, in_flight: int) -> None:
         from flexcomm.compression.comm import GLOO_HINTS, LocalCommunicator
         from flexcomm.compression.flexible import FlexibleCompressor
 
         self.comp = FlexibleCompressor(ratio, cost_model=prior)
         self.comm = LocalCommunicator(world, algorithms=GLOO_HINTS)
         self.records = SchemeRecords(world)
-        self.lag = agree_lag
+        self.in_flight = in_flight
         self.exchanges = 0
-        self.pending: deque[tuple[int, Any, list[float]]] = deque()
+        self.pending: deque[list[tuple[Any, list[float]]]] = deque()  #: one agreement per iteration
         self.unagreed: list[tuple[Any, list[float]]] = []
 
     def choose(self, step: int, key: int, numel: int) -> tuple[str, Any]:
         """The scheme for this bucket and the stats (collectives) it sends."""
         from flexcomm.compression.comm import CollectiveRecord
 
-        due = []
-        while self.pending and self.pending[0][0] <= self.exchanges - self.lag:
-            due.append(self.pending.popleft())
-        if due:
-            assert self.comp.estimator is not None
-            with self.comp.estimator.deferred():  # as the hook folds one agreement: one refit
-                for _, stats, seconds in due:
-                    self.comp.observe(stats, seconds)
         self.exchanges += 1
         chosen, entry = self.comp.choose(numel, self.comm, key)
         stats = dataclasses.replace(self.records.stats(chosen, numel, self.comp.ratio), step=step, key=key)
-        probed = bool(self.comp.latency_probe and self.comp.estimator is not None and self.comp.estimator.wants_probe())
+        probed = self.comp.should_probe(numel, self.comm, chosen)
         if probed:
+            assert self.comp.estimator is not None
+            self.comp.estimator.probe_sent()
             probe = CollectiveRecord("allgather", self.comm.algorithms["allgather"], 4, "float32", "control", 0.0)
             stats = dataclasses.replace(stats, overhead=stats.overhead + (probe,))
         self.comp.decisions.append({"step": step, **entry, "latency_probe": probed})
@@ -291,21 +287,33 @@ class DecisionReplay:
         self.unagreed.append((stats, list(seconds)))
 
     def end_iteration(self) -> None:
-        """The hook's one agreement per iteration: started now, folded ``lag`` exchanges later."""
-        self.pending.extend((self.exchanges, stats, seconds) for stats, seconds in self.unagreed)
+        """The hook's one agreement per iteration, started now; then its housekeeping: every agreement but
+        the ``in_flight`` newest folded in (one refit each), as :meth:`FlexibleCompressor.settle` does."""
+        self.pending.append(self.unagreed)
         self.unagreed = []
+        while len(self.pending) > self.in_flight:
+            assert self.comp.estimator is not None
+            with self.comp.estimator.deferred():
+                for stats, seconds in self.pending.popleft():
+                    self.comp.observe(stats, seconds)
 
 
 class MOOReplay:
-    """The ratio controller as the hook runs it (:func:`real_backend.hooks._moo_end_iteration`), on the
-    run's measured gains and the replay's estimate of the network."""
+    """The ratio controller as the hook runs it (:func:`real_backend.hooks._moo_end_iteration` and
+    :func:`real_backend.hooks._moo_housekeeping`), on the run's measured gains and probe costs and the
+    replay's estimate of the network: a probe's gains are fitted and optimised after its iteration, the
+    chosen ratio is broadcast after the next one and used from the one after; nothing blocks a step."""
 
-    def __init__(self, config: Any, probes: pd.DataFrame | None) -> None:
+    def __init__(self, config: Any, probes: pd.DataFrame | None, probe_costs: dict[int, float] | None = None) -> None:
         from flexcomm.compression.moo import RatioController
 
         self.controller = RatioController(config)
         self.probing, self.reason = True, "initial"
         self.probes = probes if probes is not None and len(probes) else None
+        self.probe_costs = probe_costs or {}
+        self.probe_cost_s = 0.0
+        self.proposed: tuple[float, str] | None = None
+        self.broadcast: tuple[float, str] | None = None
 
     def _gains(self, step: int) -> tuple[list[float], list[float]]:
         if self.probes is None:
@@ -315,34 +323,42 @@ class MOOReplay:
         rows = self.probes[self.probes["step"] == chosen]
         return rows["c"].tolist(), rows["gain_measured"].tolist()
 
-    def end_step(self, step: int, decisions: DecisionReplay, numels: Sequence[int], gain: float
-                 ) -> tuple[str, list[tuple[str, str, int]]]:
-        """After a step's last bucket: the event ("" if the ratio was left alone) and the blocking
-        collectives the hook issues for it (a probe's gain agreement, the new ratio's broadcast)."""
+    def end_step(self, step: int, decisions: DecisionReplay, numels: Sequence[int], gain: float) -> str:
+        """After a step: the ratio event it completes ("" if none)."""
         from flexcomm.real_backend.hooks import moo_time_fn
 
         comp, ctl = decisions.comp, self.controller
-        blocking: list[tuple[str, str, int]] = []
-        if self.probing:
+        event = ""
+        broadcast, self.broadcast = self.proposed, None  # in order: the last proposal goes out now
+        self.proposed = None
+        probed, self.probing = self.probing, False
+        if broadcast is not None:  # housekeeping: the broadcast ratio applies from the next step
+            comp.set_ratio(broadcast[0])
+            event = broadcast[1]
+        time_fn = moo_time_fn(comp, decisions.comm, numels, decisions.comm.world_size)
+        if probed:
             ratios, gains = self._gains(step)
             ctl.fit_gains(step, ratios, gains)
-            blocking.append(("allreduce", "ring", 8 * (len(ctl.config.candidates) + 1)))
-            self.probing = False
-            reason: str | None = self.reason
+            self.probe_cost_s = self.probe_costs.get(step, self.probe_cost_s)
+            self._propose(step, self.reason or "initial", time_fn, comp)
+            return event
+        if math.isfinite(gain):
+            ctl.observe_gain(gain)
+        reason = ctl.due(step, comp.estimator)
+        if reason is None:
+            return event
+        if not ctl.worth(reason, time_fn, self.probe_cost_s):
+            ctl.skip(step, reason, comp.estimator)
+            return event
+        if ctl.needs_probe(reason):
+            self.probing, self.reason = True, reason
         else:
-            if math.isfinite(gain):
-                ctl.observe_gain(gain)
-            reason = ctl.due(step, comp.estimator)
-            if reason is None:
-                return "", blocking
-            if ctl.needs_probe(reason):
-                self.probing, self.reason = True, reason
-                return "", blocking
-        time_fn = moo_time_fn(comp, decisions.comm, numels, decisions.comm.world_size)
-        front = ctl.optimize(step, reason or "initial", time_fn, estimator=comp.estimator)
-        comp.set_ratio(front.ratio)
-        blocking.append(("broadcast", "binomial", 8))
-        return f"{reason}->{comp.ratio:.4g}", blocking
+            self._propose(step, reason, time_fn, comp)
+        return event
+
+    def _propose(self, step: int, reason: str, time_fn: Any, comp: Any) -> None:
+        front = self.controller.optimize(step, reason, time_fn, estimator=comp.estimator)
+        self.proposed = (front.ratio, f"{reason}->{front.ratio:.4g}")
 
 
 # --- one run ---------------------------------------------------------------------------------------------
@@ -391,11 +407,11 @@ def _records_of(text: str) -> list[tuple[str, str, int, str]]:
     return [(c, a, n, "") for c, a, n in parse_records(text)]
 
 
-def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", agree_lag: int | None = None,
+def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", in_flight: int | None = None,
                moo_config: Any = None) -> pd.DataFrame:
     """One row per logged step: measured and simulated step time, and the scheme and ratio each chose."""
     from flexcomm.compression.network_estimate import timed_records
-    from flexcomm.real_backend.hooks import DEFAULT_AGREE_LAG
+    from flexcomm.real_backend.hooks import AGREEMENTS_IN_FLIGHT
 
     if mode not in MODES:
         raise InputError("mode", mode, "open or closed")
@@ -407,10 +423,12 @@ def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", agre
 
         ratio = run.ratio if run.ratio is not None else max((moo_config or MOOConfig()).candidates)
         decisions = DecisionReplay(float(ratio), run.prior(), run.world,
-                                   DEFAULT_AGREE_LAG if agree_lag is None else agree_lag)
+                                   AGREEMENTS_IN_FLIGHT if in_flight is None else in_flight)
         if run.strategy == "moo":
             reeval = run.run.get("moo_reeval")
-            moo = MOOReplay(moo_config or MOOConfig(**({"reeval_every": reeval} if reeval else {})), run.probes)
+            costs = ({int(k): float(v) for k, v in run.probes.groupby("step")["probe_cost_s"].first().items()}
+                     if run.probes is not None and "probe_cost_s" in run.probes else {})
+            moo = MOOReplay(moo_config or MOOConfig(**({"reeval_every": reeval} if reeval else {})), run.probes, costs)
     timeline.reset()
     by_step = {int(s): g for s, g in run.exchanges.groupby("step", sort=True)}
     rows = []
@@ -443,9 +461,7 @@ def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", agre
         if decisions is not None:
             decisions.end_iteration()
         if moo is not None and decisions is not None:
-            event, blocking = moo.end_step(step, decisions, numels, float(real.get("gain", math.nan)))
-            for collective, algorithm, nbytes in blocking:
-                t = timeline.end_of(collective, algorithm, nbytes, t)
+            event = moo.end_step(step, decisions, numels, float(real.get("gain", math.nan)))
         predicted = run.solo_s + (t - start)
         gap = 0.0
         if i + 1 < len(steps):

@@ -36,21 +36,24 @@ from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, p
 from flexcomm.real_backend.trace_control import POLL_S, trace_file
 
 
-def tbf_command(device: str, rate_Bps: float) -> str:
+def tbf_command(device: str, rate_Bps: float, burst_rate_Bps: float = 0.0) -> str:
     """One ``tc -batch`` line changing ``device``'s root tbf to ``rate_Bps`` (bucket as the testbed sizes it)."""
     from flexcomm.real_backend.testbed import tbf_arguments
 
-    return f"qdisc change dev {device} root {' '.join(tbf_arguments(rate_Bps))}"
+    return f"qdisc change dev {device} root {' '.join(tbf_arguments(rate_Bps, burst_rate_Bps))}"
 
 
 def change_batches(testbed, rates: Sequence[tuple[int, str, float]]) -> dict[str, list[str]]:
     """namespace -> tc batch lines for (rank, egress|ingress, bytes/s) changes."""
     batches: dict[str, list[str]] = {}
+    burst_rate = float(getattr(testbed, "burst_rate_Bps", 0.0) or 0.0)
     for rank, direction, rate in rates:
         if direction == "egress":
-            batches.setdefault(testbed.namespaces[rank], []).append(tbf_command(RANK_IF.format(rank), rate))
+            batches.setdefault(testbed.namespaces[rank], []).append(
+                tbf_command(RANK_IF.format(rank), rate, burst_rate))
         else:
-            batches.setdefault(testbed.bridge_namespace, []).append(tbf_command(BRIDGE_PORT_IF.format(rank), rate))
+            batches.setdefault(testbed.bridge_namespace, []).append(
+                tbf_command(BRIDGE_PORT_IF.format(rank), rate, burst_rate))
     return batches
 
 

@@ -2,19 +2,24 @@
 
 What it runs (:func:`run_trace_validation`), on one testbed of N ranks whose supervisor replays the trace:
 
+0. **network check** (:func:`network_check`): the first static strategy for a few steps unshaped (ranks on
+   loopback) and at the trace's fastest rate: a setting where the shaped step is not several times the
+   unshaped one is CPU-bound and refused (``cpu_bound_ok`` runs it anyway), as is a phase shorter than a
+   step at its rate (:func:`require_network_bound`);
 1. **calibration**: the collective benchmark at the trace's fastest rate (static) at its first delay and
    at its largest, fitted into a :class:`real_backend.trace_replay.TraceCalibration` (``calibration.json``);
    no training step is among its points;
 2. **training**: ``train-ddp`` with each strategy (default ``topk-ag, topk-ar, flexible, moo``), the trace
    restarted at each strategy's first step and every strategy training for the trace's whole length, so
    all see the same network at the same offsets (``ddp/<label>/steps.csv`` logs each step's start in the
-   trace, its phase, scheme, ratio and time);
+   trace, its phase, scheme, ratio, time and the adaptive machinery's own seconds); then the static scheme
+   at MOO's chosen ratio (:func:`train_at_moo_ratio`);
 3. **replay** (:func:`real_backend.trace_replay.replay_run`) of every run, open and closed clock;
 4. **report**: ``replay.csv`` (every step), ``errors.md``, ``summary.json`` and ``trace_validation.png``:
    per-step error (median, worst) and total-time error per strategy, decision agreement (share of bucket
    exchanges where real and simulated ``flexible`` chose the same scheme; MOO's ratio within one candidate
-   step), the supervisor's lag behind the trace, and how each strategy fared against the static ones
-   (time for the steps every strategy completed).
+   step), the supervisor's lag, how each strategy fared against the static ones (time for the steps every
+   strategy completed), and whether adapting paid (:mod:`real_backend.adaptive_verdict`).
 """
 
 from __future__ import annotations
@@ -32,11 +37,20 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_bandwidth, format_percent, parse_bandwidth, parse_time
+from flexcomm.costmodel.plotting import SCHEME_COLOURS
+from flexcomm.costmodel.units import format_bandwidth, format_percent, parse_bandwidth, parse_size, parse_time
+from flexcomm.real_backend.adaptive_verdict import NETWORK_BOUND, markdown_lines, verdict
 
 DEFAULT_STRATEGIES = "topk-ag,topk-ar,flexible,moo"
+#: The setting this 2-core machine runs network-bound (``network_check`` measured it; see docs/real-backend.md):
+#: 3 ranks (4 share 2 cores and the CPU bounds the fast phases) and C1/C2 scaled to 10 Mbit/s at their fastest.
+DEFAULT_RANKS = 3
+DEFAULT_MAX_BANDWIDTH = "10Mbit/s"
+ADAPTIVE = ("flexible", "moo")
 CALIBRATION_COLLECTIVES = ("allreduce", "allgather", "broadcast")
 FAST_SIZES = "4KiB:4MiB"
+#: Message sizes (bytes) the calibration adds below FAST_SIZES/FAR_SIZES: almost pure latency.
+LATENCY_SIZES = (8, 64, 512)
 FAR_SIZES = "4KiB:1MiB"
 #: Timed repetitions per size: more where a call is short (the first delay).
 CALIBRATION_ITERS = {"fast": 6, "far": 3}
@@ -48,6 +62,8 @@ GOAL_MEDIAN = 0.10
 GOAL_WORST = 0.20
 #: Steps left out of the error statistics (DDP's first iterations: one bucket, then rebuilt buckets).
 WARMUP_STEPS = 3
+#: Steps of each of the network check's short runs (:func:`network_check`).
+CHECK_STEPS = 12
 
 
 @dataclass
@@ -72,6 +88,21 @@ def set_static(testbed: Any, rate_Bps: float, delay_s: float | None) -> None:
     apply_change(testbed, TestbedChange(0.0, rates, delay_s, 0))
 
 
+def calibration_sizes(sizes: str, rate_Bps: float) -> str:
+    """``sizes`` capped at about one second of traffic at ``rate_Bps`` (a power of two, at least 256 KiB),
+    with :data:`LATENCY_SIZES` in front, as a comma list: at 5 Mbit/s a 4 MiB allgather takes 13 s a call,
+    and training sends far less than a second's worth; at 10 Mbit/s 4 KiB is already 6.5 ms of bytes, so
+    without a few-byte message a latency of 2 ms hides in the fit's noise (measured: fitted 0, then the
+    simulated small exchanges were free and the replay's decisions differed from the real ones)."""
+    from flexcomm.real_backend.bench import parse_sizes
+
+    low, high = sizes.split(":")
+    cap = 2 ** int(math.floor(math.log2(max(rate_Bps, 2**18))))
+    top = int(min(parse_size(high), cap)) // 1024
+    listed = parse_sizes(f"{low}:{top}KiB")
+    return ",".join(str(n) for n in sorted({*LATENCY_SIZES, *listed}))
+
+
 def calibrate(testbed: Any, trace: Any, folder: Path, timeout_s: float, quiet: bool) -> tuple[Any, list[str]]:
     """Static benchmarks at the trace's fastest rate, at its first delay and (when the trace changes the
     delay) at its largest; their fit (None on failure)."""
@@ -82,9 +113,9 @@ def calibrate(testbed: Any, trace: Any, folder: Path, timeout_s: float, quiet: b
     rate = max(r for c in trace.changes for _, _, r in c.rates)
     delays = [c.delay_s for c in trace.changes if c.delay_s is not None]
     delay = delays[0] if delays else testbed.delay_s
-    conditions = [("fast", delay, FAST_SIZES)]
+    conditions = [("fast", delay, calibration_sizes(FAST_SIZES, rate))]
     if delays and max(delays) > delay:
-        conditions.append(("far", max(delays), FAR_SIZES))
+        conditions.append(("far", max(delays), calibration_sizes(FAR_SIZES, rate)))
     profiles = {}
     for name, at_delay, sizes in conditions:
         set_static(testbed, rate, at_delay if delays else None)
@@ -106,20 +137,117 @@ def calibrate(testbed: Any, trace: Any, folder: Path, timeout_s: float, quiet: b
     return calibration, []
 
 
+def _median_step(folder: Path, label: str) -> float:
+    steps = pd.read_csv(folder / label / "steps.csv")
+    return float(steps["step_s"].iloc[WARMUP_STEPS:].median())
+
+
+def network_check(testbed: Any, trace: Any, spec: Any, workload: str, hidden: str | None, seed: int, folder: Path,
+                  timeout_s: float, quiet: bool) -> dict[str, Any]:
+    """The same short run (``spec``, :data:`CHECK_STEPS` steps) unshaped (the ranks on loopback) and on the
+    testbed at the trace's fastest rate and first delay: how much slower the network makes a step
+    (``network_check.json``). Where the ratio is small the CPU, not the network, bounds the run, and no
+    network-aware decision can show."""
+    from flexcomm.real_backend.ddp_train import run_training
+
+    rate = max(r for c in trace.changes for _, _, r in c.rates)
+    delays = [c.delay_s for c in trace.changes if c.delay_s is not None]
+    out: dict[str, Any] = {"strategy": spec.label, "ranks": testbed.ranks, "rate_Bps": rate}
+    for name, shaped in (("unshaped", False), ("shaped", True)):
+        if shaped:
+            set_static(testbed, rate, delays[0] if delays else None)
+        run = folder / "network-check" / name
+        result = run_training(testbed.ranks, workload, [spec], CHECK_STEPS, run, ratio=spec.ratio,
+                              testbed=testbed if shaped else None, timeout_s=timeout_s,
+                              log_dir=folder / "logs" / f"check-{name}", quiet=True, hidden=hidden, seed=seed,
+                              compute_steps=1)
+        if result.returncode != 0:
+            raise RuntimeError(f"the network check's {name} run exited {result.returncode} "
+                               f"(logs in {folder / 'logs' / f'check-{name}'})")
+        out[f"{name}_step_s"] = _median_step(run, spec.label)
+    out["ratio"] = out["shaped_step_s"] / out["unshaped_step_s"]
+    out["network_bound"] = out["ratio"] >= NETWORK_BOUND
+    from flexcomm.costmodel.atomic import write_text_atomic
+
+    write_text_atomic(folder / "network_check.json", json.dumps(out, indent=2) + "\n")
+    _log(f"network check ({spec.label}): unshaped step {1e3 * out['unshaped_step_s']:.0f} ms, at "
+         f"{format_bandwidth(rate)} {1e3 * out['shaped_step_s']:.0f} ms: {out['ratio']:.1f}x", quiet)
+    return out
+
+
+def require_network_bound(check: dict[str, Any], trace: Any) -> None:
+    """One-line errors: a setting the CPU bounds, or a phase shorter than one step at its rate.
+
+    A phase's step is predicted from the check: the unshaped step plus the network's share of the shaped
+    one, scaled by the fastest rate over the phase's (latency is left out, so it is a lower bound)."""
+    if not check["network_bound"]:
+        raise InputError("ranks", f"{check['ranks']} ranks at {format_bandwidth(check['rate_Bps'])}",
+                         f"a setting the network bounds: measured step {1e3 * check['shaped_step_s']:.0f} ms "
+                         f"shaped vs {1e3 * check['unshaped_step_s']:.0f} ms unshaped ({check['ratio']:.1f}x < "
+                         f"{NETWORK_BOUND:g}x); lower --trace-max-bandwidth or --ranks, or pass --cpu-bound-ok")
+    network_s = max(0.0, check["shaped_step_s"] - check["unshaped_step_s"])
+    edges = [c.time_s for c in trace.changes]
+    for index, change in enumerate(trace.changes[:-1]):
+        _, rate, _ = trace.state_at(change.time_s)
+        length = edges[index + 1] - change.time_s
+        step = check["unshaped_step_s"] + network_s * check["rate_Bps"] / rate
+        if length < step:
+            raise InputError(f"trace ({trace.name} phase {index} at {format_bandwidth(rate)})",
+                             f"{length:.3g} s long", f"phases at least one step long (predicted {step:.3g} s at "
+                             "that rate from the network check); lengthen --trace-duration")
+
+
+def train_at_moo_ratio(testbed: Any, ddp: Path, folder: Path, workload: str, hidden: str | None, seed: int,
+                       timeout_s: float, quiet: bool) -> list[str]:
+    """The static scheme ``moo`` sent most bytes with, at the ratio it chose most (median over its steady
+    steps), trained under the same trace: the comparison MOO must win (``ddp/<scheme>@<ratio>``)."""
+    from flexcomm.real_backend.ddp_train import StrategySpec, run_training
+
+    exchanges = pd.read_csv(ddp / "moo" / "exchanges.csv")
+    exchanges = exchanges[exchanges["step"] >= WARMUP_STEPS]
+    if not len(exchanges):
+        return ["moo logged no steady step: no static run at its ratio"]
+    ratio = float(f"{float(exchanges.groupby('step')['ratio'].first().median()):.3g}")
+    scheme = str(exchanges.groupby("scheme")["payload_bytes"].sum().idxmax())  # the one most bytes went by
+    spec = StrategySpec(f"{scheme}@{ratio:g}", scheme, ratio)
+    _log(f"training {spec.label} (moo's scheme and ratio) under the trace", quiet)
+    extra = folder / "ddp-moo-ratio"
+    if extra.exists():
+        shutil.rmtree(extra)
+    result = run_training(testbed.ranks, workload, [spec], 10**6, extra, ratio=ratio, testbed=testbed,
+                          timeout_s=timeout_s, log_dir=folder / "logs" / "ddp-moo-ratio", quiet=True, hidden=hidden,
+                          seed=seed, trace_testbed=testbed.id, compute_steps=SOLO_STEPS,
+                          profile=folder / "profile-fast.json", bandwidth_Bps=float(testbed.effective_bandwidth_Bps))
+    if result.returncode != 0:
+        return [f"training {spec.label} exited {result.returncode} (logs in {folder / 'logs' / 'ddp-moo-ratio'})"]
+    target = ddp / spec.label
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.move(str(extra / spec.label), str(target))
+    from flexcomm.costmodel.atomic import write_text_atomic
+
+    run = json.loads((ddp / "run.json").read_text())
+    run["strategies"] = [*[s for s in run["strategies"] if s != spec.label], spec.label]
+    write_text_atomic(ddp / "run.json", json.dumps(run, indent=2) + "\n")
+    shutil.rmtree(extra)
+    return []
+
+
 def run_trace_validation(
     trace: str = "c1",
     out: str | Path = "results/validate-trace",
     *,
-    ranks: int = 4,
+    ranks: int = DEFAULT_RANKS,
     strategies: str = DEFAULT_STRATEGIES,
     ratio: float = 0.01,
     workload: str = "mlp-digits",
     hidden: str | None = "1024,1024",
     duration: str | float = "120s",
-    max_bandwidth: str | float = "200Mbit/s",
+    max_bandwidth: str | float = DEFAULT_MAX_BANDWIDTH,
     seed: int = 0,
     timeout_s: float = 1800.0,
     quiet: bool = False,
+    cpu_bound_ok: bool = False,
 ) -> TraceValidation:
     """Calibrate, train every strategy under the trace, replay, report (see the module docstring)."""
     from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies, run_training
@@ -130,6 +258,9 @@ def run_trace_validation(
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
     specs = parse_strategies(strategies, ratio)
+    if not any(spec.strategy not in ADAPTIVE for spec in specs):
+        raise InputError("strategies", strategies, "at least one static scheme to compare the adaptive ones "
+                         "against, e.g. topk-ag,topk-ar,flexible,moo")
     parse_hidden(hidden)
     duration_s = parse_time(duration, "trace-duration")
     if duration_s <= 0:
@@ -147,7 +278,11 @@ def run_trace_validation(
     first_rate = min(r for _, _, r in loaded.changes[0].rates)
     first_delay = loaded.changes[0].delay_s or 0.0
     started = time.monotonic()
+    static = next(spec for spec in specs if spec.strategy not in ADAPTIVE)
     with Testbed.up(ranks, first_rate, delay=first_delay, trace=loaded, trace_repeat=True) as testbed:
+        check = network_check(testbed, loaded, static, workload, hidden, seed, folder, timeout_s, quiet)
+        if not cpu_bound_ok:
+            require_network_bound(check, loaded)
         calibration, failed = calibrate(testbed, loaded, folder, timeout_s, quiet)
         failures += failed
         if calibration is not None:
@@ -163,13 +298,15 @@ def run_trace_validation(
                                   bandwidth_Bps=float(testbed.effective_bandwidth_Bps))
             if result.returncode != 0:
                 failures.append(f"training exited {result.returncode} (logs in {folder / 'logs' / 'ddp'})")
+            elif any(spec.strategy == "moo" for spec in specs):
+                failures += train_at_moo_ratio(testbed, ddp, folder, workload, hidden, seed, timeout_s, quiet)
         lag = read_log(testbed.id)
     with open(folder / "trace_log.jsonl", "w", encoding="utf-8") as stream:
         stream.writelines(json.dumps(entry) + "\n" for entry in lag)
     _log(f"measured in {time.monotonic() - started:.0f} s; replaying", quiet)
     if calibration is None:
         return TraceValidation(folder, pd.DataFrame(), {"failures": failures}, failures)
-    return analyze_trace(folder, [s.label for s in specs], failures)
+    return analyze_trace(folder, None, failures)  # every run in ddp/run.json, MOO's comparison included
 
 
 def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
@@ -202,6 +339,13 @@ def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
     summary = summarize_trace(replay, lag, list(failures), lengths)
     summary.update(trace=trace.name, ranks=int(run_info["ranks"]), duration_s=trace.duration_s,
                    calibration=calibration.to_dict())
+    check_path = folder / "network_check.json"
+    check = json.loads(check_path.read_text()) if check_path.exists() else {}
+    if check:
+        summary["network_check"] = check
+    if len(replay):
+        summary["adaptive"] = verdict(summary, replay, folder, WARMUP_STEPS, check.get("unshaped_step_s", math.nan),
+                                      lengths)
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
     write_csv_atomic(replay, folder / "replay.csv")
@@ -281,7 +425,8 @@ def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: l
             entry["trace_steps"] = {kind: float(sum(length / phases[p][f"{kind}_mean_step_s"]
                                                     for p, length in phase_lengths.items() if length > 0))
                                     for kind in ("measured", "predicted")}
-    static = {k: v for k, v in out["strategies"].items() if v["strategy"] not in ("flexible", "moo")}
+    # the static schemes at the run's ratio (a `<scheme>@<ratio>` run is MOO's own comparison, made apart)
+    static = {k: v for k, v in out["strategies"].items() if v["strategy"] not in ADAPTIVE and "@" not in k}
     for entry in out["strategies"].values():
         if entry["strategy"] in ("flexible", "moo") and static and "trace_steps" in entry and all(
                 "trace_steps" in v for v in static.values()):
@@ -339,12 +484,29 @@ def markdown(summary: dict[str, Any]) -> str:
             verdict = "faster than every static scheme" if entry["beats_every_static"] else \
                 "not faster than every static scheme"
             lines.append(f"- {label}: {real} measured ({verdict}); {sim} simulated")
+    if summary.get("adaptive"):
+        lines += markdown_lines(summary["adaptive"])
     if summary.get("failures"):
         lines += ["", "Failures:", *[f"- {f}" for f in summary["failures"]]]
     return "\n".join(lines) + "\n"
 
 
-SCHEME_COLORS = {"topk-ag": "tab:blue", "topk-ar": "tab:orange", "dense": "tab:gray"}
+#: The schemes a step may use, in the tool's colours (:data:`costmodel.plotting.SCHEME_COLOURS`).
+SCHEME_COLORS = {s: SCHEME_COLOURS[s] for s in ("topk-ag", "topk-ar", "dense")}
+SLOW_LABEL = "slower than the fastest rate"  #: the shaded phases
+#: A step whose buckets used different schemes (``topk-ar+topk-ag``), drawn in a colour of its own.
+MIXED = "mixed"
+MIXED_COLOUR = "#e377c2"  # not a scheme's colour (costmodel.plotting.SCHEME_COLOURS)
+SCHEME_LABELS = {MIXED: "both (buckets differ)"}
+
+
+def _scheme_key(scheme: str) -> str:
+    return MIXED if "+" in scheme else scheme
+
+
+def _scheme_colour(scheme: str) -> str:
+    key = _scheme_key(str(scheme))
+    return MIXED_COLOUR if key == MIXED else SCHEME_COLORS.get(key, "#444444")
 
 
 def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> None:
@@ -354,6 +516,7 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
     use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     labels = list(dict.fromkeys(replay["label"]))
     fig, axes = plt.subplots(len(labels) + 1, 1, figsize=(10, 2.2 * (len(labels) + 1)), sharex=True,
@@ -373,14 +536,16 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
     for ax, label in zip(axes[1:], labels, strict=True):
         for i, is_slow in enumerate(slow):
             if is_slow:
-                ax.axvspan(edges[i], edges[i + 1], color="0.9", zorder=0)
+                ax.axvspan(edges[i], edges[i + 1], color="0.9", zorder=0, label=SLOW_LABEL)
         run = replay[(replay["label"] == label) & (replay["mode"] == "open")]
         closed = replay[(replay["label"] == label) & (replay["mode"] == "closed")]
-        colors = [SCHEME_COLORS.get(s.split("+")[-1], "tab:purple") for s in run["scheme_real"]]
-        ax.scatter(run["trace_s"], run["measured_s"], s=6, c=colors, label="measured (real scheme)")
-        sim_colors = [SCHEME_COLORS.get(s.split("+")[-1], "tab:purple") for s in run["scheme_sim"]]
+        colors = [_scheme_colour(s) for s in run["scheme_real"]]
+        # measured dots under the simulated crosses: where the model is right the cross sits on its dot and
+        # both still show (a cross is thin lines); the closed clock's line between them
+        ax.scatter(run["trace_s"], run["measured_s"], s=9, c=colors, label="measured (real scheme)", zorder=2)
+        sim_colors = [_scheme_colour(s) for s in run["scheme_sim"]]
         ax.scatter(run["trace_s"], run["predicted_s"], s=10, marker="x", c=sim_colors, linewidths=0.6,
-                   label="simulated (its scheme)")
+                   label="simulated (its scheme)", zorder=4)
         ax.plot(closed["sim_start_s"], closed["predicted_s"], color="k", linewidth=0.8, alpha=0.7, zorder=3,
                 label="simulated, closed clock")
         ax.set_yscale("log")
@@ -388,16 +553,21 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
         ax.set_ylabel("step (s)")
         ax.set_title(label)
     axes[-1].set_xlabel("time in the trace (s)")
-    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=s) for s, c in SCHEME_COLORS.items()
-               if s != "dense"]
+    used = {_scheme_key(v) for v in pd.concat([replay["scheme_real"], replay["scheme_sim"]]).astype(str)}
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=SCHEME_LABELS.get(k, k))
+               for k, c in {**SCHEME_COLORS, MIXED: MIXED_COLOUR}.items() if k in used]
     handles += [Line2D([], [], marker="o", linestyle="", color="0.3", label="measured"),
                 Line2D([], [], marker="x", linestyle="", color="0.3", label="simulated (open clock)"),
                 Line2D([], [], color="k", linewidth=0.6, label="simulated (closed clock)")]
-    axes[1].legend(handles=handles, fontsize=7, ncol=5, loc="upper left")
+    if slow.any():
+        handles.append(Patch(facecolor="0.9", edgecolor="none", label=SLOW_LABEL))
+    # above the panels, never over a step: the slow phases' steps reach the top of their axes
+    fig.legend(handles=handles, fontsize=8, ncol=min(len(handles), 5), loc="outside upper center")
     for ax in axes:
         ax.tick_params(labelbottom=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from flexcomm.costmodel.atomic import save_figure_atomic
+
+    save_figure_atomic(fig, path)  # atomically; FLEXCOMM_FIGURE_DPI draws the docs' copy
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:

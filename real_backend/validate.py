@@ -459,12 +459,13 @@ def summarize(table: pd.DataFrame, conditions: Sequence[dict[str, Any]]) -> dict
         rate = condition.get("rate_Bps")
         beyond = coll
         if rate:
-            from flexcomm.real_backend.testbed import burst_bytes
+            from flexcomm.real_backend.testbed import burst_bytes, burst_rate_for
 
-            # tc tbf lets its bucket (max(rate/250, 64 KiB)) through at line rate: a message of a few buckets
-            # is partly unshaped, faster than any alpha-beta model of the link can be (a negative intercept)
-            entry["tbf_burst_bytes"] = burst_bytes(rate)
-            entry["beyond_burst_min_bytes"] = max(TARGET_MIN_BYTES, BURST_MULTIPLE * burst_bytes(rate))
+            # tc tbf lets its bucket (max(rate/250, 64 KiB); smaller on slow testbeds) through at line rate: a
+            # message of a few buckets is partly unshaped, faster than any alpha-beta model of the link can be
+            burst = burst_bytes(rate, burst_rate_for(rate))
+            entry["tbf_burst_bytes"] = burst
+            entry["beyond_burst_min_bytes"] = max(TARGET_MIN_BYTES, BURST_MULTIPLE * burst)
             beyond = coll[coll["bytes"] >= entry["beyond_burst_min_bytes"]]
             entry["collectives_beyond_burst"] = {}
         for kind in KINDS:

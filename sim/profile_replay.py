@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim.traced_step import StepProfile
 from flexcomm.sim.training import TrainingConfig, TrainingResult, simulate_training
@@ -51,7 +52,7 @@ def predicted_step_s(result: TrainingResult) -> float:
 
 #: The traced host as a cluster device: its compute is measured and its compressor's rate measured or given,
 #: so the replay reads neither number; they only make a valid :class:`costmodel.cluster.Device`.
-TRACED_HOST_DEVICE = {"name": "traced-host", "peak_flops": 1e11, "memory": 2**34, "memory_bandwidth": 1e10}
+TRACED_HOST_DEVICE = {**MEASURED_HOST_DEVICE, "name": "traced-host"}
 #: Schemes a link target prices without a device (Top-k's rate is measured or given; casts and PowerSGD are
 #: priced from a device's bandwidth and FLOP/s, so they need --cluster).
 LINK_SCHEMES = ("dense", "topk-ag", "topk-ar")

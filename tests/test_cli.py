@@ -26,8 +26,8 @@ def test_cost_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str])
     assert code == 0
     result = json.loads(out)
     expected_bw = 2 * 7 / 8 * 64 * 2**20 / 1.25e9
-    assert result["latency_seconds"] == pytest.approx(14 * 10e-6)
-    assert result["bandwidth_seconds"] == pytest.approx(expected_bw)
+    assert result["latency_s"] == pytest.approx(14 * 10e-6)
+    assert result["bandwidth_s"] == pytest.approx(expected_bw)
     assert result["seconds"] == pytest.approx(14e-5 + expected_bw)
 
 
@@ -53,7 +53,7 @@ def test_cost_of_a_compressed_scheme(capsys: pytest.CaptureFixture[str]) -> None
                            "--size", "400MB", "--latency", "10us", "--bandwidth", "10Gbit/s", "--json")
     assert code == 0
     k = 1e6  # 1% of 1e8 fp32 elements
-    assert json.loads(out)["bandwidth_seconds"] == pytest.approx(7 * k * 8 / 1.25e9)
+    assert json.loads(out)["bandwidth_s"] == pytest.approx(7 * k * 8 / 1.25e9)
 
 
 @pytest.mark.parametrize(
@@ -197,3 +197,30 @@ def test_cli_start_up_does_not_import_torch() -> None:
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_json_output_is_always_valid_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json never prints Infinity or NaN (not JSON: other languages' readers refuse them)."""
+    import numpy as np
+
+    from flexcomm.experiments.commands.common import print_json
+
+    print_json({"a": float("inf"), "b": [float("nan"), 1.5, np.float64("-inf")], "c": {"d": (2, float("nan"))}})
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text) == {"a": None, "b": [None, 1.5, None], "c": {"d": [2, None]}}
+
+
+@pytest.mark.parametrize("argv", [["simulate"], ["plan"], ["study"], ["reproduce"], ["train-emulated"], ["validate"],
+                                  ["place"], ["controller", "train"], ["controller", "evaluate"]])
+def test_every_long_command_takes_no_progress(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    assert "--no-progress" in capsys.readouterr().out
+
+
+def test_progress_bars_stay_off_pipes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Captured output is not a terminal: no tqdm bar is written into it (a log or a pipe)."""
+    assert main(["reproduce", "megatron", "--out", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    assert "|" not in captured.err and "it/s" not in captured.err and "study/s" not in captured.err, captured.err

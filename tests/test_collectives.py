@@ -378,7 +378,7 @@ def test_coefficients_add_and_breakdown() -> None:
     assert isinstance(summed, CostBreakdown)
     assert float(summed.total) == pytest.approx(2 * HAND_P8_SECONDS[("allreduce", "ring")], rel=1e-12)
     d = t.as_dict()
-    assert set(d) == {"seconds", "latency_seconds", "bandwidth_seconds", "compute_seconds"}
+    assert set(d) == {"seconds", "latency_s", "bandwidth_s", "reduction_s"}
     assert d["seconds"] == pytest.approx(0.1058364608, rel=1e-12)
     assert isinstance(d["seconds"], float)
     vec = allreduce_ring([1e3, 1e6], 8).time(ALPHA, BETA).as_dict()
@@ -395,3 +395,30 @@ def test_bus_bandwidth_factors() -> None:
     t = float(allreduce_ring(n, ranks).time(0.0, BETA).total)
     bus = n / t * float(BUS_BANDWIDTH_FACTOR["allreduce"](np.array(ranks)))
     assert bus == pytest.approx(1.25e9, rel=1e-12)
+
+
+def test_predict_names_the_link_as_cost_does() -> None:
+    """flexcomm.predict(..., latency="10us", bandwidth="10Gbit/s"), the package docstring's example."""
+    import numpy as np
+
+    import flexcomm
+    from flexcomm.costmodel.errors import InputError
+
+    sizes = np.array([1e6, 1e8])
+    named = flexcomm.predict("allreduce", "ring", sizes, 64, latency="10us", bandwidth="10Gbit/s")
+    positional = flexcomm.predict("allreduce", "ring", sizes, 64, 10e-6, 1.25e9)
+    assert np.array_equal(named.total, positional.total)
+    with pytest.raises(InputError, match="latency: got 'given twice'"):
+        flexcomm.predict("allreduce", "ring", 1e6, 64, 1e-6, 1e9, latency="10us")
+    with pytest.raises(InputError, match="bandwidth"):
+        flexcomm.predict("allreduce", "ring", 1e6, 64, latency="10us")
+
+
+@pytest.mark.parametrize("field", ["size", "latency", "bandwidth"])
+def test_a_boolean_is_never_a_size_time_or_bandwidth(field: str) -> None:
+    import flexcomm
+    from flexcomm.costmodel.errors import InputError
+
+    args = {"ranks": 8, "size": "1MiB", "latency": "1us", "bandwidth": "1Gbit/s", field: True}
+    with pytest.raises(InputError, match=rf"^{field}: got True"):
+        flexcomm.cost("allreduce", "ring", **args)

@@ -143,3 +143,14 @@ def test_pareto_front_figure_marks_the_chosen_point(tmp_path: Path) -> None:
     })
     path = plot_pareto_fronts(fronts, tmp_path / "pareto.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_the_adaptive_machinery_is_charged_with_the_other_host_measured_costs() -> None:
+    """compress_time="measured": deciding and refitting are host seconds like compression, charged to the
+    step; otherwise the column is NaN (not priced) and the seeded CSV stays reproducible."""
+    measured = EmulatedRun(replace(BASE, steps=4, strategy="flexible", compress_time="measured")).run().frame
+    assert (measured["mechanism_s"] > 0).all()
+    parts = measured["compute_s"] + measured["comm_s"] + measured["compress_s"] + measured["mechanism_s"]
+    assert measured["step_time_s"].to_numpy() == pytest.approx(parts.to_numpy())
+    modelled = EmulatedRun(replace(BASE, steps=4, strategy="flexible")).run().frame
+    assert modelled["mechanism_s"].isna().all()

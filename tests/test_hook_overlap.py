@@ -44,8 +44,8 @@ WORKER = """
             if overlap and state.engine is not None:
                 submit = state.engine.submit
 
-                def spy(job, device, submit=submit):
-                    future = submit(job, device)
+                def spy(job, device, after=None, submit=submit):
+                    future = submit(job, device, after=after)
                     pending.append(future.done())
                     return future
 

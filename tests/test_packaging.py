@@ -93,3 +93,12 @@ def test_import_flexcomm_is_light_and_installs_no_generic_names(tmp_path: Path) 
     line, generic, torch = proc.stdout.splitlines()
     assert line.startswith("allreduce/ring over 8 ranks, 64MiB: 94.1ms")
     assert generic == "[]" and torch == "False"
+
+
+def test_dir_of_the_package_shows_the_api_only() -> None:
+    import flexcomm
+
+    names = dir(flexcomm)
+    assert {"cost", "simulate", "CostModel", "hooks", "InputError", "__version__"} <= set(names)
+    assert not {"TYPE_CHECKING", "annotations", "lazy_getattr", "importlib"} & set(names)
+    assert set(names) == set(flexcomm.__all__) | set(flexcomm._SUBMODULES)

@@ -20,7 +20,14 @@ from flexcomm.costmodel.calibration import load_measurements
 from flexcomm.costmodel.collectives import predict
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
-from flexcomm.real_backend.testbed import Testbed, burst_bytes, list_namespaces, parse_per_link, run_in_testbed
+from flexcomm.real_backend.testbed import (
+    Testbed,
+    burst_bytes,
+    burst_rate_for,
+    list_namespaces,
+    parse_per_link,
+    run_in_testbed,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +47,10 @@ def test_plan_names_everything_with_the_prefix_and_a_private_subnet() -> None:
     assert testbed.link_rate_Bps(2) == 10e6 / 8 and testbed.link_rate_Bps(0) == 100e6 / 8
     assert testbed.effective_bandwidth_Bps == pytest.approx(0.956 * 10e6 / 8)
     assert burst_bytes(100e6 / 8) == 64 * 1024 and burst_bytes(1e9 / 8) == 500_000
+    # a slow testbed (<= 20 Mbit/s at its fastest) sizes one small bucket for every rate it takes
+    assert burst_rate_for(200e6 / 8) == 0.0 and burst_rate_for(10e6 / 8) == 10e6 / 8
+    assert burst_bytes(0.4e6 / 8, burst_rate_for(10e6 / 8)) == 4 * 1514 == burst_bytes(10e6 / 8, 10e6 / 8)
+    assert burst_bytes(20e6 / 8, burst_rate_for(20e6 / 8)) == 10_000
     assert parse_per_link("0=1Gbit/s, 1=5Mbit/s", 2) == {0: 1e9 / 8, 1: 5e6 / 8}
     for bad in ["2=1Gbit/s", "x=1Gbit/s", "1", "1=fast"]:
         with pytest.raises(InputError):

@@ -62,6 +62,7 @@ CASES = [
     (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1", "--trace",
       "/proc/flexcomm-no-such-dir/t.json"], "/proc/flexcomm-no-such-dir/t.json"),
     (["train-emulated", "--steps", "1000000000", "--out", "{dir}/em"], "steps"),
+    (["train-emulated", "--switch-cost=-5ms", "--out", "{dir}/em"], "switch-cost"),
     (["bench-collectives", "--nproc", "2", "--sizes", "1KiB", "--out", "/proc/flexcomm-no-such-dir/m.csv"], "out"),
     (["bench-collectives", "--nproc", "2", "--sizes", "1KiB:64TiB", "--out", "{dir}/m.csv"], "sizes"),
     (["cost", "--ranks", "8", "--size", "-0", "--latency", "10us", "--bandwidth", "10Gbit/s"], "size"),

@@ -208,3 +208,13 @@ def test_a_job_that_cannot_outrun_its_failures_aborts() -> None:
     assert result.aborted and result.completed < 50 and result.lost.relaunches == 3
     assert result.events["kind"].iloc[-1] == "aborted"
     assert math.isfinite(result.job_time_s)
+
+
+def test_the_python_api_takes_one_fault_or_straggler_as_a_string() -> None:
+    """flexcomm.simulate(faults="node2@1s") is one fault, not eight one-character ones."""
+    import flexcomm
+
+    one = flexcomm.simulate("4x8-a100-ib", "resnet50", iterations=3, faults="node2@0.05s", stragglers="1=1.5")
+    listed = flexcomm.simulate("4x8-a100-ib", "resnet50", iterations=3, faults=["node2@0.05s"], stragglers=["1=1.5"])
+    assert len(one.faults) == len(listed.faults) >= 1
+    assert one.summary() == listed.summary()

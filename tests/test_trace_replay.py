@@ -89,7 +89,7 @@ def test_the_calibration_takes_wire_bytes_from_the_fast_rate_and_the_slope_from_
 
 
 def test_replayed_decisions_are_the_compressors_own() -> None:
-    """With no agreement lag, the replay decides exactly as FlexibleCompressor does on the same times."""
+    """With no agreement in flight, the replay decides exactly as FlexibleCompressor does on the same times."""
     world, numel = 4, 200_000
     prior = CostModel.from_link(1e-4, 125e6)
 
@@ -98,7 +98,7 @@ def test_replayed_decisions_are_the_compressors_own() -> None:
         rounds = {"allgather": 3, "allreduce": 6, "broadcast": 2}[collective]
         return rounds * 2 * latency + nbytes * 3 / rate
 
-    replay = DecisionReplay(0.05, prior, world, agree_lag=0)
+    replay = DecisionReplay(0.05, prior, world, in_flight=0)
     emulated = FlexibleCompressor(0.05, cost_model=prior)
     comm = LocalCommunicator(world, algorithms=GLOO_HINTS)
     chosen_replay, chosen_emulated = [], []

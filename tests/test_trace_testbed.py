@@ -136,6 +136,11 @@ def test_bad_traces_and_dead_testbeds_are_one_line_errors(tmp_path: Path,
         unknown.write_text("time_s,link,bandwidth\n0,node5,10Mbit/s\n")
         assert main(["testbed", "shape", "--id", testbed.id, "--trace", str(unknown)]) == 2
         assert "link (unknown.csv line 2)" in capsys.readouterr().err
+        fast = tmp_path / "fast.csv"  # a slow testbed's small tbf buckets are sized for its own rates
+        fast.write_text("time_s,link,bandwidth\n0,*,40Mbit/s\n")
+        assert main(["testbed", "shape", "--id", testbed.id, "--trace", str(fast)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("flexcomm: error: bandwidth (fast.csv)") and "10Mbit/s" in err[0]
     finally:
         testbed.down()
     assert main(["testbed", "shape", "--id", testbed.id, "--trace", "c1"]) == 2  # gone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,21 @@ def cost_model_from_args(args: argparse.Namespace) -> CostModel:
                       ranks_per_node=args.ranks_per_node)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every infinite or NaN float as ``None``: ``Infinity`` and ``NaN`` are not JSON, and a
+    reader in another language refuses them (an unbounded time, a ratio of nothing, becomes ``null``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def print_json(payload: Any) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=False)
+    """``--json`` output: always valid JSON (``allow_nan=False`` after :func:`json_safe`)."""
+    json.dump(json_safe(payload), sys.stdout, indent=2, sort_keys=False, allow_nan=False)
     sys.stdout.write("\n")
 
 

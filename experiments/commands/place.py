@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             return None
         for old in bars:  # one bar at a time: the previous search has finished
             old.close()
-        bar = tqdm(total=100, desc=f"{method:>8}", unit="%", leave=True, mininterval=0.5,
+        bar = tqdm(total=100, desc=f"{method:>8}", unit="%", leave=True, mininterval=0.5, disable=None,
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} {postfix}")
         bars.append(bar)
 

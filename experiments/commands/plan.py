@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             return plans
         from tqdm import tqdm
 
-        return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing")
+        return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing",
+                    disable=None)
 
     result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
                     simulate_top=args.simulate_top, progress=progress)

@@ -103,6 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--trace", help="write a Chrome trace JSON (chrome://tracing, Perfetto)")
     out.add_argument("--seed", type=int, default=0, help="seed of every random process (default 0)")
     out.add_argument("--json", action="store_true", help="print a JSON object (iterations + summary)")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     out.add_argument("--out", help="directory for iterations.csv, buckets.csv, events.csv, faults.csv, summary.json")
     parser.set_defaults(handler=run)
 
@@ -243,10 +244,11 @@ def run(args: argparse.Namespace) -> int:
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
     bar = None
-    if sys.stderr.isatty() and not args.json:
+    if sys.stderr.isatty() and not args.json and not args.no_progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.iterations, unit="it", file=sys.stderr, leave=False, desc="simulating")
+        bar = tqdm(total=args.iterations, unit="it", file=sys.stderr, leave=False, desc="simulating",
+                   disable=None)
     progress = None if bar is None else (lambda done, total: bar.update(done - bar.n))
     started = time.perf_counter()
     try:

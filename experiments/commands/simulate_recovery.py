@@ -4,6 +4,7 @@ and ``--mtbf-study``: the best policy per (node MTBF, job size) cell over checkp
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,12 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
 
     if not args.out:
         raise InputError("out", "(missing)", "an output directory for the study, e.g. --out results/recovery")
+    from tqdm import tqdm
+
     rows = []
+    total = len(STUDY_NODES) * len(STUDY_MTBF_H) * (len(STUDY_INTERVALS_S) + 1) * len(POLICIES)
+    bar = tqdm(total=total, desc="mtbf study", unit="run", leave=False, file=sys.stderr,
+               disable=True if getattr(args, "no_progress", False) else None)  # None: only on a terminal
     for nodes in STUDY_NODES:
         job = cluster.with_nodes(nodes)
         planner = TransformerRecoveryPlanner(row.model, job, batch, precision=training_precision(job))
@@ -136,6 +142,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
                 for policy in POLICIES:
                     config = _config(args, policy, job, row.model.parameters, nodes, interval=interval,
                                      mtbf_s=mtbf_h * 3600.0)
+                    bar.update(1)
                     try:
                         result = simulate_recovery(planner, nodes, job.devices_per_node, row.model.parameters,
                                                    config, nic_Bps_per_node(job))
@@ -143,6 +150,7 @@ def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
                         continue  # no plan fits this many nodes
                     rows.append({"mtbf_h": mtbf_h, "nodes": nodes, "interval_s": interval, "interval_label": label,
                                  "young_daly_s": daly, **result.summary()})
+    bar.close()
     table = pd.DataFrame(rows)
     out = Path(args.out)
     written = [write_csv_atomic(table, out / "recovery_study.csv"), plot_study(table, out / "recovery_study.png")]

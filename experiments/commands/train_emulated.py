@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError, renamed_fields
+from flexcomm.costmodel.units import parse_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 
 
@@ -65,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gradient had this many elements, e.g. 11.69M (ResNet-18); accuracy stays the workload's")
     parser.add_argument("--hysteresis", type=float, default=0.1, help="flexible: relative margin (default 0.1)")
     parser.add_argument("--patience", type=int, default=3, help="flexible: consecutive decisions (default 3)")
+    parser.add_argument("--switch-cost", default="0s", help="flexible: what one switch of scheme costs beyond its "
+                        "exchange; a switch must save more over --patience steps (default 0s)")
     parser.add_argument("--moo-rule", default="asf", help="moo: point on the front, one of " + ", ".join(RULES))
     parser.add_argument("--moo-every", type=int, default=100, help="moo: re-optimise every W steps (default 100)")
     parser.add_argument("--probe-steps", type=int, default=10, help="moo: steps probed per candidate (default 10)")
@@ -94,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         network=args.network,
         jitter=args.jitter, compress_time=args.compress_time, compress_throughput=args.compress_throughput,
         hysteresis=args.hysteresis, patience=args.patience, moo=moo,
+        switch_cost_s=parse_time(args.switch_cost, "switch-cost"),
     )
     single_threaded_torch()  # tiny models: a thread pool on shared cores spins longer than the kernels run (6x)
     if isinstance(args.seeds, bool) or args.seeds < 1:

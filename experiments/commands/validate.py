@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--testbed", action="store_true", help="also measure on a shaped testbed (needs root)")
     parser.add_argument("--bandwidths", default="100Mbit/s,1Gbit/s", help="testbed rates (default 100Mbit/s,1Gbit/s)")
-    parser.add_argument("--ranks", type=int, help="ranks (default 2; 4 with --network-trace)")
+    parser.add_argument("--ranks", type=int, help="ranks (default 2; 3 with --network-trace)")
     parser.add_argument("--sizes", default=DEFAULT_SIZES, help=f"benchmark sizes MIN:MAX[:FACTOR] or a list "
                         f"(default {DEFAULT_SIZES})")
     parser.add_argument("--collectives", default="allreduce,allgather,broadcast,reduce-scatter",
@@ -75,8 +75,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "simulation from a two-rate calibration, and report per-step errors, decision agreement "
                         "and trace_validation.png")
     traced.add_argument("--trace-duration", default="120s", help="length c1/c2 are scaled to (default 120s)")
-    traced.add_argument("--trace-max-bandwidth", default="200Mbit/s",
-                        help="rate of c1/c2's fastest phase (default 200Mbit/s; 2 cores carry ~1 Gbit/s)")
+    traced.add_argument("--trace-max-bandwidth", default=None,
+                        help="rate of c1/c2's fastest phase (default 10Mbit/s: 3 ranks on 2 cores are network-bound "
+                        "there, 4x slower than unshaped; much faster, the CPU bounds the step)")
+    traced.add_argument("--cpu-bound-ok", action="store_true",
+                        help="run even where the network check finds the step CPU-bound (shaped < 3x unshaped), "
+                        "e.g. the old setting: --ranks 4 --trace-max-bandwidth 200Mbit/s")
     traced.add_argument("--replay-only", action="store_true",
                         help="only replay and report an existing --out folder of a finished traced run")
     from_trace = parser.add_argument_group(
@@ -121,6 +125,8 @@ def run_network_trace(args: argparse.Namespace, started: float) -> int:
     """``validate --network-trace``: measure under the trace (or only replay a finished folder), report."""
     from flexcomm.real_backend.launch import sigterm_as_exit
     from flexcomm.real_backend.trace_validate import (
+        DEFAULT_MAX_BANDWIDTH,
+        DEFAULT_RANKS,
         DEFAULT_STRATEGIES,
         analyze_trace,
         run_trace_validation,
@@ -135,11 +141,13 @@ def run_network_trace(args: argparse.Namespace, started: float) -> int:
         if timeout <= 0:
             raise InputError("timeout", args.timeout, "a positive time such as 30min")
         with sigterm_as_exit():
-            result = run_trace_validation(args.network_trace, out, ranks=4 if args.ranks is None else args.ranks,
+            result = run_trace_validation(args.network_trace, out,
+                                          ranks=DEFAULT_RANKS if args.ranks is None else args.ranks,
                                           strategies=args.strategies or DEFAULT_STRATEGIES, ratio=args.ratio,
                                           workload=args.workload, hidden=args.hidden or None,
-                                          duration=args.trace_duration, max_bandwidth=args.trace_max_bandwidth,
-                                          timeout_s=timeout)
+                                          duration=args.trace_duration,
+                                          max_bandwidth=args.trace_max_bandwidth or DEFAULT_MAX_BANDWIDTH,
+                                          timeout_s=timeout, cpu_bound_ok=args.cpu_bound_ok)
     return _report(summary_lines(result.summary), result.folder, result.failures, started)
 
 

@@ -65,7 +65,7 @@ def run_reproductions(ids: Sequence[str], out: str | Path, settings: Settings | 
     if settings.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(chosen), desc="reproduce", unit="study")
+        bar = tqdm(total=len(chosen), desc="reproduce", unit="study", disable=None)
     try:
         for repro in chosen:
             if bar is not None:

@@ -52,7 +52,7 @@ class Settings:
             return
         from tqdm import tqdm
 
-        yield from tqdm(items, desc=desc, total=total, leave=False, unit="run")
+        yield from tqdm(items, desc=desc, total=total, leave=False, unit="run", disable=None)
 
     def emulate(self, configs: Sequence[EmulationConfig], desc: str) -> list[pd.DataFrame]:
         """The per-step frames of independent emulated runs, on ``jobs`` processes, each kept in
@@ -66,7 +66,7 @@ class Settings:
         if self.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(configs), desc=desc, leave=False, unit="run")
+            bar = tqdm(total=len(configs), desc=desc, leave=False, unit="run", disable=None)
         try:
             return run_configs(configs, jobs=self.jobs, cache_dir=self.runs_dir, reuse=self.reuse_runs,
                                on_done=None if bar is None else (lambda _i: bar.update(1)))

@@ -193,7 +193,7 @@ def _execute(run: StudyRun, payloads: list[dict[str, Any]], columns: list[str], 
         rows = _inline(payloads) if count == 0 else _local(sizer, count)
     journal = AppendingCsv(run.out / JOURNAL, columns)
     bar = tqdm(total=len(spec.points), initial=run.skipped, unit="point", desc=spec.name, file=sys.stderr,
-               disable=not progress, dynamic_ncols=True)
+               disable=None if progress else True, dynamic_ncols=True)
     try:
         for row in rows:
             journal.write(row)
