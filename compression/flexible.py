@@ -231,10 +231,12 @@ class FlexibleCompressor(Compressor):
         if isinstance(agree_lag, bool) or not isinstance(agree_lag, int) or agree_lag < 0:
             raise InputError("agree_lag", agree_lag, "an integer >= 0 (exchanges an agreement may stay in flight)")
         self.agree_lag = agree_lag
-        if not (isinstance(probe_budget, (int, float)) and 0 <= probe_budget):
-            raise InputError("probe_budget", probe_budget, "a fraction >= 0 of the exchanges a probe informs")
+        if isinstance(probe_budget, bool) or not (isinstance(probe_budget, (int, float)) and 0 <= probe_budget):
+            raise InputError("probe_budget", probe_budget, "a fraction >= 0 of the exchanges a probe informs "
+                             "(0: no budget, every probe the estimator asks for)")
         self.probe_budget = float(probe_budget)
-        if not (isinstance(switch_cost_s, (int, float)) and math.isfinite(switch_cost_s) and switch_cost_s >= 0):
+        if isinstance(switch_cost_s, bool) or not (
+                isinstance(switch_cost_s, (int, float)) and math.isfinite(switch_cost_s) and switch_cost_s >= 0):
             raise InputError("switch_cost_s", switch_cost_s, "seconds >= 0 one switch costs beyond its exchange")
         self.switch_cost_s = float(switch_cost_s)
         self._pending: list[tuple[StepStats, list[float]]] = []
@@ -338,8 +340,9 @@ class FlexibleCompressor(Compressor):
         """Whether to send a latency probe after this exchange: the estimator wants one, and it is worth its
         price. A probe informs the next ``probe_interval`` exchanges; it is taken only when its predicted
         seconds are at most ``probe_budget`` of theirs (on a high-latency link a 4-byte allgather costs
-        several round trips, more than a wrong guess of alpha can lose). Decided from the agreed estimate
-        only, so every rank probes alike."""
+        several round trips, more than a wrong guess of alpha can lose). A ``probe_budget`` of 0 sets no
+        budget (every probe the estimator asks for). Decided from the agreed estimate only, so every rank
+        probes alike."""
         estimator = self.estimator
         if not self.latency_probe or estimator is None or not estimator.wants_probe():
             return False

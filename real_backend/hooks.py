@@ -349,8 +349,8 @@ def _decision_extra(comp: Compressor) -> dict[str, Any]:
 def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Exchange this bucket with ``state.compressor`` on ``state.comm`` (key = bucket index); see the module.
 
-    The MOO probe (local compute on this rank's gradient) runs here; the exchange itself on the state's
-    communication thread, so this returns before any byte is sent."""
+    The exchange (and MOO's gain probe) runs on the state's communication thread, so this returns before
+    any byte is sent; after the last bucket, the adaptive strategies' housekeeping follows it there."""
     assert state.compressor is not None and state.comm is not None
     buffer = bucket.buffer()
     key = bucket.index()

@@ -313,7 +313,6 @@ class MOOReplay:
         self.probe_costs = probe_costs or {}
         self.probe_cost_s = 0.0
         self.proposed: tuple[float, str] | None = None
-        self.broadcast: tuple[float, str] | None = None
 
     def _gains(self, step: int) -> tuple[list[float], list[float]]:
         if self.probes is None:
@@ -329,8 +328,7 @@ class MOOReplay:
 
         comp, ctl = decisions.comp, self.controller
         event = ""
-        broadcast, self.broadcast = self.proposed, None  # in order: the last proposal goes out now
-        self.proposed = None
+        broadcast, self.proposed = self.proposed, None  # in order: the last proposal goes out now
         probed, self.probing = self.probing, False
         if broadcast is not None:  # housekeeping: the broadcast ratio applies from the next step
             comp.set_ratio(broadcast[0])

@@ -208,3 +208,10 @@ def _timed(stats):  # noqa: ANN001, ANN202
     from flexcomm.compression.network_estimate import timed_records
 
     return timed_records(stats)
+
+
+def test_a_boolean_is_no_budget_and_no_cost() -> None:
+    with pytest.raises(Exception, match="probe_budget"):
+        FlexibleCompressor(0.01, estimator=NetworkEstimator(1e-4, 1e-8), probe_budget=True)
+    with pytest.raises(Exception, match="switch_cost_s"):
+        FlexibleCompressor(0.01, estimator=NetworkEstimator(1e-4, 1e-8), switch_cost_s=True)
