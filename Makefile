@@ -56,7 +56,8 @@ notebooks: install
 figures: install
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --out $(RESULTS)/figures/whatif
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm train-emulated --strategies dense,topk-ag,topk-ar,flexible,moo \
-		--steps 300 --out $(RESULTS)/figures/emulated --no-progress
+		--steps 300 --network c1 --price-params 25.56M --compute-time 28ms --workers 8 \
+		--out $(RESULTS)/figures/emulated --no-progress
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm plan --model resnet18 --cluster 4x8-a100-ib \
 		--out $(RESULTS)/figures/plan --no-progress
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm validate --published --out $(RESULTS)/figures/published --no-progress

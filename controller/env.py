@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -43,9 +42,10 @@ from gymnasium import spaces
 
 from flexcomm.compression.base import StepStats
 from flexcomm.compression.flexible import FlexibleCompressor
+from flexcomm.controller.config import EnvConfig
 from flexcomm.controller.traces import NetworkTrace, TraceClock, family
 from flexcomm.costmodel.errors import InputError
-from flexcomm.emulation.engine import CSV_COLUMNS, EmulatedRun, EmulationConfig
+from flexcomm.emulation.engine import CSV_COLUMNS, EmulatedRun
 from flexcomm.workloads import Workload, evaluate, get_workload
 
 SPARSE = ("topk-ag", "topk-ar")
@@ -73,45 +73,6 @@ def knobs_to_action(ratio: float, mode: str) -> np.ndarray:
         raise InputError("mode", mode, "topk-ag, topk-ar or auto")
     a0 = float(np.clip(math.log10(ratio) - LOG10_C_CENTRE, -1.0, 1.0))
     return np.array([a0, {"topk-ag": -1.0, "topk-ar": 1.0, "auto": 0.0}[mode]], dtype=np.float32)
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """The emulated setting and the reward's exchange rate; see the module docstring."""
-
-    workload: str = "mlp-digits"
-    workers: int = 4
-    cluster: str = "8x1-v100-40g"
-    price_params: int | None = 11_690_000  #: price the exchange like ResNet-18's gradient (the paper's model)
-    interval: int = 10  #: training iterations per env step (the reconfiguration interval)
-    episode_iters: int = 300
-    time_weight: float = 0.5  #: reward lost per simulated second
-    loss_weight: float = 1.0  #: reward per nat of training-loss decrease
-    jitter: float = 0.0
-    vary_model: bool = True  #: a new model seed per episode (training); False: always ``seed`` (evaluation)
-    eval_every: int = 0  #: test accuracy every E iterations (0: never, the fast training setting)
-    seed: int = 0
-
-    def validate(self) -> None:
-        for name in ("workers", "interval", "episode_iters"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(name.replace("_", "-"), value, "an integer >= 1")
-        if self.episode_iters % self.interval:
-            raise InputError("episode-iters", self.episode_iters, f"a multiple of the interval ({self.interval})")
-        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise InputError("eval-every", self.eval_every, "an integer >= 0")
-        for name in ("time_weight", "loss_weight"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise InputError(name.replace("_", "-"), value, "a finite weight >= 0")
-
-    def emulation(self, seed: int) -> EmulationConfig:
-        """The :class:`EmulationConfig` of one episode (strategy ``flexible``: its compressor and estimator)."""
-        return EmulationConfig(workload=self.workload, workers=self.workers, cluster=self.cluster,
-                               strategy="flexible", ratio=0.01, steps=self.episode_iters, seed=seed,
-                               eval_every=self.eval_every or self.episode_iters, price_params=self.price_params,
-                               jitter=self.jitter)
 
 
 class CompressionEnv(gym.Env):

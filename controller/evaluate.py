@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.controller.config import VARIANTS, check_baselines, load_settings
 from flexcomm.controller.env import CompressionEnv, EnvConfig
 from flexcomm.controller.traces import NetworkTrace, TraceClock
-from flexcomm.controller.train import VARIANTS, load_settings
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.emulation.engine import EmulatedRun, time_to_accuracy
@@ -181,11 +181,7 @@ def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | P
     env_config = replace(env_config, vary_model=False, eval_every=eval_every,
                          seed=env_config.seed if seed is None else seed)
     env_config.validate()
-    for name in baselines:  # fail on a typo before minutes of training
-        strategy, _, ratio = name.partition("@")
-        if strategy not in ("dense", "moo", "topk-ag", "topk-ar") or (ratio and not _is_ratio(ratio)) or (
-                strategy in ("topk-ag", "topk-ar") and not ratio):
-            raise InputError("baselines", name, "dense, moo, topk-ag@RATIO or topk-ar@RATIO with RATIO in (0, 1]")
+    check_baselines(baselines)  # a typo fails before minutes of training
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InputError("seeds", seeds, "a number of seeds >= 1")
     names = [*models, *baselines]
@@ -227,10 +223,3 @@ def evaluate(model_dir: str | Path, traces: Sequence[NetworkTrace], out: str | P
         plot_comparison(runs, outdir / "comparison.png", targets)
     return table
 
-
-def _is_ratio(text: str) -> bool:
-    try:
-        value = float(text)
-    except ValueError:
-        return False
-    return bool(np.isfinite(value) and 0 < value <= 1)

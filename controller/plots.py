@@ -42,23 +42,30 @@ def plot_training_curves(curves: pd.DataFrame, path: str | Path, window: int = 1
 
     With a ``seed`` column (several training runs), one line per (variant, seed), styles by seed.
     """
+    import matplotlib.patheffects as effects
+
     panels = 2 if evals is not None else 1
     fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 4.8), squeeze=False)
     ax = axes[0, 0]
     styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D"]  # one per seed: dots of two seeds in one colour stay two series
     seeds = list(dict.fromkeys(curves["seed"])) if "seed" in curves else [None]
+    outline = [effects.Stroke(linewidth=4.2, foreground="white"), effects.Normal()]
     for variant, part in curves.groupby("variant", sort=False):
         colour = COLOURS.get(str(variant))
         for i, seed in enumerate(seeds):
             run = part if seed is None else part[part["seed"] == seed]
             if run.empty:
                 continue
-            ax.scatter(run["timesteps"], run["return"], s=5, alpha=0.2, color=colour)
+            suffix = "" if seed is None else f" seed {seed}"
+            # every episode's return, plainly visible: the running mean alone hides how noisy they are
+            ax.scatter(run["timesteps"], run["return"], s=14, alpha=0.55, color=colour, lw=0,
+                       marker=markers[i % len(markers)], zorder=2, label=f"{variant}{suffix}: one episode")
             smooth = run["return"].rolling(window, min_periods=1).mean()
-            label = f"{variant}" + ("" if seed is None else f" seed {seed}")
-            ax.plot(run["timesteps"], smooth, color=colour, lw=2, ls=styles[i % len(styles)], label=label)
+            ax.plot(run["timesteps"], smooth, color=colour, lw=2.2, ls=styles[i % len(styles)], zorder=3,
+                    path_effects=outline, label=f"{variant}{suffix}: running mean of {window}")
     ax.set_xlabel("timesteps (env steps = reconfiguration intervals)")
-    ax.set_ylabel(f"rollout episode return (running mean of {window})")
+    ax.set_ylabel("rollout episode return")
     ax.set_title("rollouts (exploration on, random trace per episode)")
     if evals is not None:
         ax_eval = axes[0, 1]

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import read_text_bounded
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 from flexcomm.emulation.network import DYNAMIC_NETWORKS, NetworkClock
@@ -103,10 +104,7 @@ def family(kind: str, count: int, seed: int = 0) -> list[NetworkTrace]:
 def load_trace_csv(path: str | Path) -> NetworkTrace:
     """A CSV with ``start`` (fraction of the run), ``latency`` and ``bandwidth`` (units allowed)."""
     path = Path(path)
-    try:
-        rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("trace", str(path), f"a readable UTF-8 CSV file ({exc})") from None
+    rows = list(csv.DictReader(read_text_bounded(path, "trace", "CSV file").splitlines()))  # bounded, regular
     if not rows or any(c not in rows[0] for c in ("start", "latency", "bandwidth")):
         raise InputError("trace", str(path), "a CSV with columns start, latency, bandwidth and at least one row")
     phases = []

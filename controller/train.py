@@ -29,58 +29,18 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from flexcomm.controller.env import CompressionEnv, EnvConfig
+from flexcomm.controller.config import VARIANTS, EnvConfig, TrainConfig, load_settings  # noqa: F401 (callers import them from here)
+from flexcomm.controller.env import CompressionEnv
 from flexcomm.controller.traces import NetworkTrace, family
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-from flexcomm.costmodel.errors import InputError
 from flexcomm.workloads import Workload, get_workload
-
-VARIANTS = ("gsde", "gaussian")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """PPO settings shared by both variants; only ``use_sde`` (and its noise scale) differs."""
-
-    timesteps: int = 3000
-    seed: int = 0
-    variants: tuple[str, ...] = VARIANTS
-    train_traces: int = 16
-    sde_sample_freq: int = 4
-    log_std_init_sde: float = -2.0
-    log_std_init_gaussian: float = -1.0
-    n_steps: int = 240
-    batch_size: int = 60
-    n_epochs: int = 10
-    learning_rate: float = 3e-4
-    gamma: float = 0.98
-    net_arch: tuple[int, ...] = (64, 64)
-    eval_every: int = 600  #: timesteps between deterministic evaluations on the fixed episodes
-    eval_episodes: int = 3  #: fixed (trace, model seed) pairs of those evaluations
-    env: EnvConfig = field(default_factory=EnvConfig)
-
-    def validate(self) -> None:
-        for name in ("timesteps", "train_traces", "n_steps", "batch_size", "n_epochs", "sde_sample_freq",
-                     "eval_every", "eval_episodes"):
-            value = getattr(self, name)
-            minimum = -1 if name == "sde_sample_freq" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value == 0:
-                raise InputError(name.replace("_", "-"), value, "an integer >= 1" if minimum == 1 else
-                                 "an integer >= 1, or -1 (only at the start of each rollout)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise InputError("seed", self.seed, "an integer >= 0")
-        if not self.variants or any(v not in VARIANTS for v in self.variants):
-            raise InputError("variants", ",".join(self.variants), "one or more of " + ", ".join(VARIANTS))
-        if not (0 < self.gamma <= 1):
-            raise InputError("gamma", self.gamma, "a discount in (0, 1]")
-        self.env.validate()
 
 
 def make_ppo(variant: str, env: Any, config: TrainConfig) -> Any:
@@ -279,21 +239,3 @@ def train(config: TrainConfig, out: str | Path, *, progress: bool = False, plot:
         plot_training_curves(pd.concat(curves, ignore_index=True), outdir / "training_curves.png",
                              evals=pd.concat(evals, ignore_index=True))
     return summaries
-
-
-def load_settings(model_dir: str | Path) -> tuple[TrainConfig, EnvConfig]:
-    """The settings a training run wrote (``train_config.json``), as config objects."""
-    path = Path(model_dir) / "train_config.json"
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-        env = EnvConfig(**settings["env"])
-        train_settings = dict(settings["train"])
-        for key in ("variants", "net_arch"):
-            train_settings[key] = tuple(train_settings[key])
-        return TrainConfig(**train_settings, env=env), env
-    except FileNotFoundError:
-        raise InputError("model", str(model_dir), "a directory written by `flexcomm controller train` "
-                         "(train_config.json missing)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError("model", str(path), f"a train_config.json written by `flexcomm controller train` ({exc})"
-                         ) from None

@@ -31,6 +31,7 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -46,7 +47,9 @@ from scipy.optimize import least_squares
 
 from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
+from flexcomm.costmodel.documents import parse_document
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, read_text_bounded
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -109,7 +112,8 @@ def load_measurements(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         if not path.is_file():
             raise InputError("measurements", str(path), "an existing CSV file")
         try:
-            raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+            text = read_text_bounded(path, "measurements", "CSV file")  # bounded: no FIFO, no 10 GB file
+            raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise InputError("measurements", str(path), f"a readable CSV file ({exc})") from exc
         raw.columns = [str(c).strip() for c in raw.columns]
@@ -476,12 +480,10 @@ class CalibrationProfile:
     def load(cls, path: str | Path) -> CalibrationProfile:
         """Read a saved profile, raising :class:`InputError` naming the bad ``profile.<key>``."""
         source = Path(path)
-        try:
-            document = json.loads(source.read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise InputError("profile", str(source), "an existing calibration JSON file") from exc
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError("profile", str(source), f"valid JSON ({exc})") from exc
+        if not source.exists():
+            raise InputError("profile", str(source), "an existing calibration JSON file")
+        text = read_text_bounded(source, "profile", "calibration JSON file", MAX_DOCUMENT_BYTES)
+        document = parse_document(text, "json", str(source), "profile")  # a JSON error or nesting: one line
         return cls.from_dict(document)
 
     @classmethod

@@ -171,6 +171,14 @@ _FORMS: dict[str, str] = {
 }
 
 
+#: Keys whose meaning depends on the mapping they are in (model name, key): the same word names another thing.
+_OWNED_FORMS: dict[tuple[str, str], str] = {
+    ("GraphTopology", "links"): "a list of cables, at least one, such as [{between: [h0, s0], bandwidth: "
+    "100Gbit/s, latency: 1us}, ...]",
+    ("GraphLink", "between"): "the two vertex names the cable joins, from hosts or switches, e.g. [h0, s0]",
+}
+
+
 def _input_keys(name: str, info: Any) -> list[str]:
     """The keys a field accepts in a file, preferred first (``bandwidth`` before ``bandwidth_Bps``)."""
     alias = info.validation_alias
@@ -188,21 +196,24 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _locate(model: type[BaseModel], loc: Sequence[int | str]) -> tuple[type[BaseModel] | None, str | None]:
-    """Walk an error location: the model owning the last key, and the last key naming a field."""
+def _locate(model: type[BaseModel], loc: Sequence[int | str]
+            ) -> tuple[type[BaseModel] | None, str | None, type[BaseModel] | None]:
+    """Walk an error location: the model owning the last key, the last key naming a field, and the model
+    that key belongs to (``links`` of a graph is not ``links`` of a topology)."""
     owner: type[BaseModel] | None = model
     key: str | None = None
+    key_owner: type[BaseModel] | None = None
     for part in loc:
         if isinstance(part, int) or owner is None:
             continue
         fields = {k: (name, info) for name, info in owner.model_fields.items() for k in _input_keys(name, info)}
         if part not in fields:
-            return owner, key
+            return owner, key, key_owner
         name, info = fields[part]
-        key = _input_keys(name, info)[0]
+        key, key_owner = _input_keys(name, info)[0], owner
         inner = _models_in(info.annotation)
         owner = inner[0] if inner else None
-    return owner, key
+    return owner, key, key_owner
 
 
 def _known_keys(model: type[BaseModel] | None) -> str:
@@ -220,14 +231,15 @@ def _translate(exc: ValidationError, root: str, model: type[BaseModel]) -> Input
         return InputError(".".join([root, *loc, inner.field]), inner.got, inner.expected)
     if isinstance(inner, InputError):
         return InputError(".".join([root, *loc]), inner.got, inner.expected)
-    owner, key = _locate(model, err["loc"])
+    owner, key, key_owner = _locate(model, err["loc"])
     field = ".".join([root, *loc])
     kind = err["type"]
     if kind == "extra_forbidden":
         return InputError(field, err.get("input"), f"no such key; known keys here: {_known_keys(owner)}")
     if not loc:
         return InputError(field, err.get("input"), f"a mapping with keys {_known_keys(model)}")
-    expected = _FORMS.get(key or "", err["msg"])
+    expected = _OWNED_FORMS.get((key_owner.__name__ if key_owner else "", key or ""),
+                                _FORMS.get(key or "", err["msg"]))
     return InputError(field, _NOTHING if kind == "missing" else err.get("input"), expected)
 
 
@@ -892,6 +904,32 @@ class Cluster(_Model):
                     raise _SubfieldError(f"node_devices.{i}.nodes", node, f"a node index 0..{last}")
         return self
 
+    @model_validator(mode="after")
+    def _one_nvlink_domain_size(self) -> Cluster:
+        """An NVLink domain holds whole servers, and the flow model and NCCL's model must see the same one
+        (refused here, not when the NCCL-grade model first prices the cluster)."""
+        domain = self.gpu_fabric.nvlink_domain if self.gpu_fabric is not None else None
+        if domain is None:
+            return self
+        if domain % self.devices_per_node:
+            raise _SubfieldError("gpu_fabric.nvlink_domain", domain, f"a multiple of devices_per_node "
+                                 f"({self.devices_per_node}): an NVLink domain holds whole servers")
+        size = self.topology.domain_size
+        if self.topology.kind == "nvlink-domain" and size is not None and size != domain:
+            raise _SubfieldError("topology.domain_size", size, f"gpu_fabric.nvlink_domain ({domain}): one NVLink "
+                                 "domain size for the flow model and NCCL's (or leave one of them out)")
+        return self
+
+    @model_validator(mode="after")
+    def _fabric_within_limit(self) -> Cluster:
+        from flexcomm.costmodel.topologies.size import check_fabric_size
+
+        try:
+            check_fabric_size(self)  # the switches and cables a topology describes, not only its nodes
+        except InputError as exc:
+            raise _SubfieldError("topology", exc.got, exc.expected) from None
+        return self
+
     @field_validator("topology", mode="before")
     @classmethod
     def _topology_shorthand(cls, value: Any) -> Any:
@@ -939,7 +977,8 @@ class Cluster(_Model):
         path = Path(path)
         if path.suffix.lower() not in (".yaml", ".yml", ".json"):
             raise InputError("cluster", str(path), "a cluster file ending in .yaml, .yml or .json")
-        return cls.from_dict(_resolve_extends(read_document(path, "cluster", "cluster file"), path.parent, 0))
+        return check_topology(cls.from_dict(_resolve_extends(read_document(path, "cluster", "cluster file"),
+                                                             path.parent, 0)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-safe dict in SI units (keys ``bandwidth_Bps``, ``latency_s``, ``memory_bytes``)."""
@@ -1232,6 +1271,19 @@ def flat_hosts(ranks: int, latency_s: float, bandwidth_Bps: float, device: dict[
     link = {"latency": float(latency_s), "bandwidth": float(bandwidth_Bps)}
     return Cluster.from_dict({"name": name, "nodes": int(ranks), "devices_per_node": 1, "device": dict(device),
                               "intra_link": link, "inter_link": link, "topology": "flat"})
+
+
+def check_topology(cluster: Cluster) -> Cluster:
+    """``cluster`` after the checks a job would make of its topology (torus dims against the nodes, graph
+    hosts against the nodes, NVLink domains against the GPUs, a fat-tree's capacity), made now.
+
+    Why: those checks need the node count and ran only when a job first built the fabric, so ``flexcomm
+    clusters FILE`` printed a cluster no job could use. The fabric built here is the one a job uses (cached on
+    the cluster). Two GPUs no path joins are still refused only by a job whose ranks they are (docs/clusters.md).
+    """
+    if cluster.topology.kind in FABRIC_KINDS:
+        cluster.fabric  # noqa: B018 - building it is the check
+    return cluster
 
 
 def cluster_names() -> list[str]:

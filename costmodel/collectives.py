@@ -60,6 +60,13 @@ class CostBreakdown:
     bandwidth: np.ndarray
     compute: np.ndarray
 
+    def __post_init__(self) -> None:
+        """A scalar question gets scalar answers: plain floats, not 0-d arrays or numpy scalars."""
+        for name in ("latency", "bandwidth", "compute"):
+            value = getattr(self, name)
+            if np.ndim(value) == 0:
+                object.__setattr__(self, name, float(value))
+
     @property
     def total(self) -> np.ndarray:
         return self.latency + self.bandwidth + self.compute

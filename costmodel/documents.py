@@ -19,7 +19,12 @@ from typing import Any, Literal
 import yaml
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_FLOW_DEPTH, MAX_DOCUMENT_NODES
+from flexcomm.costmodel.limits import (
+    MAX_DOCUMENT_BYTES,
+    MAX_DOCUMENT_FLOW_DEPTH,
+    MAX_DOCUMENT_NODES,
+    read_text_bounded,
+)
 
 Format = Literal["yaml", "json"]
 
@@ -110,12 +115,5 @@ def parse_document(text: str, fmt: Format, source: str, field: str) -> Any:
 def read_document(path: str | Path, field: str, what: str = "file") -> Any:
     """Read ``path`` (``.json`` as JSON, anything else as YAML) within the size limit, then parse it."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        MAX_DOCUMENT_BYTES.check(field, size)
-        text = path.read_text(encoding="utf-8")
-    except InputError:
-        raise
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(field, str(path), f"a readable UTF-8 {what} ({exc.__class__.__name__})") from None
+    text = read_text_bounded(path, field, what, MAX_DOCUMENT_BYTES)  # a regular file only: no FIFO, no device
     return parse_document(text, "json" if path.suffix.lower() == ".json" else "yaml", str(path), field)

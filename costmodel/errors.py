@@ -11,6 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+#: Characters of an offending value echoed in a message; the rest is counted, not printed.
+ECHO_CHARS = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)``, cut to its first :data:`ECHO_CHARS` characters and a count of the whole.
+
+    Why: the value is echoed into a one-line error, and a 20 MB cell of a pasted log was echoed whole."""
+    text = repr(value)
+    if len(text) <= ECHO_CHARS + 20:  # a little over is shown whole: a cut must save something
+        return text
+    length = len(value) if isinstance(value, (str, bytes)) else len(text)
+    return f"{text[:ECHO_CHARS]}\u2026 ({length:,} chars)"
+
 
 class InputError(ValueError):
     """A user-supplied value is malformed; names the field and the expected form."""
@@ -22,7 +36,7 @@ class InputError(ValueError):
         super().__init__(field, got, expected)
 
     def __str__(self) -> str:
-        return f"{self.field}: got {self.got!r}; expected {self.expected}"
+        return f"{self.field}: got {shown(self.got)}; expected {self.expected}"
 
     # ``args`` are the three fields, so ``type(e)(*e.args)`` rebuilds the error: simpy copies an exception
     # that way when it leaves a simulated process, which otherwise turned a one-line error into a traceback.

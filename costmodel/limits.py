@@ -9,6 +9,7 @@ work starts, and fails with one line naming the limit and the environment variab
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 from flexcomm.costmodel.errors import InputError
@@ -75,3 +76,77 @@ MAX_TRAINING_STEPS = Limit("FLEXCOMM_MAX_TRAINING_STEPS", 1_000_000, "steps")
 #: Bytes the ranks of one collective benchmark allocate on this machine: half its physical memory.
 MAX_BENCH_BYTES = Limit("FLEXCOMM_MAX_BENCH_BYTES", _physical_memory_bytes() // 2, "bytes of buffers (half this "
                         "machine's memory)")
+#: Bytes of a log, CSV, profile or trace read whole (nccl-tests logs, measurement CSVs, network traces,
+#: calibration profiles): real ones are kilobytes to a few megabytes, and parsing 16 MiB takes seconds.
+MAX_FILE_BYTES = Limit("FLEXCOMM_MAX_FILE_BYTES", 16 * 2**20, "bytes")
+#: A torch.profiler Chrome trace (after gunzip): tens of MB for a few steps; json.loads takes ~5x its size.
+MAX_PROFILER_TRACE_BYTES = Limit("FLEXCOMM_MAX_PROFILER_TRACE_BYTES", 512 * 2**20, "bytes")
+#: Table rows of one nccl-tests log: a sweep has ~30 sizes (-f 2), a few thousand with a fine -i step; each
+#: row is priced by `validate`, ~40 us apiece.
+MAX_LOG_ROWS = Limit("FLEXCOMM_MAX_LOG_ROWS", 10_000, "table rows of one nccl-tests log")
+#: Points of one study after expanding its sweeps (each is a simulation or a pricing, and a journal row).
+MAX_STUDY_POINTS = Limit("FLEXCOMM_MAX_STUDY_POINTS", 100_000, "points after expanding the sweeps")
+#: Cables of one fabric, empty ports included (a 3-tier k-ary fat-tree has k^3/2 between switches: k = 100,000
+#: is 5 x 10^14), and equal-cost paths between two hosts (k^2/4 across pods), which every route between two
+#: pods lists. superpod-h100-128k has 262,144 cables: `cost` over all its ranks takes ~10 s and ~730 MB.
+MAX_FABRIC_LINKS = Limit("FLEXCOMM_MAX_FABRIC_LINKS", 524_288, "cables in the fabric")
+MAX_EQUAL_COST_PATHS = Limit("FLEXCOMM_MAX_EQUAL_COST_PATHS", 4_096, "equal-cost paths between two hosts")
+#: Failures in one flow-simulated job (`simulate --fail random:mtbf=...`): each restart simulates its
+#: iterations again (~30 ms of wall time apiece), so a job MTBF below an iteration ran for minutes.
+MAX_SIM_FAILURES = Limit("FLEXCOMM_MAX_SIM_FAILURES", 1_000, "failures in one simulated job")
+#: Failures and checkpoints over one recovery horizon (`simulate --recovery`, a recovery study): each
+#: failure re-plans the job (1,725 failures took 2.9 s a policy) and each checkpoint is a step of the run
+#: (`--horizon 1e9d` never ended).
+MAX_RECOVERY_FAILURES = Limit("FLEXCOMM_MAX_RECOVERY_FAILURES", 10_000, "failures within the horizon")
+MAX_RECOVERY_CHECKPOINTS = Limit("FLEXCOMM_MAX_RECOVERY_CHECKPOINTS", 1_000_000, "checkpoints within the horizon")
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe), which blocks until written"),
+          (stat.S_ISCHR, "a character device, which may never end"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(field: str, path: str, what: str, mode: int) -> InputError:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return InputError(field, path, f"a regular {what}; this is {kind}")
+
+
+def read_bytes_bounded(path: str | os.PathLike, field: str, what: str = "file",
+                       limit: Limit = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them, else a one-line InputError.
+
+    Why one reader: a FIFO blocks ``open`` forever, ``/dev/zero`` never ends and a directory raises an odd
+    OSError, so the file's kind is checked *before* it is opened (and again on the open descriptor, opened
+    non-blocking, in case it was swapped in between), and no more than ``limit`` + 1 bytes are ever read
+    (``/proc`` files report size 0; a file may grow while read)."""
+    name = os.fspath(path)
+    try:
+        mode = os.stat(name).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(field, name, what, mode)
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(field, name, f"a readable {what} ({exc.strerror or exc.__class__.__name__})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(field, name, what, info.st_mode)
+        limit.check(field, info.st_size, name)
+        cap = limit.value
+        try:
+            data = handle.read(cap + 1)
+        except OSError as exc:
+            raise InputError(field, name, f"a readable {what} ({exc.strerror or exc.__class__.__name__})") from None
+    if len(data) > cap:
+        raise InputError(field, name, f"at most {cap:,} {limit.what} (it grew past that while read; set "
+                         f"{limit.env} to raise the limit)")
+    return data
+
+
+def read_text_bounded(path: str | os.PathLike, field: str, what: str = "file", limit: Limit = MAX_FILE_BYTES,
+                      errors: str = "strict") -> str:
+    """:func:`read_bytes_bounded` decoded as UTF-8 (``errors="replace"`` for logs pasted from terminals)."""
+    data = read_bytes_bounded(path, field, what, limit)
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        raise InputError(field, os.fspath(path), f"a UTF-8 {what} (byte {exc.start:,} is not UTF-8)") from None

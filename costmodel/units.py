@@ -52,6 +52,19 @@ def _plain_number(value: int | float, field: str, expected: str) -> float:
         raise InputError(field, value, expected) from None
 
 
+def _mantissa_is_nonzero(number: str) -> bool:
+    """Whether a typed number such as ``1e-400`` has a nonzero digit before its exponent."""
+    return any(digit in "123456789" for digit in re.split("[eE]", number, maxsplit=1)[0])
+
+
+def _no_underflow(value: float, match: re.Match[str], field: str, raw: object, expected: str) -> float:
+    """``1e-400s`` is no typo for 0: a nonzero literal too small for a float is refused, not silently 0."""
+    if value == 0 and _mantissa_is_nonzero(match["num"]):
+        raise InputError(field, raw, f"{expected} (this one is nonzero but below the smallest float, so it "
+                         "would silently become 0)")
+    return value
+
+
 def _finite_nonnegative(value: float, field: str, raw: object, expected: str) -> float:
     # A typed "-0" is refused too (a typo for something; it printed as "-0ns"); a computed -0.0 becomes 0.0.
     if not math.isfinite(value) or value < 0 or (isinstance(raw, str) and raw.strip().startswith("-")):
@@ -70,7 +83,7 @@ def parse_size(value: str | float | int, field: str = "size") -> float:
     if not match:
         raise InputError(field, value, expected)
     number = float(match["num"]) * _PREFIX[match["prefix"] or ""] * _unit_bytes(match["unit"])
-    return _finite_nonnegative(number, field, value, expected)
+    return _finite_nonnegative(_no_underflow(number, match, field, value, expected), field, value, expected)
 
 
 def parse_bandwidth(value: str | float | int, field: str = "bandwidth") -> float:
@@ -84,7 +97,8 @@ def parse_bandwidth(value: str | float | int, field: str = "bandwidth") -> float
         match = _BW_RE.match(str(value))
         if not match:
             raise InputError(field, value, expected)
-        number = float(match["num"]) * _PREFIX[match["prefix"] or ""] * _unit_bytes(match["unit"])
+        number = _no_underflow(float(match["num"]) * _PREFIX[match["prefix"] or ""] * _unit_bytes(match["unit"]),
+                               match, field, value, expected)
     if not math.isfinite(number) or number <= 0:
         raise InputError(field, value, expected)
     return number
@@ -102,7 +116,7 @@ def parse_time(value: str | float | int, field: str = "time") -> float:
         raise InputError(field, value, expected)
     multiplier, divisor = _TIME_UNITS[match["unit"] or "s"]
     number = float(match["num"]) * multiplier / divisor
-    return _finite_nonnegative(number, field, value, expected)
+    return _finite_nonnegative(_no_underflow(number, match, field, value, expected), field, value, expected)
 
 
 def parse_flops(value: str | float | int, field: str = "peak_flops") -> float:
@@ -117,9 +131,29 @@ def parse_flops(value: str | float | int, field: str = "peak_flops") -> float:
         match = _FLOPS_RE.match(str(value))
         if not match:
             raise InputError(field, value, expected)
-        number = float(match["num"]) * prefixes[match["prefix"] or ""]
+        number = _no_underflow(float(match["num"]) * prefixes[match["prefix"] or ""], match, field, value, expected)
     if not math.isfinite(number) or number <= 0:
         raise InputError(field, value, expected)
+    return number
+
+
+RATIO_FORM = "a fraction of elements kept in (0, 1], e.g. 0.01"
+
+
+def parse_ratio(value: object, field: str = "ratio") -> float:
+    """A compression ratio (fraction of elements kept) in (0, 1], from a number or a string such as ``0.01``.
+
+    Why one parser: ``--ratio 0`` or ``1e-400`` is never a ratio, whether or not this run's strategy uses it
+    (a typo in a flag that does nothing this time is still a typo).
+    """
+    if isinstance(value, bool):
+        raise InputError(field, value, RATIO_FORM)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(field, value, RATIO_FORM) from None
+    if not (math.isfinite(number) and 0 < number <= 1):
+        raise InputError(field, value, RATIO_FORM)
     return number
 
 

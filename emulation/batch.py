@@ -16,10 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict
 from functools import lru_cache
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import pandas as pd
 
 from flexcomm.costmodel.atomic import write_csv_atomic
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.processes import tied_pool
 from flexcomm.emulation.config import EmulationConfig
 
 __all__ = ["run_configs", "config_key"]
@@ -100,7 +100,7 @@ def run_configs(configs: Sequence[EmulationConfig], *, jobs: int = 1, cache_dir:
         for i in todo:
             finish(i, _run_one(configs[i]))
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=get_context("spawn")) as pool:
+        with tied_pool(min(jobs, len(todo)), ignore_sigint=False) as pool:
             pending = {pool.submit(_run_one, configs[i]): i for i in todo}
             try:
                 for future in as_completed(pending):

@@ -7,10 +7,13 @@ stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError, RunStoppedError
 from flexcomm.experiments.commands import COMMANDS
@@ -18,11 +21,54 @@ from flexcomm.experiments.commands import COMMANDS
 EXIT_BAD_INPUT = 2
 
 
+#: argparse's own messages, turned into ``<field>: got ...; expected ...`` like every other refusal.
+_BAD_VALUE = re.compile(r"argument (?P<flags>[^:]+): invalid (?P<kind>\S+) value: (?P<got>.+)")
+_BAD_CHOICE = re.compile(r"argument (?P<flags>[^:]+): invalid choice: (?P<got>.+?) \(choose from (?P<choices>.+)\)")
+_NO_VALUE = re.compile(r"argument (?P<flags>[^:]+): expected (?P<count>.+) arguments?")
+_REQUIRED = re.compile(r"the following arguments are required: (?P<flags>.+)")
+_KIND_FORMS = {"int": "a whole number such as 8 (no decimal point or exponent)", "float": "a number such as 0.5"}
+
+
+class _Nothing:
+    """Stands for a missing value in messages: ``got nothing`` (as the cluster loader says it)."""
+
+    def __repr__(self) -> str:
+        return "nothing"
+
+
+def _field(flags: str) -> str:
+    """``-n/--nproc`` -> ``nproc``: the name every other message uses for the option."""
+    return flags.split("/")[-1].strip().lstrip("-")
+
+
+def _typed(text: str) -> object:
+    """argparse quotes what was typed (``'1e12'``); the message quotes it once, as every refusal does."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _argparse_refusal(message: str) -> InputError:
+    """argparse's refusal as an InputError naming the option (``batch-size: got '1e12'; expected ...``)."""
+    if match := _BAD_VALUE.fullmatch(message):
+        return InputError(_field(match["flags"]), _typed(match["got"]),
+                          _KIND_FORMS.get(match["kind"], f"a valid {match['kind']}"))
+    if match := _BAD_CHOICE.fullmatch(message):
+        return InputError(_field(match["flags"]), _typed(match["got"]), f"one of {match['choices']}")
+    if match := _NO_VALUE.fullmatch(message):
+        return InputError(_field(match["flags"]), _Nothing(), f"{match['count']} value after the option")
+    if match := _REQUIRED.fullmatch(message):
+        flags = match["flags"].split(", ")
+        return InputError(_field(flags[0]), _Nothing(), "a value (required: " + ", ".join(flags) + ")")
+    return InputError("arguments", " ".join(sys.argv[1:]) or "(none)", message)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; we want the error alone on one line, exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError("arguments", " ".join(sys.argv[1:]) or "(none)", message)
+        raise _argparse_refusal(message)
 
 
 def _chosen_parsers(parser: argparse.ArgumentParser, handler: object) -> list[argparse.ArgumentParser]:
@@ -49,6 +95,44 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
                 raise InputError(action.option_strings[-1].lstrip("-"), "", "a non-empty value")
 
 
+def _check_ratios(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--ratio`` means the fraction of elements kept in every command that has it: (0, 1], checked by one
+    parser even where this run's strategy does not use it (``--ratio 0`` with dense is a typo, not a no-op)."""
+    from flexcomm.costmodel.units import parse_ratio
+
+    for chosen in _chosen_parsers(parser, getattr(args, "handler", None)):
+        for action in chosen._actions:
+            value = getattr(args, action.dest, None)
+            if action.dest == "ratio" and action.option_strings and value is not None:
+                parse_ratio(value, action.option_strings[-1].lstrip("-"))
+
+
+def _option_holding(parser: argparse.ArgumentParser, args: argparse.Namespace, filename: str) -> tuple[str, str] | None:
+    """The option (``out``, ``trace``...) whose path is ``filename`` or a folder above it, with its value."""
+    failed = Path(os.path.abspath(filename))
+    for chosen in _chosen_parsers(parser, getattr(args, "handler", None)):
+        for action in chosen._actions:
+            value = getattr(args, action.dest, None)
+            if not isinstance(value, str) or not value or action.dest in ("handler", "command"):
+                continue
+            named = Path(os.path.abspath(value))
+            if failed == named or named in failed.parents:
+                return (action.option_strings[-1].lstrip("-") if action.option_strings else action.dest), value
+    return None
+
+
+def _os_refusal(parser: argparse.ArgumentParser, args: argparse.Namespace | None, error: OSError) -> str:
+    """One line for a path that cannot be used, naming the option it came from when there is one."""
+    from flexcomm.experiments.commands.common import os_error_reason
+
+    holder = _option_holding(parser, args, str(error.filename)) if args is not None and error.filename else None
+    if holder is None:
+        where = error.filename if error.filename is not None else "path"
+        return f"{where}: {error.strerror or error}"
+    field, value = holder
+    return str(InputError(field, value, f"a path flexcomm can use ({os_error_reason(error)})"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="flexcomm",
@@ -64,9 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
         _refuse_empty_values(parser, args)
+        _check_ratios(parser, args)
         return int(args.handler(args) or 0)
     except InputError as error:
         if error.field == "arguments":
@@ -82,8 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (so the interpreter's final flush is silent)
         return 0
     except OSError as error:  # an output or input path the user named cannot be used (not a directory, no space...)
-        where = error.filename if error.filename is not None else "path"
-        print(f"flexcomm: error: {where}: {error.strerror or error}", file=sys.stderr)
+        print(f"flexcomm: error: {_os_refusal(parser, args, error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("flexcomm: interrupted", file=sys.stderr)

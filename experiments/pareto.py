@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.compression.flexible import FlexibleCompressor
-from flexcomm.compression.moo import RULES, GainModel, MOOConfig, ParetoFront, choose_point, objectives, pareto_front
+from flexcomm.compression.moo import RULES, GainModel, ParetoFront, choose_point, objectives, pareto_front
 from flexcomm.costmodel.cluster import Cluster
-from flexcomm.costmodel.errors import InputError
-from flexcomm.emulation.engine import EmulatedRun, EmulationConfig
+from flexcomm.emulation.engine import EmulatedRun
+from flexcomm.experiments.options import pareto_configs
 
 SPARSE = ("topk-ag", "topk-ar")
 
@@ -63,16 +63,9 @@ def pareto_study(
     seed: int = 0,
 ) -> ParetoResult:
     """Measure, price and sort; see the module docstring. Same seed, same numbers."""
-    if rule not in RULES:
-        raise InputError("rule", rule, "one of " + ", ".join(RULES))
-    for name, value, low in (("warmup-steps", warmup_steps, 1), ("probe-steps", probe_steps, 1),
-                             ("grid-points", grid_points, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(name, value, f"an integer >= {low}")
-    moo = MOOConfig(probe_steps=probe_steps, rule=rule, seed=seed + 1)
-    config = EmulationConfig(workload=workload, workers=workers, cluster=cluster, strategy="moo",
-                             steps=warmup_steps, seed=seed, eval_every=warmup_steps, price_params=price_params,
-                             compute_time_s=compute_time_s, moo=moo)
+    moo, config = pareto_configs(workload, cluster, workers=workers, warmup_steps=warmup_steps,
+                                 probe_steps=probe_steps, grid_points=grid_points, rule=rule,
+                                 price_params=price_params, compute_time_s=compute_time_s, seed=seed)
     run = EmulatedRun(config)
     run.run(progress=False)
     ratios, gains, _ = run.probe(warmup_steps)  # from the warmed-up state
@@ -110,10 +103,19 @@ def pareto_study(
     return ParetoResult(candidates, front, pd.DataFrame(picks), probes, info)
 
 
-def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path | None:
-    """Dominated candidates (hollow), the non-dominated ones and the NSGA-II front, the rules' points annotated.
+#: Marker of each sparse scheme, on the front and among the dominated candidates alike.
+SCHEME_MARKERS = {"topk-ag": "o", "topk-ar": "^"}
+#: The zoom panel is drawn when the rules' corner spans less than this share of the full step-time range.
+ZOOM_SHARE = 0.5
 
-    With ``ax`` given, draws into it and returns None (for multi-panel figures).
+
+def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path | None:
+    """Dominated candidates (hollow), the NSGA-II front (filled, coloured by c), each marked by its scheme
+    (o Allgather, ^ AR-compatible Top-k), the rules' points annotated; beside it, a zoom on the rules' corner.
+
+    Why the zoom: at small c both schemes' candidates crowd into a fraction of a millisecond, where the
+    dominated ones sat under the front's points; the zoom spreads that corner, where every rule picks.
+    With ``ax`` given, draws the full view into it and returns None (for multi-panel figures).
     """
     from flexcomm.costmodel.plotting import use_file_backend
 
@@ -124,20 +126,64 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
     from flexcomm.costmodel.atomic import save_figure_atomic
 
     own = ax is None
+    box = _zoom_box(result)
+    zoom = None
     if own:
-        fig, ax = plt.subplots(figsize=(7.5, 5.2), layout="constrained")
+        if box is not None:
+            fig, (ax, zoom) = plt.subplots(1, 2, figsize=(12.5, 5.6), layout="constrained", width_ratios=(3, 2))
+        else:
+            fig, ax = plt.subplots(figsize=(7.5, 5.6), layout="constrained")
     cand = result.candidates
-    markers = {"topk-ag": "o", "topk-ar": "^"}
+    norm = LogNorm(vmin=float(cand["c"].min()), vmax=float(cand["c"].max()))
+    points = _draw_pareto(ax, result, norm)
+    ax.set_xlabel("predicted step time (ms): compute + communication + compression")
+    ax.set_ylabel("compression gain (statistical efficiency)")
+    info = result.info
+    ax.set_title(f"{info['workload']} on {info['cluster']} ({info['workers']} workers)", fontsize=9)
+    # below the panel: inside it, any corner hides candidates of some workload
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+              title="filled: NSGA-II front, coloured by c; hollow: dominated; o Allgather, ^ AR-compatible Top-k",
+              title_fontsize=7)
+    _grey_shape_keys(ax)
+    if zoom is not None and box is not None:
+        from matplotlib.patches import Rectangle
+
+        _draw_pareto(zoom, result, norm)
+        (x0, x1), (y0, y1) = box
+        zoom.set_xlim(x0, x1)
+        zoom.set_ylim(y0, y1)
+        zoom.set_xlabel("predicted step time (ms)")
+        zoom.set_ylabel("compression gain")
+        zoom.set_title(f"zoom on the rules' corner (c <= {_zoom_ratio(result):.3g}): the dashed box",
+                       fontsize=9)
+        ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=0.9, ec="0.3", zorder=5))
+    if not own:
+        return None
+    from flexcomm.costmodel.plotting import readable_log_axis
+
+    bar = fig.colorbar(points, ax=[a for a in (ax, zoom) if a is not None], label="compression ratio c (fraction kept)")
+    readable_log_axis(bar.ax, "y")
+    return save_figure_atomic(fig, path)
+
+
+def _draw_pareto(ax: Any, result: ParetoResult, norm: Any) -> Any:
+    """The candidates, the front and the rules' picks into ``ax``; returns the front's scatter (for a colour bar)."""
+    cand = result.candidates
     for scheme, part in cand.groupby("scheme"):
         dom = part[part["dominated"]]
         if dom.empty:  # no legend entry for a scheme none of whose candidates is dominated
             continue
-        ax.scatter(dom["step_s"] * 1e3, dom["gain"], facecolors="none", edgecolors="0.45", s=22, zorder=3.5,
-                   marker=markers[str(scheme)], label=f"dominated ({scheme})")  # hollow, over the front
+        ax.scatter(dom["step_s"] * 1e3, dom["gain"], facecolors="none", edgecolors="0.35", s=26, linewidths=0.9,
+                   zorder=3.5, marker=SCHEME_MARKERS.get(str(scheme), "s"),
+                   label=f"dominated: {scheme}")  # hollow, over the front
     front = result.front.frame.sort_values("step_s")
-    norm = LogNorm(vmin=float(cand["c"].min()), vmax=float(cand["c"].max()))
-    points = ax.scatter(front["step_s"] * 1e3, front["gain"], c=front["c"], cmap="viridis", norm=norm, s=18, zorder=3,
-                        label="NSGA-II front")
+    schemes = front["scheme"].astype(str) if "scheme" in front else None
+    points = None
+    for scheme in ([None] if schemes is None else sorted(set(schemes))):
+        part = front if scheme is None else front[schemes == scheme]
+        points = ax.scatter(part["step_s"] * 1e3, part["gain"], c=part["c"], cmap="viridis", norm=norm,
+                            marker=SCHEME_MARKERS.get(str(scheme), "o"), s=20 if scheme == "topk-ar" else 16,
+                            zorder=3, label="NSGA-II front" + ("" if scheme is None else f": {scheme}"))
     # one marker per distinct point: rules that pick the same (c, scheme) share it and its legend entry
     styles = {"asf": ("*", 300, "#d62728"), "utopia": ("P", 140, "#8c564b"), "knee": ("D", 70, "#9467bd")}
     groups: dict[tuple, list] = {}
@@ -151,18 +197,38 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
         names = ", ".join(f"{r} (chosen)" if r == result.info["rule"] else r for r in rules)
         ax.scatter([x], [y], marker=marker, s=size, color=colour, zorder=4, edgecolors="k", linewidths=0.5,
                    label=f"{names}: c = {pick.c:.3g}, {pick.scheme}, {x:.3g} ms, gain {y:.2f}")
-    ax.set_xlabel("predicted step time (ms): compute + communication + compression")
-    ax.set_ylabel("compression gain (statistical efficiency)")
-    info = result.info
-    ax.set_title(f"{info['workload']} on {info['cluster']} ({info['workers']} workers)", fontsize=9)
     ax.grid(True, which="both", alpha=0.25)
-    # below the panel: inside it, any corner hides candidates of some workload
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
-              title="hollow: dominated candidates; colour: c", title_fontsize=7)
-    if not own:
+    return points
+
+
+def _grey_shape_keys(ax: Any) -> None:
+    """The front's legend keys in grey: their shape names the scheme; a colour there would be one c's."""
+    legend = ax.get_legend()
+    for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+        if text.get_text().startswith("NSGA-II front"):
+            handle.set_array(None)
+            handle.set_facecolor("0.45")
+            handle.set_edgecolor("0.45")
+
+
+def _zoom_ratio(result: ParetoResult) -> float:
+    """The largest c the zoom shows: 1.5 x the largest c any rule picked."""
+    return 1.5 * float(result.picks["c"].max())
+
+
+def _zoom_box(result: ParetoResult) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """(x, y) limits in (ms, gain) around every candidate and front point with c up to :func:`_zoom_ratio`,
+    or None when that corner already fills much of the full view (no zoom needed)."""
+    points = pd.concat([result.candidates[["c", "step_s", "gain"]], result.front.frame[["c", "step_s", "gain"]]])
+    near = points[points["c"] <= _zoom_ratio(result)]
+    if len(near) < 2:
         return None
-    fig.colorbar(points, ax=ax, label="compression ratio c (fraction kept)")
-    return save_figure_atomic(fig, path)
+    xs, ys = near["step_s"].to_numpy() * 1e3, near["gain"].to_numpy()
+    full = float(np.ptp(points["step_s"].to_numpy() * 1e3))
+    width, height = float(np.ptp(xs)), float(np.ptp(ys))
+    if full <= 0 or width <= 0 or height <= 0 or width > ZOOM_SHARE * full:
+        return None
+    return ((xs.min() - 0.06 * width, xs.max() + 0.06 * width), (ys.min() - 0.08 * height, ys.max() + 0.08 * height))
 
 
 def summary_lines(result: ParetoResult) -> list[str]:

@@ -30,12 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
 
-SUMMARY_MIN_BYTES = 1 << 20
-TARGET_MEDIAN = 0.05
-TARGET_WORST = 0.15
-#: a run counts for the per-run targets with at least this many rows >= 1 MiB
-MIN_ROWS = 5
 #: share of described runs that should meet the per-run targets
 TARGET_SHARE = 0.80
 #: size regimes (bytes, [low, high)) and the median goal of each where the issue sets one

@@ -14,6 +14,9 @@ bytes, seconds, bytes/s; bad input raises :class:`InputError`, whose text is the
     flexcomm.simulate("dgx-h100", "trace.json", ranks=16)  # your torch.profiler trace of DDP steps, replayed
     flexcomm.emulate("mlp-digits", strategies=["dense", "flexible"], steps=100)
     flexcomm.hooks.register(ddp_model, "flexible", 0.01, cluster="8x1-10gbe")  # a DDP communication hook
+    flexcomm.plan("resnet50", "4x8-a100-ib", batch_size=1024).frame   # every command that writes tables and
+    flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", horizon="2d").figures  # figures: plan, place, scenario,
+    # recovery, validate_nccl_tests, validate_published; keywords are the CLI's flags (batch_size=--batch-size)
 
 Submodules (``flexcomm.costmodel``, ``flexcomm.sim``, ``flexcomm.emulation``, ``flexcomm.compression``,
 ``flexcomm.real_backend``, ``flexcomm.planner``, ``flexcomm.placement``, ``flexcomm.controller``,
@@ -46,6 +49,13 @@ _LAZY: dict[str, str] = {
     "simulate_collective": "flexcomm._running",
     "emulate": "flexcomm._running",
     "study": "flexcomm._running",
+    "plan": "flexcomm._engines",
+    "place": "flexcomm._engines",
+    "scenario": "flexcomm._engines",
+    "recovery": "flexcomm._engines",
+    "validate_nccl_tests": "flexcomm._engines",
+    "validate_published": "flexcomm._engines",
+    "CommandResult": "flexcomm._commands",
     "parse_size": "flexcomm.costmodel.units",
     "parse_time": "flexcomm.costmodel.units",
     "parse_bandwidth": "flexcomm.costmodel.units",
@@ -57,14 +67,17 @@ _SUBMODULES = ("hooks", "costmodel", "sim", "emulation", "compression", "real_ba
                "controller", "experiments", "workloads")
 
 __all__ = [  # a literal list (tools read it statically); tests/test_api.py keeps it equal to _LAZY's keys
-    "Cluster", "CalibrationProfile", "Cost", "CostModel", "InputError", "LinkParams", "RunStoppedError", "__version__",
-    "calibrate", "cluster_names", "cost", "emulate", "format_bandwidth", "format_size", "format_time", "hooks",
-    "load_cluster", "parse_bandwidth", "parse_size", "parse_time", "predict", "simulate", "simulate_collective",
-    "study",
+    "Cluster", "CalibrationProfile", "CommandResult", "Cost", "CostModel", "InputError", "LinkParams",
+    "RunStoppedError", "__version__", "calibrate", "cluster_names", "cost", "emulate", "format_bandwidth",
+    "format_size", "format_time", "hooks", "load_cluster", "parse_bandwidth", "parse_size", "parse_time", "place",
+    "plan", "predict", "recovery", "scenario", "simulate", "simulate_collective", "study", "validate_nccl_tests",
+    "validate_published",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from flexcomm import hooks
+    from flexcomm._commands import CommandResult
+    from flexcomm._engines import place, plan, recovery, scenario, validate_nccl_tests, validate_published
     from flexcomm._pricing import Cost, calibrate, cost
     from flexcomm._running import emulate, simulate, simulate_collective, study
     from flexcomm.costmodel.calibration import CalibrationProfile

@@ -8,6 +8,7 @@ or convert units first. ``flexcomm cost`` (the CLI) calls :func:`cost` too, so t
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,13 +326,29 @@ def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:
     return members
 
 
-def calibrate(measurements: str | Path | pd.DataFrame, out: str | Path | None = None,
-              loss: str = "cauchy") -> CalibrationProfile:
-    """Fit alpha and beta per (collective, algorithm, link class) from a measurement CSV or DataFrame
-    (``collective, algorithm, ranks, bytes, seconds[, link_class]``); saved to ``out`` when given."""
-    from flexcomm.costmodel.calibration import fit, load_measurements
+def calibrate(measurements: str | Path | pd.DataFrame | Sequence[str | Path | pd.DataFrame],
+              out: str | Path | None = None, loss: str = "cauchy", *, ranks: int | None = None,
+              algorithm: str | None = None, link_class: str = "inter") -> CalibrationProfile:
+    """Fit alpha and beta per (collective, algorithm, link class), as ``flexcomm calibrate`` does, from
+    measurement CSVs or DataFrames (``collective, algorithm, ranks, bytes, seconds[, link_class]``) and
+    nccl-tests logs pasted as they are (their out-of-place times; ``ranks``, ``algorithm`` and ``link_class``
+    say what a log does not); saved to ``out`` when given."""
+    import pandas as pd
 
-    profile = fit(load_measurements(measurements), loss=loss)
+    from flexcomm.costmodel.calibration import fit, load_measurements
+    from flexcomm.costmodel.collective_libraries.logs import looks_like_nccl_tests, read_nccl_tests, to_measurements
+
+    sources = [measurements] if isinstance(measurements, (str, Path, pd.DataFrame)) else list(measurements)
+    if not sources:
+        raise InputError("measurements", measurements, "a measurement CSV, DataFrame or nccl-tests log")
+    tables = []
+    for source in sources:
+        if not isinstance(source, pd.DataFrame) and looks_like_nccl_tests(str(source)):
+            tables.append(to_measurements(read_nccl_tests(str(source)), ranks=ranks, algorithm=algorithm,
+                                          link_class=link_class))
+        else:
+            tables.append(load_measurements(source))
+    profile = fit(load_measurements(pd.concat(tables, ignore_index=True)), loss=loss)
     if out is not None:
         profile.save(out)
     return profile

@@ -21,6 +21,8 @@ from flexcomm.placement.ppo import PPOConfig, PPOPlacer, train_ppo
 from flexcomm.placement.simulator import PlacementProblem
 
 SEARCHES = ("ppo", "es", "async-es")
+#: the name a method's result carries where it differs from the option's (``--method es`` runs ``sync-es``)
+RESULT_NAMES = {"es": "sync-es"}
 METHODS = (*BASELINES, *SEARCHES)
 
 Progress = Callable[[str], Callable[[float, float], None] | None]
@@ -52,7 +54,8 @@ class Comparison:
         raise KeyError(method)
 
     def best(self, methods: Sequence[str] | None = None) -> PlacerResult:
-        pool = [r for r in self.results if methods is None or r.method in methods]
+        wanted = None if methods is None else {RESULT_NAMES.get(m, m) for m in methods}
+        pool = [r for r in self.results if wanted is None or r.method in wanted]
         return min(pool, key=lambda r: (not r.feasible, r.step_time_s))
 
 

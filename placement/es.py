@@ -39,13 +39,14 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.processes import tied_pool
 from flexcomm.placement.coarsen import chain_units, expand, unit_devices_of
 from flexcomm.placement.simulator import PlacementProblem
 
@@ -187,7 +188,8 @@ def _executor(cfg: ESConfig, problem: PlacementProblem) -> Iterator[Executor]:
     if cfg.executor == "thread":
         pool: Executor = ThreadPoolExecutor(cfg.workers, initializer=_init_worker, initargs=(problem,))
     else:
-        pool = ProcessPoolExecutor(cfg.workers, initializer=_init_worker, initargs=(problem,))
+        pool = tied_pool(cfg.workers, initializer=_init_worker, initargs=(problem,), context="fork",
+                         ignore_sigint=False)
     try:
         yield pool
     finally:

@@ -18,32 +18,54 @@ _BASELINE_STYLES = [("black", "--"), ("tab:blue", ":"), ("tab:brown", "-."), ("t
                     ("tab:olive", (0, (3, 1, 1, 1, 1, 1))), ("tab:cyan", (0, (1, 1)))]
 
 
+def _flat_on_baseline(curve: list[tuple[float, int, float]], baselines: dict[float, list[str]]) -> float | None:
+    """The baseline step time (ms, a key of ``baselines``) a search's whole curve lies on, or None."""
+    values = {round(c[2] * 1e3, 6) for c in curve}
+    if len(values) == 1:
+        (ms,) = values
+        return ms if ms in baselines else None
+    return None
+
+
 def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
-    """Best step time found against wall time per search, the baselines as horizontal lines."""
+    """Best step time found against wall time per search, the baselines as horizontal lines.
+
+    A search that never beat its start lies on that baseline's line for its whole run: drawn, one hides the
+    other, so it is named in the baseline's legend entry instead ("partition = sync-es: never beat it").
+    Searches are drawn over the baselines, thin enough that a search running along a baseline before it
+    leaves it shows both."""
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     horizon = max([c[-1][0] for c in comparison.curves.values() if c] + [1e-3])
     horizon = max([horizon] + [r.search_s for r in comparison.results if r.method in comparison.curves])
-    for method, curve in sorted(comparison.curves.items(), key=lambda item: -_WIDTHS.get(item[0], 3)):
-        if not curve:
-            continue
-        xs = [max(c[0], 1e-3) for c in curve] + [horizon]
-        ys = [c[2] * 1e3 for c in curve] + [curve[-1][2] * 1e3]
-        # thick, under the baselines: a search that never beats its start lies on a baseline's line
-        ax.step(xs, ys, where="post", label=method, color=_COLOURS.get(method), lw=_WIDTHS.get(method, 3),
-                alpha=0.8, zorder=2)
     # baselines that found the same step time are one line (listed together), not lines drawn on each other
     same: dict[float, list[str]] = {}
     for r in comparison.results:
         if r.method not in comparison.curves:
             same.setdefault(round(r.step_time_s * 1e3, 6), []).append(r.method)
+    evaluations = {r.method: r.evaluations for r in comparison.results}
+    stuck: dict[float, list[str]] = {}
+    for method, curve in sorted(comparison.curves.items(), key=lambda item: -_WIDTHS.get(item[0], 3)):
+        if not curve:
+            continue
+        flat = _flat_on_baseline(curve, same)
+        if flat is not None:
+            stuck.setdefault(flat, []).append(method)
+            continue
+        xs = [max(c[0], 1e-3) for c in curve] + [horizon]
+        ys = [c[2] * 1e3 for c in curve] + [curve[-1][2] * 1e3]
+        ax.step(xs, ys, where="post", label=method, color=_COLOURS.get(method), lw=_WIDTHS.get(method, 3),
+                alpha=0.85, zorder=3)
     for k, (ms, methods) in enumerate(same.items()):
         colour, dash = _BASELINE_STYLES[k % len(_BASELINE_STYLES)]
-        ax.axhline(ms, ls=dash, color=colour, lw=1.3, zorder=3, label=f"{', '.join(methods)} ({ms:.3g} ms)")
+        label = f"{', '.join(methods)} ({ms:.3g} ms)"
+        for method in stuck.get(ms, []):
+            label += f"\n= {method}: never beat it\n  ({evaluations.get(method, 0)} evaluations)"
+        ax.axhline(ms, ls=dash, color=colour, lw=1.6 if ms in stuck else 1.2, zorder=2, label=label)
     ax.set_xscale("log")
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("best simulated step time (ms)")
@@ -58,27 +80,56 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside: inside, it hides lines
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    readable_log_axis(ax, "x")
     if ax.get_yscale() == "log":
         readable_log_axis(ax, "y")
     return save_figure_atomic(fig, path)
 
 
 def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, title: str) -> Path:
-    """Gantt chart of one simulated step: forward (blue) and backward (red) ops per device."""
+    """Gantt chart of one simulated step: per device (every one, those holding no op included), its ops,
+    forward in blues and backward in reds, one shade per micro-batch, and beneath them the tensors it has in
+    flight to other devices (leaving its port until they arrive)."""
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
 
     sim = problem.simulate(placement, trace=True)
-    used = sorted({d for _, _, d, _, _, _ in sim.schedule})
-    row = {d: k for k, d in enumerate(used)}
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(used) + 1.5))
-    for _, _, d, bwd, start, end in sim.schedule:
-        ax.barh(row[d], (end - start) * 1e3, left=start * 1e3, height=0.7,
-                color="tab:red" if bwd else "tab:blue", alpha=0.8, lw=0)
-    ax.set_yticks(range(len(used)), [problem.devices.names[d] for d in used], fontsize=8)
+    devices = problem.devices.count
+    micro = max([mb for _, mb, *_ in sim.schedule] + [0]) + 1
+    holding = {d for _, _, d, _, _, _ in sim.schedule}
+    fig, ax = plt.subplots(figsize=(10.5, 0.55 * devices + 1.8))
+    scale = 1e3  # ms
+    for bwd, cmap, word in ((False, "Blues", "forward"), (True, "Reds", "backward")):
+        shades = plt.get_cmap(cmap)
+        for mb in range(micro):
+            bars = [((start) * scale, (end - start) * scale, d) for _, m, d, b, start, end in sim.schedule
+                    if b == bwd and m == mb]
+            if not bars:
+                continue
+            shade = shades(0.85 - 0.45 * mb / max(1, micro - 1)) if micro > 1 else shades(0.7)
+            for d in sorted({bar[2] for bar in bars}):
+                ax.broken_barh([(x, w) for x, w, dd in bars if dd == d], (d - 0.36, 0.5), facecolors=[shade],
+                               edgecolors="white", linewidth=0.3,
+                               label=f"{word}, micro-batch {mb}" if micro > 1 else word)
+    sending: dict[int, list[tuple[float, float]]] = {}
+    for src, _dst, start, arrive, _ in sim.transfers:
+        sending.setdefault(src, []).append((start * scale, (arrive - start) * scale))
+    for d, spans in sorted(sending.items()):
+        ax.broken_barh(spans, (d + 0.18, 0.16), facecolors=["0.25"], linewidth=0,
+                       label="tensor in flight to another device")
+    names = problem.devices.names
+    ax.set_yticks(range(devices), [names[d] + ("" if d in holding else " (no ops)") for d in range(devices)],
+                  fontsize=8)
+    ax.set_ylim(devices - 0.5, -0.5)
+    ax.set_xlim(0, sim.makespan_s * scale * 1.01)
     ax.set_xlabel("time in step (ms)")
-    ax.set_title(f"{title}: step {sim.makespan_s * 1e3:.3g} ms (blue forward, red backward)", fontsize=10)
-    ax.invert_yaxis()
+    ax.set_title(f"{title}: step {sim.makespan_s * 1e3:.3g} ms; ops on {len(holding)} of {devices} devices",
+                 fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one entry per pass and micro-batch, not per device
+    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
     return save_figure_atomic(fig, path)

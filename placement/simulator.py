@@ -67,6 +67,8 @@ class Simulation:
     transfer_bytes: float
     schedule: list[tuple[int, int, int, bool, float, float]] = field(default_factory=list)
     # schedule rows: (op index, micro-batch, device, backward?, start, end)
+    transfers: list[tuple[int, int, float, float, float]] = field(default_factory=list)
+    # transfer rows (traced): (from device, to device, leaves its port, arrives, bytes)
 
 
 class PlacementProblem:
@@ -220,6 +222,7 @@ class PlacementProblem:
         busy = [0.0] * D
         moved = 0.0
         schedule: list[tuple[int, int, int, bool, float, float]] = []
+        transfers: list[tuple[int, int, float, float, float]] = []
         events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, payload)
         seq = 0
         for t in range(self.n_tasks):
@@ -275,6 +278,8 @@ class PlacementProblem:
                         arrive = start + lat_l[d][ds] + occupy
                         sent[key] = arrive
                         moved += nbytes
+                        if trace:
+                            transfers.append((d, ds, start, arrive, nbytes))
                 if arrive > ready_at[s]:
                     ready_at[s] = arrive
                 remaining[s] -= 1
@@ -286,7 +291,8 @@ class PlacementProblem:
         memory = np.bincount(np.asarray(p, dtype=int), weights=self.op_memory, minlength=D)
         factor = self.penalty(memory)
         return Simulation(step_time_s=makespan * factor, makespan_s=makespan, feasible=factor == 1.0,
-                          memory_bytes=memory, busy_s=np.asarray(busy), transfer_bytes=moved, schedule=schedule)
+                          memory_bytes=memory, busy_s=np.asarray(busy), transfer_bytes=moved, schedule=schedule,
+                          transfers=transfers)
 
     def single_device_s(self, device: int = 0) -> float:
         """Sum of every task's time on one device: the step time of placing everything there."""

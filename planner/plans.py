@@ -36,6 +36,7 @@ import numpy as np
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compute import DEFAULT_BACKWARD_FACTOR
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_size
 from flexcomm.planner.devices import PlanCluster
 from flexcomm.planner.units import Units
@@ -135,6 +136,12 @@ class Pricer:
         self._partitions: dict[tuple, tuple[int, ...]] = {}
         self._coef: dict[tuple[str, int], tuple[float, float]] = {}
         self._links: dict[tuple, tuple[float, float]] = {}
+        # NCCL's own choice where the cluster describes NCCL's fabric: a DDP or Megatron job's gradient
+        # allreduce runs there over every NIC of a node, not over the one a textbook ring crosses
+        base = cluster.cluster
+        self._nccl = (CostModel.from_cluster(base) if base.gpu_fabric is not None and not base.node_devices
+                      else None)
+        self._nccl_times: dict[tuple[int, float], float] = {}
 
     # --- validation -----------------------------------------------------------------------------
     def check(self, cfg: PlanConfig) -> None:
@@ -265,7 +272,23 @@ class Pricer:
         per_node = float(np.bincount(nodes).max()) if len(np.unique(nodes)) > 1 else 1.0
         times = [(self._group_time(ranks, nbytes, a, share * (1.0 if a == "ring" else per_node)), a)
                  for a in ALLREDUCE_ALGORITHMS]
+        if self._nccl is not None and share == 1.0 and self._whole_block(ranks):
+            times.append((self._nccl_time(len(ranks), nbytes), "nccl"))
         return min(times)
+
+    def _whole_block(self, ranks: np.ndarray) -> bool:
+        """Consecutive ranks filling whole nodes (or part of one): the group NCCL's model prices by its size."""
+        n, per = len(ranks), self.cluster.devices_per_node
+        first = int(ranks[0])
+        if n <= 1 or not np.array_equal(ranks, np.arange(first, first + n)):
+            return False
+        return (first % per == 0 and n % per == 0) or first // per == (first + n - 1) // per
+
+    def _nccl_time(self, ranks: int, nbytes: float) -> float:
+        key = (ranks, nbytes)
+        if key not in self._nccl_times:
+            self._nccl_times[key] = float(self._nccl.nccl_choice("allreduce", "nccl", nbytes, ranks).seconds)
+        return self._nccl_times[key]
 
     def _p2p_time(self, src: np.ndarray, dst: np.ndarray, nbytes: float, share: float = 1.0) -> float:
         """One stage's tp ranks sending a tensor to the next stage's; across nodes they share the NIC

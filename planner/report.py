@@ -115,7 +115,7 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
                  if sims.any() and not sims.all() else
                  "the simulated step (diamond, bar end)" if sims.any() else "the model's step (bar end)")
     ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} "
-                 f"plans, ranked by {ranked_by}", fontsize=9)
+                 f"plans,\nranked by {ranked_by}", fontsize=9)  # two lines: one overran the panel
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, frameon=False)
     if shown:
         best = shown[0]

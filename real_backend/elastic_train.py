@@ -82,6 +82,40 @@ def compressor_path(out: Path, rank: int) -> Path:
     return out / f"compressor-rank{rank}.pt"
 
 
+def random_state_path(out: Path, rank: int) -> Path:
+    return out / f"random-rank{rank}.pt"
+
+
+def _random_state(step: int) -> dict:
+    """What else a step draws from (dropout, augmentation): torch's, numpy's and Python's generators."""
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"step": step, "torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "python": random.getstate()}
+
+
+def _restore_random_state(out: Path, rank: int, step: int) -> bool:
+    """This rank's generators as they were at checkpoint ``step``; False when that rank saved none for it."""
+    import random
+
+    import numpy as np
+    import torch
+
+    path = random_state_path(out, rank)
+    if not path.exists():
+        return False
+    state = torch.load(path, weights_only=False)
+    if state.get("step") != step:
+        return False
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    return True
+
+
 def check_strategy(strategy: str, ratio: float | None) -> None:
     """Refuse what cannot be checkpointed, and bad names or ratios, before any rank starts."""
     from flexcomm.real_backend.hooks import make_strategy
@@ -93,17 +127,19 @@ def check_strategy(strategy: str, ratio: float | None) -> None:
         make_strategy(strategy, ratio)
 
 
-def _restore_compressor(compressor, out: Path, rank: int, step: int) -> bool:  # noqa: ANN001 (a Compressor)
-    """Load rank ``rank``'s residuals of checkpoint step ``step``; False when there are none to load."""
+def _restore_compressor(hook, out: Path, rank: int, step: int) -> bool:  # noqa: ANN001 (a HookState)
+    """Load rank ``rank``'s residuals of checkpoint step ``step`` and the bucket layouts they were written in;
+    False when there are none to load."""
     import torch
 
     path = compressor_path(out, rank)
     if not path.exists():
         return False
     state = torch.load(path, weights_only=False)
-    if state.get("step") != step or state.get("compressor") != compressor.name:
+    if state.get("step") != step or state.get("compressor") != hook.compressor.name:
         return False  # another step's memory (its rank was lost before writing this one) or another scheme
-    compressor.load_state_dict(state, rank)
+    hook.compressor.load_state_dict(state, rank)
+    hook.layouts.load_state_dict(state.get("layouts", {}))
     return True
 
 
@@ -149,10 +185,13 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         hook = register(ddp, args.strategy, args.ratio, cost_model=default_cost_model())
     restored = torch.zeros(1)
     if hook is not None and resumed:
-        restored[0] = float(_restore_compressor(hook.compressor, out, rank, start))
+        restored[0] = float(_restore_compressor(hook, out, rank, start))
         dist.all_reduce(restored)
+    if resumed:
+        _restore_random_state(out, rank, start)
     data = shard(workload.train_set, rank, world, seed=args.seed)
-    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + start, rank=rank)
+    # the batches the uninterrupted run would see from `start` on (same world size: the same shard)
+    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank, skip=start)
     log = AppendingCsv(out / STEPS, COLUMNS) if rank == 0 else None
     loss_sum = torch.zeros(1)
     try:
@@ -182,9 +221,12 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                            "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
                            "event": ""})
             if (step + 1) % args.checkpoint_every == 0:
-                if hook is not None:  # every rank's memory first: a model checkpoint implies its residuals
-                    _save(compressor_path(out, rank), {**hook.compressor.state_dict(rank), "step": step + 1})
-                    dist.barrier()
+                # every rank's own state first: a model checkpoint implies its residuals and generators
+                _save(random_state_path(out, rank), _random_state(step + 1))
+                if hook is not None:
+                    _save(compressor_path(out, rank), {**hook.compressor.state_dict(rank), "step": step + 1,
+                                                       "layouts": hook.layouts.state_dict()})
+                dist.barrier()
                 if rank == 0:
                     _save(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                        "step": step + 1, "workload": workload.name,

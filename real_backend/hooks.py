@@ -88,6 +88,7 @@ from flexcomm.compression.network_estimate import timed_records
 from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
+from flexcomm.real_backend.bucket_layout import BucketLayouts
 from flexcomm.real_backend.comm_thread import CommThread
 from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
 from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
@@ -252,6 +253,8 @@ class HookState:
     engine: CommThread | None = None  #: the ordered communication thread (None: exchanges block the hook)
     chained: "ChainedIteration | None" = None  #: dense's in-flight buckets (chained_dense_hook)
     housekeeping_s: float = 0.0  #: off-path seconds since the last logged exchange (taken by the next one)
+    #: each bucket's parameter order, so the residuals follow their parameters when DDP rebuilds its buckets
+    layouts: BucketLayouts = field(default_factory=BucketLayouts)
 
     def take_steps(self) -> list[StepSummary]:
         """Summaries of the iterations finished since the last call (the trainer calls it after a step)."""
@@ -355,10 +358,16 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     buffer = bucket.buffer()
     key = bucket.index()
     last = bucket.is_last()
+    layout = state.layouts.layout_of(bucket.parameters())
     after = (lambda: _housekeeping(state)) if last and isinstance(state.compressor, FlexibleCompressor) else None
+
+    def exchange() -> torch.Tensor:
+        state.layouts.align(state.compressor.residuals, key, layout)
+        return _exchange_bucket(state, buffer, key, last)
+
     if state.engine is not None:
-        return state.engine.submit(lambda: _exchange_bucket(state, buffer, key, last), buffer.device, after=after)
-    result = _exchange_bucket(state, buffer, key, last)
+        return state.engine.submit(exchange, buffer.device, after=after)
+    result = exchange()
     if after is not None:
         after()
     return _future(result)
@@ -685,7 +694,8 @@ def register(
     compressor = make_strategy(strategy, ratio, cost_model=cost_model, **options)
     comm = TorchDistCommunicator(group) if compressor is not None else None
     log = CsvLog(log_path, EXCHANGE_COLUMNS) if log_path is not None and rank == 0 else None
-    state = HookState(strategy, compressor, comm, cost_model, log, rank, world, group)
+    state = HookState(strategy, compressor, comm, cost_model, log, rank, world, group,
+                      layouts=BucketLayouts(getattr(ddp_model, "module", ddp_model).parameters()))
     if strategy == "builtin":
         return state
     if overlap and strategy == "dense":  # one collective per bucket: chained on gloo's future, no thread

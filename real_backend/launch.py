@@ -25,7 +25,7 @@ Failure policy, and why:
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import os
 import signal
 import socket
@@ -38,13 +38,13 @@ from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
+from flexcomm.costmodel.processes import die_with_parent
 
 #: Exit code of a run stopped by the launcher's timeout (as ``timeout(1)``).
 EXIT_TIMEOUT = 124
 BACKENDS = ("gloo", "nccl")
 #: How often the launcher looks at its ranks: a lost rank is noticed within this, its peers stopped after the grace.
 POLL_S = 0.02
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -127,15 +127,6 @@ def rank_environment(
     if dist_timeout_s is not None:
         env["FLEXCOMM_DIST_TIMEOUT_S"] = repr(float(dist_timeout_s))
     return env
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL me when the launcher dies (Linux only, best effort)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -225,7 +216,7 @@ def launch(
                         stdout=out,
                         stderr=subprocess.STDOUT if out is not None else None,
                         start_new_session=True,
-                        preexec_fn=die_with_parent,
+                        preexec_fn=functools.partial(die_with_parent, os.getpid()),
                     )
                 )
             except OSError as exc:

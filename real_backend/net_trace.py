@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import read_text_bounded
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
 #: The paper's dynamic networks, from the emulation's table, as testbed traces: (duration, fastest rate).
@@ -118,9 +119,11 @@ def load_trace(spec: str | Path, ranks: int, duration_s: float = DEFAULT_DURATIO
     else:
         path = Path(text_spec)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("trace", text_spec, f"c1, c2 or a readable CSV file ({exc.__class__.__name__})") from None
+            text = read_text_bounded(path, "trace", "CSV file")  # no FIFO, no device, bounded size
+        except InputError as exc:
+            if not exc.expected.startswith("a "):
+                raise
+            raise InputError("trace", text_spec, f"c1, c2 or {exc.expected}") from None
         name = path.name
     trace = parse_trace(text, name, ranks)
     if lifetime_s is not None and trace.duration_s > lifetime_s:

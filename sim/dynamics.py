@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_EVENTS_PER_SIM_SECOND
+from flexcomm.costmodel.limits import MAX_EVENTS_PER_SIM_SECOND, read_text_bounded
 from flexcomm.costmodel.units import parse_bandwidth, parse_size, parse_time
 
 if TYPE_CHECKING:
@@ -52,6 +53,44 @@ def _positive(field: str, value: float, expected: str) -> float:
 
 
 # --- traces -----------------------------------------------------------------------------------
+
+#: Changes over which a trace's rate is measured: a burst of a few close rows is not a rate, and a lone row
+#: far away must not dilute 200,000 rows 1 ns apart.
+RATE_WINDOW = 1000
+
+
+class _ChangeRate:
+    """The densest rate of a trace's changes, as :data:`MAX_EVENTS_PER_SIM_SECOND` counts them: distinct
+    change times per simulated second over :data:`RATE_WINDOW` consecutive ones (rows at one time are one
+    change of several links, as a jitter redraw is). A trace of 200,000 rows 1 ns apart is 10^9 a second."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.recent: deque[float] = deque(maxlen=RATE_WINDOW)
+        self.in_order = True
+
+    def add(self, time_s: float) -> None:
+        if not self.in_order or (self.recent and time_s == self.recent[-1]):
+            return
+        if self.recent and time_s < self.recent[-1]:
+            self.in_order = False  # check_all measures it once the file is sorted
+            return
+        self.recent.append(time_s)
+        if len(self.recent) == RATE_WINDOW:
+            self._check(len(self.recent) - 1, self.recent[-1] - self.recent[0])
+
+    def check_all(self, times: list[float]) -> None:
+        distinct = np.unique(np.asarray(times, dtype=float))
+        if len(distinct) < 2:
+            return
+        window = min(RATE_WINDOW, len(distinct))
+        spans = distinct[window - 1:] - distinct[:len(distinct) - window + 1]
+        self._check(window - 1, float(spans.min()))
+
+    def _check(self, changes: int, span_s: float) -> None:
+        rate = changes / span_s if span_s > 0 else math.inf
+        MAX_EVENTS_PER_SIM_SECOND.check(f"trace ({self.source})", rate,
+                                        f"{changes + 1:,} changes within {span_s:.3g} s")
 
 
 @dataclass(frozen=True)
@@ -83,16 +122,14 @@ class TraceDynamics:
         ``bandwidth (trace.csv line 4)``.
         """
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError("trace", str(path), f"a readable UTF-8 CSV file ({exc})") from None
+        text = read_text_bounded(path, "trace", "CSV file")  # a regular file of bounded size: no FIFO, no device
         return cls.from_rows(csv.DictReader(text.splitlines()), source=path.name)
 
     @classmethod
     def from_rows(cls, rows: Iterable[dict[str, Any]], source: str = "trace") -> TraceDynamics:
         """Build from mappings with the CSV's keys (e.g. ``csv.DictReader`` or a list of dicts)."""
         events: list[TraceEvent] = []
+        rate = _ChangeRate(source)
         header_checked = False
         for number, row in enumerate(rows, start=2):  # line 1 is the header
             if not header_checked:
@@ -125,8 +162,10 @@ class TraceDynamics:
             if bandwidth is None and latency is None:
                 raise InputError(f"bandwidth {where}", "", "a bandwidth and/or a latency to set")
             events.append(TraceEvent(time_s, link, bandwidth, latency))
+            rate.add(time_s)  # a file in time order is refused at its first dense stretch, not after parsing
         if not header_checked:
             raise InputError("trace", source, "a header with time_s, link and bandwidth and/or latency")
+        rate.check_all([e.time_s for e in events])
         return cls(events, source)
 
     def attach(self, network: Network) -> None:

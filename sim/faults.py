@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_SIM_FAILURES
 from flexcomm.costmodel.training_state import checkpoint_bytes_per_param
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 
@@ -202,6 +203,35 @@ class _LinkDown:
     until: float
 
 
+def check_random_failures(sources: Sequence[FaultSource], nodes: int, iterations: int, iteration_s: float,
+                          checkpoint_every: int, elastic: bool, max_restarts: int | None = None) -> None:
+    """Refuse, before running, random faults the job could not outlive within :data:`MAX_SIM_FAILURES`.
+
+    Why: ``random:mtbf=2s`` on 8 nodes is a failure every 250 ms; a job that restarts from its last
+    checkpoint must get through ``checkpoint_every`` iterations between two failures, which takes about
+    e^(k T n / MTBF) tries (T: one iteration's compute, a lower bound of its time), so it ran for minutes,
+    silently (a job that aborts after ``max_restarts`` relaunches meets no more of them than that). An
+    elastic job drops the node and goes on: it meets about n N T / MTBF failures."""
+    limit = MAX_SIM_FAILURES.value
+    for source in sources:
+        if not isinstance(source, RandomNodeFaults) or iteration_s <= 0:
+            continue
+        per_iteration = nodes * iteration_s / source.mtbf_s  # expected failures during one iteration
+        if elastic:
+            expected = iterations * per_iteration
+        else:
+            k = min(checkpoint_every or iterations, iterations)
+            expected = math.ceil(iterations / k) * math.expm1(min(k * per_iteration, 700.0))
+            if max_restarts is not None:
+                expected = min(expected, max_restarts + 1)
+        if expected > limit:
+            raise InputError("fail", source.spec, f"at most {limit:,} failures in one simulated job, this asks for "
+                             f"~{expected:,.3g} (a job MTBF of {source.mtbf_s / nodes:.3g} s over {nodes} nodes "
+                             f"against >= {iteration_s:.3g} s per iteration, {iterations} iterations"
+                             + ("" if elastic else f", restarting from a checkpoint every {k}")
+                             + f"; set {MAX_SIM_FAILURES.env} to raise the limit)")
+
+
 class FaultInjector:
     """Applies faults to a network over simulated time and answers what is down (for the job).
 
@@ -284,6 +314,10 @@ class FaultInjector:
         now = net.env.now
         record = FaultRecord(now, "node", f"node{node}", self.repair_s, spec, (node,))
         self.records.append(record)
+        if len(self.records) > MAX_SIM_FAILURES.value:  # the estimate before the run is a lower bound
+            raise InputError("fail", spec, f"at most {MAX_SIM_FAILURES.value:,} {MAX_SIM_FAILURES.what} (the job "
+                             f"had not finished at {now:.3g} s simulated; set {MAX_SIM_FAILURES.env} to raise "
+                             "the limit)")
         resources = self._node_resources(node)
         self._set_down(resources, +1)
         self.node_down_until[node] = max(self.node_down_until.get(node, -math.inf), now + self.repair_s)

@@ -38,10 +38,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_RECOVERY_CHECKPOINTS, MAX_RECOVERY_FAILURES
 from flexcomm.costmodel.training_state import checkpoint_bytes_per_param
-from flexcomm.costmodel.units import parse_time
+from flexcomm.costmodel.units import format_duration, parse_time
 
 POLICIES = ("restart", "shrink", "replan", "replan+grow")
+#: One node's mean time between failures in a large fleet: Llama 3's pre-training (Dubey et al., "The Llama 3
+#: Herd of Models", 2024, section 3.3.4) saw 419 unexpected interruptions in a 54-day snapshot on 16,384 H100s,
+#: i.e. 2,048 eight-GPU nodes: one interruption about every 3.1 h, 54 d x 2,048 / 419 = 264 d per node.
+FLEET_NODE_MTBF_S = 54 * 86400.0 * (16384 // 8) / 419
+FLEET_NODE_MTBF_SOURCE = "Llama 3's fleet: 419 interruptions in 54 days on 2,048 nodes"
 #: Training state per parameter in a checkpoint: 16-bit weights + fp32 master weights and Adam's two moments.
 CHECKPOINT_BYTES_PER_PARAM = checkpoint_bytes_per_param("bf16")
 #: Lost-time causes, in report order.
@@ -197,6 +203,21 @@ def planning_charge_s(text: str, field: str = "planning-time") -> float | None:
         return parse_time(text, field)
     except InputError:
         raise InputError(field, text, "measured or a duration >= 0 such as 2s") from None
+
+
+def check_run_size(nodes: int, config: RecoveryConfig, field: str = "horizon") -> None:
+    """Refuse, before anything is planned, a horizon with more failures or checkpoints than the limits allow.
+
+    Why: the run takes a step per checkpoint and re-plans per failure, and a failure is drawn per node about
+    every MTBF + repair; ``--horizon 1e9d`` asked for 2.4e10 checkpoints and ran on, silently."""
+    cycle = config.mtbf_s + config.repair_s
+    failures = nodes * config.horizon_s / cycle
+    if config.rack_mtbf_s is not None:
+        failures += math.ceil(nodes / config.rack_nodes) * config.horizon_s / (config.rack_mtbf_s + config.repair_s)
+    checkpoints = config.horizon_s / config.checkpoint_every_s
+    got = format_duration(config.horizon_s)
+    MAX_RECOVERY_FAILURES.check(field, failures, got)
+    MAX_RECOVERY_CHECKPOINTS.check(field, checkpoints, got)
 
 
 def failure_times(nodes: int, config: RecoveryConfig) -> list[tuple[float, tuple[int, ...]]]:
@@ -375,6 +396,7 @@ def simulate_recovery(planner: Planner, nodes: int, devices_per_node: int, param
     """Run one policy over the horizon; the full plan is ``planner.best(nodes x devices_per_node)``.
 
     ``failures`` (time, nodes) replaces the drawn ones (the config's MTBF then only documents the run)."""
+    check_run_size(nodes, config)
     started = time.perf_counter()
     run = _Run(planner, nodes, devices_per_node, parameters, config, nic_Bps_per_node)
     run.record("start")

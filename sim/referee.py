@@ -178,9 +178,12 @@ def run_simgrid_isolated(cluster: object, flows: Sequence[Flow], optim: str = "F
     """:func:`run_simgrid` on ``cluster`` in a child process (SimGrid keeps one engine per process); returns
     the completion times and the wall seconds SimGrid itself took (platform building and run, no start-up)."""
     import multiprocessing
+    import os
+
+    from flexcomm.costmodel.processes import die_with_parent
 
     context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
+    with context.Pool(1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         return pool.apply_async(_child, (cluster, list(flows), optim)).get(timeout_s)
 
 

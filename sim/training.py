@@ -62,6 +62,7 @@ from flexcomm.sim.faults import (
     FaultSource,
     LostTime,
     RandomNodeFaults,
+    check_random_failures,
     parse_faults,
 )
 from flexcomm.sim.network import CountingEnvironment, Network
@@ -377,6 +378,9 @@ class TrainingSimulator:
         self.compute_total = forward + self.backward_s
         dpn = self.cluster.devices_per_node
         self.job_nodes = sorted({r // dpn for r in range(self.ranks)})
+        check_random_failures(self.fault_sources, len(self.job_nodes), config.iterations, self.compute_total,
+                              self.policy.checkpoint_every, self.policy.elastic,
+                              self.policy.max_restarts)  # before a run that would not end for minutes
         self.granularity = config.granularity
         if self.granularity == "auto":
             self.granularity = "steps" if self.dynamics else "aggregate"

@@ -5,7 +5,9 @@
 * every series is visible: hiding it changes the rendered pixels (a line drawn exactly under another one
   does not), and no two labelled series in one panel share colour, line style and marker;
 * every legend entry names a series that is drawn in the figure;
-* annotations do not overlap one another.
+* annotations do not overlap one another;
+* a legend line is drawn at the width and style of the line it names (:func:`legend_line_problems`);
+* no text sits on a marker it does not fit inside (:func:`text_over_marker_problems`).
 
 :func:`capture_figures` wraps ``Figure.savefig`` so a test can run any command and then ask what was wrong
 with each file it saved.
@@ -25,12 +27,12 @@ matplotlib.use("Agg")
 import matplotlib.colors as mcolors  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.collections import Collection, PathCollection, PolyCollection  # noqa: E402
+from matplotlib.collections import Collection, LineCollection, PathCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
-from matplotlib.text import Annotation  # noqa: E402
+from matplotlib.text import Annotation, Text  # noqa: E402
 
 #: Verdicts by rendered picture: tests that draw the same figure (the same study, the same seed) pay once.
 _VERDICTS: dict[str, list[str]] = {}
@@ -185,6 +187,29 @@ def _series_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
     return problems
 
 
+def title_overlap_problems(fig: Figure) -> list[str]:
+    """A panel's title that runs into another panel or its title is cut off where they meet (a long title over
+    two side-by-side panels read "...then the model's" and stopped)."""
+    fig.canvas.draw()  # titles are placed at draw time: measure them where this render puts them
+    renderer = fig.canvas.get_renderer()
+    shown = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    problems = []
+    for ax in shown:
+        title = ax.title.get_window_extent(renderer)
+        own = ax.get_position().bounds
+        for other in fig.axes:
+            if other is ax or not other.get_visible() or not other.axison:
+                continue
+            if np.allclose(other.get_position().bounds, own):  # a twin axes (twinx): the same panel
+                continue
+            box = other.get_window_extent(renderer)
+            other_title = other.title.get_window_extent(renderer) if other.get_title() else None
+            if title.overlaps(box) or (other_title is not None and title.overlaps(other_title)):
+                problems.append(f"{ax.get_title()!r}: the title runs into another panel")
+                break
+    return problems
+
+
 def figure_problems(fig: Figure) -> list[str]:
     """Everything :mod:`figure_check` finds wrong with ``fig`` (empty when it reads at a glance)."""
     problems: list[str] = []
@@ -197,6 +222,9 @@ def figure_problems(fig: Figure) -> list[str]:
             return list(_VERDICTS[key])
         fig.set_layout_engine("none")  # positions are fixed now; re-running the layout per render is the cost
         for index, ax in enumerate(fig.axes):
+            if ax.get_visible():  # diagrams (axes off) too: their legends and labels must read as well
+                label = ax.get_title() or ax.get_ylabel() or f"axes {index}"
+                problems += legend_line_problems(fig, ax, label) + text_over_marker_problems(fig, ax, label)
             if not ax.get_visible() or not ax.axison:
                 continue
             name = ax.get_title() or ax.get_ylabel() or f"axes {index}"
@@ -213,6 +241,8 @@ def figure_problems(fig: Figure) -> list[str]:
                 elif _overlapping_ticks(fig, ax, which):
                     problems.append(f"{name!r}: tick labels overlap on the {which} axis")
             problems += _series_problems(fig, ax, name)
+            problems += tick_notation_problems(ax, name) + legend_marker_problems(fig, ax, name)
+            problems += unit_scale_problems(ax, name)
             legend = ax.get_legend()
             if legend is not None:
                 drawn = {a.get_label() for other in fig.axes for a in _series(other)}
@@ -225,6 +255,7 @@ def figure_problems(fig: Figure) -> list[str]:
                 for second in boxes[i + 1:]:
                     if first.overlaps(second):
                         problems.append(f"{name!r}: two annotations overlap")
+        problems += title_overlap_problems(fig)
         _VERDICTS[key] = list(problems)
     finally:
         fig.set_layout_engine(engine)
@@ -287,3 +318,215 @@ def capture_figures() -> Iterator[dict[str, list[str]]]:
         yield found
     finally:
         Figure.savefig = original  # type: ignore[method-assign]
+
+
+# --- legend lines and labels on markers (topology drawings first; any figure) ---------------------------
+
+#: A legend line and the line it names may differ by this much (points, or share of the legend's width).
+WIDTH_TOLERANCE_PT, WIDTH_TOLERANCE_SHARE = 0.3, 0.35
+
+
+def _dashes(artist) -> tuple | None:
+    """The unscaled dash pattern of a line or of a line collection's first line (None: solid)."""
+    if isinstance(artist, Line2D):
+        pattern = getattr(artist, "_unscaled_dash_pattern", (0, None))
+    else:
+        patterns = getattr(artist, "_us_linestyles", [(0, None)])
+        pattern = patterns[0] if patterns else (0, None)
+    seq = pattern[1]
+    return tuple(round(float(x), 2) for x in seq) if seq else None
+
+
+def _drawn_lines(fig: Figure) -> list[tuple[str, str | None, float, tuple | None]]:
+    """(label, colour, width, dashes) of every visible line and line collection in the figure."""
+    found = []
+    for ax in fig.axes:
+        for artist in [*ax.lines, *ax.collections]:
+            if not artist.get_visible():
+                continue
+            if isinstance(artist, Line2D) and artist.get_linestyle() not in ("None", "", " "):
+                found.append((artist.get_label(), mcolors.to_hex(artist.get_color()), float(artist.get_linewidth()),
+                              _dashes(artist)))
+            elif isinstance(artist, LineCollection) and len(artist.get_segments()):
+                colours = artist.get_colors()
+                colour = mcolors.to_hex(colours[0]) if len(colours) == 1 else None
+                found.append((artist.get_label(), colour, float(artist.get_linewidths()[0]), _dashes(artist)))
+    return found
+
+
+def legend_line_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
+    """Legend lines drawn thicker, thinner or in another dash than the lines they name: a key from width to
+    bandwidth (or weight, or load) read off a wrong width misleads. The drawn line is the one with the
+    entry's label, else (a proxy entry) the lines of the entry's colour; an entry whose colour no line has is
+    left to the other checks."""
+    legend = ax.get_legend()
+    if legend is None:
+        return []
+    drawn = _drawn_lines(fig)
+    handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+    problems = []
+    for handle, text in zip(handles, legend.get_texts(), strict=False):
+        if not isinstance(handle, Line2D) or handle.get_linestyle() in ("None", "", " "):
+            continue
+        label, width, dashes = text.get_text(), float(handle.get_linewidth()), _dashes(handle)
+        named = [d for d in drawn if d[0] == label] or [d for d in drawn if d[1] == mcolors.to_hex(handle.get_color())]
+        if not named:
+            continue
+        tolerance = max(WIDTH_TOLERANCE_PT, WIDTH_TOLERANCE_SHARE * width)
+        if not any(abs(d[2] - width) <= tolerance and d[3] == dashes for d in named):
+            widths = sorted({round(d[2], 1) for d in named})
+            problems.append(f"{name!r}: legend line {label!r} is {width:.1f} pt {'dashed' if dashes else 'solid'}, "
+                            f"but the line it names is drawn {', '.join(f'{w:g}' for w in widths)} pt "
+                            f"{'dashed' if named[0][3] else 'solid'}")
+    return problems
+
+
+#: A marker counts as covered where a text reaches this far into it (share of its half-size): antialiased
+#: edges and a label that merely touches a marker's rim do not count.
+MARKER_CORE = 0.8
+
+
+def _marker_boxes(fig: Figure, ax: Axes) -> np.ndarray:
+    """(n, 4) display boxes (x0, y0, x1, y1) of every marker drawn in ``ax`` (scatter and line markers)."""
+    boxes = []
+    scale = fig.dpi / 72.0
+    for artist in ax.collections:
+        if not isinstance(artist, PathCollection) or not artist.get_visible() or not len(artist.get_offsets()):
+            continue
+        paths, sizes = artist.get_paths(), artist.get_sizes()
+        if not paths or not len(sizes):
+            continue
+        reach = float(np.abs(paths[0].vertices).max())
+        centres = artist.get_offset_transform().transform(np.asarray(artist.get_offsets(), dtype=float))
+        half = reach * np.sqrt(np.resize(sizes, len(centres))) * scale
+        boxes.append(np.column_stack([centres[:, 0] - half, centres[:, 1] - half, centres[:, 0] + half,
+                                      centres[:, 1] + half]))
+    for line in ax.lines:
+        if not line.get_visible() or line.get_marker() in ("None", "", " ", None):
+            continue
+        centres = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+        half = line.get_markersize() / 2 * scale
+        boxes.append(np.column_stack([centres[:, 0] - half, centres[:, 1] - half, centres[:, 0] + half,
+                                      centres[:, 1] + half]))
+    return np.concatenate(boxes) if boxes else np.zeros((0, 4))
+
+
+def text_over_marker_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
+    """Texts printed over a marker they do not fit inside: a switch name over its circle, a black label on a
+    dark square wider than it. A label wholly inside its own marker (white digits on a square) is fine."""
+    markers = _marker_boxes(fig, ax)
+    if not len(markers):
+        return []
+    renderer = fig.canvas.get_renderer()
+    centre = (markers[:, :2] + markers[:, 2:]) / 2
+    core = np.hstack([centre - (centre - markers[:, :2]) * MARKER_CORE,
+                      centre + (markers[:, 2:] - centre) * MARKER_CORE])
+    problems = []
+    for text in ax.texts:
+        if not text.get_visible() or not text.get_text().strip():
+            continue
+        box = Text.get_window_extent(text, renderer)  # the text alone, not an annotation's arrow
+        hits = (box.x0 < core[:, 2]) & (box.x1 > core[:, 0]) & (box.y0 < core[:, 3]) & (box.y1 > core[:, 1])
+        inside = ((box.x0 >= markers[:, 0] - 1) & (box.x1 <= markers[:, 2] + 1)
+                  & (box.y0 >= markers[:, 1] - 1) & (box.y1 <= markers[:, 3] + 1))
+        if (hits & ~inside).any():
+            problems.append(f"{name!r}: text {text.get_text()!r} is printed over a marker it does not fit inside")
+    return problems
+
+
+# --- tick notation and legend marker shapes (any figure) ---------------------------------------------
+
+#: matplotlib's "%g" scientific labels ("1e+03", "2.5e-05"), the minus sign either ASCII or Unicode.
+_SCIENTIFIC_LABEL = r"^[-\u2212]?\d+(\.\d+)?e[+\-\u2212]?\d+$"
+_PLAIN_LABEL = r"^[-\u2212]?(\d+(\.\d*)?|\.\d+)$"
+
+
+#: A unit in an axis label: "ms per step", "(GB/s)", "time (s)", "hours lost"; the values under it should read
+#: as numbers of that unit, not as 0.003 of it (a plan's compute in "ms" read 0.000-0.010: it wanted us).
+_UNIT_IN_LABEL = r"(?<![\w/])(ns|us|µs|ms|s|min|h|hours|B|KiB|MiB|GiB|KB|MB|GB|Gbit/s|GB/s|MB/s|TFLOP/s)(?![\w/])"
+#: Below this, every tick of a linear axis says the label's unit is too large for the data.
+SMALLEST_READABLE_TICK = 0.01
+
+
+def unit_scale_problems(ax: Axes, name: str) -> list[str]:
+    """A linear axis whose label names a unit and whose largest tick is still under 0.01 of it: the values
+    read "0.000, 0.002, ..." and the unit should be a smaller one."""
+    import re
+
+    problems = []
+    for which in ("x", "y"):
+        axis = ax.xaxis if which == "x" else ax.yaxis
+        if axis.get_scale() != "linear" or not re.search(_UNIT_IN_LABEL, axis.get_label_text()):
+            continue
+        low, high = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
+        ticks = [abs(float(t)) for t in axis.get_ticklocs() if low <= t <= high]
+        if ticks and 0 < max(ticks) < SMALLEST_READABLE_TICK:
+            problems.append(f"{name!r}: the {which} axis labelled {axis.get_label_text()!r} tops out at "
+                            f"{max(ticks):.3g}: a smaller unit would read")
+    return problems
+
+
+def tick_notation_problems(ax: Axes, name: str) -> list[str]:
+    """An axis whose labels mix "1e+03" with plain decimals ("500", "2000"): the odd one out reads as another
+    unit or a typo. (Powers of ten typeset as 10^3 on every tick are one notation, and fine.)"""
+    import re
+
+    problems = []
+    for which in ("x", "y"):
+        labels = [label.strip().strip("$") for label in _tick_labels(ax, which)]
+        scientific = [label for label in labels if re.match(_SCIENTIFIC_LABEL, label)]
+        plain = [label for label in labels if re.match(_PLAIN_LABEL, label)]
+        if scientific and plain:
+            problems.append(f"{name!r}: the {which} axis mixes {scientific[0]!r} with plain numbers ({plain[0]!r})")
+    return problems
+
+
+def _shape(artist) -> bytes | None:
+    """The marker's outline, scaled to unit size (so a legend key and the drawing compare whatever their
+    sizes), or None when the artist draws no marker."""
+    from matplotlib.markers import MarkerStyle
+
+    if isinstance(artist, Line2D):
+        marker = artist.get_marker()
+        if marker in ("None", "", " ", None):
+            return None
+        style = MarkerStyle(marker)
+        vertices = style.get_path().transformed(style.get_transform()).vertices
+    elif isinstance(artist, PathCollection):
+        paths = artist.get_paths()
+        if not paths:
+            return None
+        vertices = paths[0].vertices
+    else:
+        return None
+    reach = float(np.abs(vertices).max()) if len(vertices) else 0.0
+    return (vertices / reach).round(2).tobytes() if reach > 0 else None
+
+
+def legend_marker_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
+    """Legend keys whose marker shape the drawing does not use: an entry drawn as a triangle must name
+    triangles. A key with a drawn series of its label is compared with that series; a proxy key (no series
+    of its label) with every marker in the figure."""
+    legend = ax.get_legend()
+    if legend is None:
+        return []
+    drawn: dict[str, set[bytes]] = {}
+    every: set[bytes] = set()
+    for other in fig.axes:
+        for artist in _series(other):
+            shape = _shape(artist)
+            if shape is not None:
+                drawn.setdefault(artist.get_label(), set()).add(shape)
+                every.add(shape)
+    handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+    problems = []
+    for handle, text in zip(handles, legend.get_texts(), strict=False):
+        shape, label = _shape(handle), text.get_text()
+        if shape is None:
+            continue
+        if label in drawn and shape not in drawn[label]:
+            problems.append(f"{name!r}: legend key {label!r} shows another marker than the series it names")
+        elif label not in drawn and every and shape not in every:
+            problems.append(f"{name!r}: legend key {label!r} shows a marker drawn nowhere in the figure")
+    return problems
+

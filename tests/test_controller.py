@@ -198,3 +198,22 @@ def test_comparison_over_seeds_is_the_mean_with_a_student_t_interval() -> None:
     assert got.loc["a", "final_test_acc_ci95"] == pytest.approx(12.7062 * 0.1 / math.sqrt(2) / math.sqrt(2), rel=1e-4)
     assert got.loc["b", "final_test_acc_ci95"] == 0.0
     assert got.loc["a", "reached"] == 1 and got.loc["b", "reached"] == 0  # only seed 0 of a reaches 0.8075
+
+
+def test_training_curves_show_every_episodes_return(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figure defect 34: the raw per-episode returns were pale 5-point dots at 20 % opacity, invisible beside the
+    running mean; they are now a series of their own (in the legend, checked visible by figure_check)."""
+    from flexcomm.controller import plots
+
+    rng = np.random.default_rng(0)
+    curves = pd.DataFrame([{"variant": v, "timesteps": 20 * (i + 1), "return": base + rng.normal(0, 0.25), "seed": s}
+                           for s in (0, 1) for v, base in (("gsde", -0.1), ("gaussian", -0.3)) for i in range(60)])
+    drawn: list = []
+    original = plots.save_figure_atomic
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    plots.plot_training_curves(curves, tmp_path / "training_curves.png")
+    ax = drawn[0].axes[0]
+    dots = [c for c in ax.collections if c.get_label().endswith(": one episode")]
+    assert len(dots) == 4 and all(len(c.get_offsets()) == 60 for c in dots)
+    assert min(c.get_alpha() for c in dots) >= 0.5 and min(c.get_sizes()[0] for c in dots) >= 12
+    assert len({c.get_paths()[0].vertices.tobytes() for c in dots}) == 2  # one marker per seed

@@ -154,3 +154,91 @@ def test_the_adaptive_machinery_is_charged_with_the_other_host_measured_costs() 
     assert measured["step_time_s"].to_numpy() == pytest.approx(parts.to_numpy())
     modelled = EmulatedRun(replace(BASE, steps=4, strategy="flexible")).run().frame
     assert modelled["mechanism_s"].isna().all()
+
+
+def _frame(name: str, schemes: list[str], ratios: list[float] | None = None, probes: dict[int, float] | None = None,
+           seconds: float = 0.01, accuracy: float = 0.0) -> pd.DataFrame:
+    """A run's per-step frame as the engine writes it (the columns the figure reads), made up."""
+    steps = list(range(1, len(schemes) + 1))
+    probe = [(probes or {}).get(s, 0.0) for s in steps]
+    clock, total = [], 0.0
+    for p in probe:
+        total += seconds + p
+        clock.append(total)
+    return pd.DataFrame({
+        "step": steps, "strategy": name, "scheme": schemes, "ratio": ratios or [0.01] * len(steps),
+        "sim_time_s": clock, "probe_s": probe,
+        "test_acc": [0.5 + accuracy + 0.004 * s if s % 5 == 0 else float("nan") for s in steps],
+        "net_latency_s": [1e-3 if s <= 20 else 5e-2 for s in steps],
+        "net_bandwidth_Bps": [3.125e9 if s <= 10 else 1.25e8 for s in steps],
+    })
+
+
+def _drawn_emulation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, frames: dict[str, pd.DataFrame]):  # noqa: ANN202
+    """plot_emulation's figure, saved (and so checked by tests/figure_check.py) and handed back."""
+    from flexcomm.emulation import plots
+
+    drawn = []
+    original = plots.save_figure_atomic
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    plots.plot_emulation(frames, tmp_path / "emulated.png")
+    return drawn[0]
+
+
+def test_a_flexible_run_that_never_switched_is_drawn_once_and_named_with_topk_ag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figure defects 15-16: flexible choosing Allgather every step *is* topk-ag; drawn twice, one hid the
+    other. It is one line named for both with the switch count; MOO's probe rounds are marked on the clock;
+    the scheme strip says which exchange each adaptive run used, its key only the schemes drawn."""
+    n = 30
+    frames = {"dense": _frame("dense", ["dense"] * n, [1.0] * n, seconds=0.03, accuracy=0.1),
+              "topk-ag": _frame("topk-ag", ["topk-ag"] * n),
+              "flexible": _frame("flexible", ["topk-ag"] * n),
+              "moo": _frame("moo", ["topk-ag"] * 12 + ["topk-ar"] * 18, [0.02] * 15 + [0.005] * 15,
+                            probes={1: 0.05, 16: 0.08}, accuracy=0.02)}
+    fig = _drawn_emulation(tmp_path, monkeypatch, frames)
+    by_title = {ax.get_title(): ax for ax in fig.axes}
+    for title in ("accuracy vs simulated time", "accuracy vs steps"):
+        labels = [line.get_label() for line in by_title[title].lines]
+        assert "topk-ag = flexible (0 switches)" in labels and not any(lab.startswith("flexible") for lab in labels)
+    clock = by_title["simulated clock (compute + communication + compression + probes)"]
+    assert [c.get_label() for c in clock.collections] == ["moo: gain probes (2 rounds, 0.13 s in all)"]
+    strip = next(ax for ax in fig.axes if "network" in [t.get_text() for t in ax.get_yticklabels()])
+    assert [t.get_text() for t in strip.get_yticklabels()] == ["network", "flexible (0 switches)", "moo (1 switch)"]
+    assert [t.get_text() for t in strip.get_legend().get_texts()] == [
+        "Top-k over Allgather (topk-ag)", "AR-compatible Top-k (topk-ar)"]
+    assert {t.get_text() for t in strip.texts} == {"25 Gbit/s, 1 ms", "1 Gbit/s, 1 ms", "1 Gbit/s, 50 ms"}
+
+
+def test_runs_that_differ_are_all_drawn_and_switches_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    n = 30
+    flexible = ["topk-ag"] * 10 + ["topk-ar"] * 10 + ["topk-ag"] * 10
+    frames = {"topk-ag": _frame("topk-ag", ["topk-ag"] * n),
+              "flexible": _frame("flexible", flexible, seconds=0.008, accuracy=0.01)}
+    fig = _drawn_emulation(tmp_path, monkeypatch, frames)
+    steps_axes = next(ax for ax in fig.axes if ax.get_title() == "accuracy vs steps")
+    assert [line.get_label() for line in steps_axes.lines] == ["topk-ag", "flexible (2 switches)"]
+
+
+def test_pareto_fronts_mark_each_scheme_and_define_the_gain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figure defect 17: which collective each point of a front uses (o / ^), how far the step time moves along
+    it, and what "compression gain" means, in the figure itself."""
+    from flexcomm.emulation import plots
+
+    fronts = pd.DataFrame({
+        "step": [0] * 4, "c": [0.001, 0.005, 0.02, 0.1], "step_s": [1.0e-3, 1.01e-3, 1.1e-3, 1.2e-3],
+        "gain": [0.1, 0.3, 0.5, 0.9], "chosen": [False, True, False, False], "reason": ["initial"] * 4,
+        "scheme": ["topk-ag", "topk-ag", "topk-ar", "topk-ar"],
+    })
+    drawn = []
+    original = plots.save_figure_atomic
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    plots.plot_pareto_fronts(fronts, tmp_path / "fronts.png")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    assert "step time moves 20 % along the front" in ax.get_title()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "Top-k over Allgather (topk-ag)", "AR-compatible Top-k (topk-ar)", "chosen: c = 0.005, topk-ag"]
+    triangles = [c for c in ax.collections if c.get_label() == "AR-compatible Top-k (topk-ar)"]
+    assert len(triangles) == 1 and len(triangles[0].get_offsets()) == 2
+    assert "compression gain = |sent gradient|² / |error-fed gradient|²" in fig._suptitle.get_text()

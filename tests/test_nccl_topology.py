@@ -133,7 +133,7 @@ def test_the_simulated_nccl_call_slows_when_its_links_do() -> None:
 
 def test_clusters_without_a_gpu_fabric_are_refused_and_rccl_is_priced_as_rccl() -> None:
     with pytest.raises(InputError, match="cluster.gpu_fabric"):
-        CostModel.from_cluster(load_cluster("4x8-a100-ib")).collective("allreduce", "nccl", 1 << 20, 8)
+        CostModel.from_cluster(load_cluster("16x8-h100-2to1")).collective("allreduce", "nccl", 1 << 20, 8)
     amd = Path(__file__).parent.parent / "validation" / "nccl-tests" / "clusters" / "_amd-mi300x.yaml"
     run = predict(Cluster.from_file(amd), "allreduce", 1 << 30, 8).execution
     assert run is not None and run.library == "rccl" and (run.algorithm, run.protocol) == ("ring", "simple")

@@ -214,3 +214,13 @@ def test_mixed_devices_run_ops_at_their_own_speed() -> None:
     problem = PlacementProblem(chain_graph(3), devices)
     fast, slow = problem.simulate([0, 0, 0]).makespan_s, problem.simulate([15, 15, 15]).makespan_s
     assert slow / fast == pytest.approx(devices.peak_flops[0] / devices.peak_flops[15])
+
+
+def test_the_best_of_the_chosen_methods_finds_a_search_by_its_option_name() -> None:
+    from flexcomm.placement.compare import Comparison, PlacerResult
+
+    results = [PlacerResult("single", [0], 3.0, True, 0.1, 1), PlacerResult("sync-es", [1], 2.0, True, 1.0, 40),
+               PlacerResult("async-es", [2], 1.0, True, 1.0, 40)]
+    # `--method es` runs the synchronous ES, whose result is named sync-es (it crashed on an empty pool)
+    assert Comparison(results).best(["es"]).method == "sync-es"
+    assert Comparison(results).best(["es", "async-es"]).method == "async-es"

@@ -159,7 +159,7 @@ def test_plan_gpt_writes_the_best_plan_with_the_transformer_fields(tmp_path: Pat
     (["--heads", "7", "--hidden", "70", "--tp", "2"], "tp", "divisor of the 7 attention heads"),
     (["--batch-size", "3"], "batch-size", "splits into the data-parallel replicas"),
     (["--seq-len", "0"], "seq-len", ">= 1"),
-    (["--cluster", "8x1-v100-40g"], "precision", "V100"),
+    (["--cluster", "8x1-v100-40g", "--precision", "bf16"], "precision", "V100"),
     (["--layers", "200", "--hidden", "16384", "--heads", "128", "--cluster", "8x1-10gbe", "--precision", "fp16"],
      "model", "the smallest need is"),
 ])
@@ -171,6 +171,15 @@ def test_plan_gpt_refuses_in_one_line(argv: list[str], field: str, words: str, t
     assert main([*base, *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"flexcomm: error: {field}:") and words in err, err
+
+
+def test_the_default_precision_is_what_every_gpu_of_the_pool_runs(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "gpt", "--no-progress"]
+    assert main([*base, "--cluster", "8x1-v100-40g", "--out", str(tmp_path / "v100")]) == 0  # no bf16 on Volta
+    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, fp16")
+    assert main([*base, "--cluster", "4x8-a100-ib", "--out", str(tmp_path / "a100")]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, bf16")
 
 
 # --- Korthikanti et al.'s table: a second paper, nothing fitted -----------------------------------

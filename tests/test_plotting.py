@@ -12,7 +12,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-from figure_check import CHECK_DPI, _overlapping_ticks, _tick_labels, figure_problems  # noqa: E402
+from figure_check import (  # noqa: E402
+    CHECK_DPI,
+    _overlapping_ticks,
+    _tick_labels,
+    figure_problems,
+    title_overlap_problems,
+)
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -100,3 +106,43 @@ def test_a_line_that_would_lie_on_another_is_found_and_one_that_would_not_is_not
     assert coinciding_line(x, [1.1, 2.0, 3.0], drawn, rtol=0.02) is None  # apart at one point: both drawn
     assert coinciding_line([1.0, 2.0, 4.0], [1.0, 2.0, 3.0], drawn) is None  # other x: not the same line
     assert coinciding_line(x, [5.0, 5.0, 5.0], []) is None
+
+
+def test_a_title_that_runs_into_the_next_panel_is_found() -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+    left.plot([1, 2])
+    right.plot([1, 3])
+    left.set_title("the best 10 plans, ranked by the simulated step for the 3 simulated, then the model's " * 2)
+    right.set_title("stage split")
+    fig.tight_layout()
+    fig.canvas.draw()
+    assert any("runs into another panel" in p for p in title_overlap_problems(fig))
+    left.set_title("the best 10 plans,\nranked by the simulated step")
+    fig.canvas.draw()
+    assert title_overlap_problems(fig) == []
+    left.twinx().plot([3, 1], color="tab:red")  # a twin axes is the same panel, not another one
+    assert title_overlap_problems(fig) == []
+    plt.close(fig)
+
+
+def test_an_axis_whose_unit_is_too_large_for_its_values_is_found() -> None:
+    from figure_check import unit_scale_problems
+
+    fig, ax = plt.subplots()
+    ax.bar([0, 1], [0.004, 0.009])
+    ax.set_ylabel("ms of compute per micro-batch")  # defect 20: values 0.000-0.010 under "ms"
+    fig.canvas.draw()
+    assert unit_scale_problems(ax, "plan") and "smaller unit" in unit_scale_problems(ax, "plan")[0]
+    ax.cla()
+    ax.bar([0, 1], [4.0, 9.0])
+    ax.set_ylabel("us of compute per micro-batch")
+    fig.canvas.draw()
+    assert unit_scale_problems(ax, "plan") == []
+    ax.cla()
+    ax.plot([0, 1], [0.001, 0.005])
+    ax.set_ylabel("compression ratio c (fraction kept)")  # no unit: small values are the point
+    fig.canvas.draw()
+    assert unit_scale_problems(ax, "ratio") == []
+    ax.set_ylabel("seconds lost (s)")
+    assert unit_scale_problems(ax, "lost")
+    plt.close(fig)

@@ -9,6 +9,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -119,3 +120,47 @@ def test_algorithm_choice_across_scale_is_checked_against_the_b200_summary() -> 
         assert {"ring", "tree"} <= set(row.predicted) and row.nccl_choice
     text = "\n".join(summary_markdown(summary.stem, checked))
     assert "measured best" in text and "of 7 node counts" in text
+
+
+def _row(nbytes: int, measured_s: float, ratio: float, algorithm: str = "ring", protocol: str = "simple") -> dict:
+    return {"bytes": nbytes, "measured_s": measured_s, "predicted_s": measured_s * ratio, "algorithm": algorithm,
+            "protocol": protocol}
+
+
+def _drawn_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict]):  # noqa: ANN202
+    from types import SimpleNamespace
+
+    from flexcomm.costmodel import atomic
+    from flexcomm.experiments.published_plots import plot_run
+
+    drawn = []
+    original = atomic.save_figure_atomic
+    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    run = SimpleNamespace(run_id="made-up", collective="allreduce", ranks=16, hardware_class="dgx-a100-80g", rows=rows)
+    plot_run(run, tmp_path / "made-up.png")  # checked as it is saved (tests/figure_check.py)
+    return drawn[0]
+
+
+def test_a_run_that_misses_its_targets_says_so_under_the_busbw_panel(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Figure defect 27: on a busbw axis over ten decades a 20 % miss looks like a fit; the panel beneath shows
+    predicted / measured per size and says the numbers the report judges (rows >= 1 MiB)."""
+    sizes = [2 ** e for e in range(4, 34, 2)]
+    rows = [_row(n, 1e-5 + n / 2e11, 0.5 if n < 1 << 20 else 1.2) for n in sizes]
+    fig = _drawn_run(tmp_path, monkeypatch, rows)
+    busbw, errors = fig.axes[:2]
+    assert errors.get_ylabel() == "predicted / measured time"
+    assert errors.get_title(loc="left") == ("rows >= 1 MiB: median |error| 20.0%, worst 20.0% "
+                                            "(targets 5% / 15%: targets missed)")
+    ratios = np.concatenate([line.get_ydata() for line in errors.lines if line.get_linestyle() == "None"])
+    assert sorted(set(np.round(ratios, 6))) == [0.5, 1.2]
+    fig.canvas.draw()
+    labels = [t.get_text() for ax in (busbw, errors) for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and not any("e+" in label or "e-" in label for label in labels)  # defect 28: no lone 1e+03
+
+
+def test_a_run_of_one_size_is_drawn_as_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fig = _drawn_run(tmp_path, monkeypatch, [_row(10 << 30, 0.1, 0.98)])
+    assert fig.axes[1].get_title(loc="left").endswith("(targets 5% / 15%: 1 row: too few to judge)")
+    measured = next(line for line in fig.axes[0].lines if line.get_label() == "measured (published)")
+    assert measured.get_marker() == "_"

@@ -146,7 +146,7 @@ def test_cli_mtbf_study_maps_the_best_policy(tmp_path: Path, monkeypatch: pytest
     (["--recovery", "all", "--mtbf", "1d", "--checkpoint-interval", "0s"], "checkpoint-interval"),
     (["--recovery", "all", "--mtbf", "1d", "--storage-bandwidth", "0GB/s"], "storage-bandwidth"),
     (["--recovery", "sometimes", "--mtbf", "1d"], "recovery"),
-    (["--recovery", "all"], "mtbf"),
+    (["--recovery", "all", "--mtbf", "soon"], "mtbf"),
     (["--recovery", "all", "--mtbf", "1d", "--nodes", "0"], "nodes"),
     (["--recovery", "replan", "--mtbf", "1d", "--planning-time", "soon"], "planning-time"),
 ])

@@ -9,16 +9,14 @@ the same run).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_probe import HANG_GUARD_S, run_cli_measured
 
-CLI = [sys.executable, "-m", "flexcomm.experiments.cli"]
 MAX_RSS_BYTES = 500 * 2**20
-HANG_GUARD_S = 60.0
 
 BOMB = "".join(f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
                for prev, name in zip([None, *"abcdefgh"], "abcdefghi", strict=True))
@@ -60,7 +58,7 @@ CASES = [
     (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1000000000"], "iterations"),
     (["simulate", "--cluster", "8x1-10gbe", "--workload", "nosuchmodel"], "workload"),
     (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1", "--trace",
-      "/proc/flexcomm-no-such-dir/t.json"], "/proc/flexcomm-no-such-dir/t.json"),
+      "/proc/flexcomm-no-such-dir/t.json"], "trace"),
     (["train-emulated", "--steps", "1000000000", "--out", "{dir}/em"], "steps"),
     (["train-emulated", "--switch-cost=-5ms", "--out", "{dir}/em"], "switch-cost"),
     (["bench-collectives", "--nproc", "2", "--sizes", "1KiB", "--out", "/proc/flexcomm-no-such-dir/m.csv"], "out"),
@@ -86,22 +84,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _peak_rss(argv: list[str]) -> tuple[int, str, int]:
-    code = ("import resource, subprocess, sys\n"
-            "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,"
-            f" timeout={HANG_GUARD_S})\n"
-            "sys.stderr.write(p.stderr)\n"
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
-            "sys.exit(p.returncode)")
-    proc = subprocess.run([sys.executable, "-c", code, *CLI, *argv], capture_output=True, text=True,
-                          timeout=HANG_GUARD_S + 30, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return proc.returncode, proc.stderr, int(proc.stdout.strip() or 0)
-
-
 @pytest.mark.parametrize(("argv", "field"), CASES, ids=[" ".join(a[:3]) for a, _ in CASES])
 def test_bad_input_is_one_line_exit_2_and_bounded(argv: list[str], field: str, inputs: Path) -> None:
     args = [a.replace("{dir}", str(inputs)) for a in argv]
-    code, err, rss = _peak_rss(args)
+    code, err, rss = run_cli_measured(args)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -110,7 +96,7 @@ def test_bad_input_is_one_line_exit_2_and_bounded(argv: list[str], field: str, i
 
 
 def test_nothing_is_created_by_a_refused_study(inputs: Path) -> None:
-    code, _, _ = _peak_rss(["study", "whatif-small", "--out", str(inputs / "never"), "--scheduler", "nope"])
+    code, _, _ = run_cli_measured(["study", "whatif-small", "--out", str(inputs / "never"), "--scheduler", "nope"])
     assert code == 2 and not (inputs / "never").exists()
 
 

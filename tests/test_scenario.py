@@ -101,3 +101,47 @@ def test_bad_scenario_file_on_the_cli_is_one_line_and_writes_nothing(tmp_path: P
     assert len(err) == 1 and err[0].startswith("flexcomm: error: scenario.jobs.0.placement")
     assert not (tmp_path / "out").exists()
     assert main(["simulate", "--scenario", str(STUDY), "--cluster", "4x8-a100-ib"]) == 2
+
+
+def test_link_rows_fold_both_directions_and_put_the_busiest_first() -> None:
+    """Figure defect 25: rows by load, not by name; a link and its reverse that carried the same load are one
+    ``a<->b`` row (half the rows, so the names can be read); an asymmetric pair stays two rows."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from flexcomm.sim.scenario_plots import link_rows
+
+    util = np.array([[0.2, 0.2], [0.2, 0.2], [0.9, 0.7], [0.9, 0.7], [0.5, 0.0], [0.0, 0.1], [0.0, 0.0]])
+    names = ["n0->leaf0", "leaf0->n0", "leaf0->spine", "spine->leaf0", "n1->leaf0", "leaf0->n1", "n2->leaf0"]
+    rows = link_rows(SimpleNamespace(utilization=util, link_names=names))
+    assert rows == [("leaf0<->spine", [2, 3]), ("n1->leaf0", [4]), ("n0<->leaf0", [0, 1]), ("leaf0->n1", [5])]
+
+
+def test_the_utilization_figure_marks_whose_links_and_the_uplinks(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipped scenario's heat map: rows busiest first, the leaf-spine rows named in red, and beside each
+    row which jobs have a route over it (the MoE job on leaves 0-1 only, the spread jobs on every leaf)."""
+    from flexcomm.costmodel import atomic
+    from flexcomm.sim.scenario import load_scenario
+    from flexcomm.sim.scenario_plots import UPLINK_COLOUR, job_links, plot_utilization
+
+    result = run_scenario(load_scenario(STUDY))
+    routes = job_links(result)
+    assert "leaf0->spine" in routes["moe-alltoall"] and "leaf2->spine" not in routes["moe-alltoall"]
+    assert {f"leaf{k}->spine" for k in range(4)} <= routes["resnet50"] & routes["allreduce-loop"]
+    drawn = []
+    original = atomic.save_figure_atomic
+    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    plot_utilization(result, tmp_path / "link_utilization.png")  # checked as it is saved (tests/figure_check.py)
+    (fig,) = drawn
+    heat = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("link utilization"))
+    ticks = heat.get_yticklabels()
+    names = [t.get_text() for t in ticks]
+    assert min(t.get_fontsize() for t in ticks) >= 8
+    red = [t.get_text() for t in ticks if t.get_color() == UPLINK_COLOUR]
+    assert sorted(red) == [f"leaf{k}<->spine" for k in range(4)]
+    who = next(ax for ax in fig.axes if ax.get_title() == "jobs\nrouted")
+    assert [t.get_text() for t in who.get_xticklabels()] == ["resnet50", "allreduce-loop", "moe-alltoall"]
+    shown = [float(t.get_text().rstrip(" %")) for t in who.get_yticklabels()]
+    assert shown == sorted(shown, reverse=True) and len(shown) == len(names)  # busiest first

@@ -419,12 +419,14 @@ def batches(
     shuffle: bool = True,
     drop_last: bool = True,
     num_batches: int | None = None,
+    first: int = 0,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """One epoch of (inputs, targets) batches; the order is a function of (seed, rank, epoch) only.
 
     Keyed per worker and per epoch so workers see different orders and a rerun sees the same
     ones. ``drop_last`` keeps batch shapes fixed (compressed-gradient sizes then stay fixed too);
-    ``num_batches`` caps the epoch, e.g. at :func:`steps_per_epoch` to keep workers in lock-step.
+    ``num_batches`` caps the epoch, e.g. at :func:`steps_per_epoch` to keep workers in lock-step; the epoch
+    starts at batch ``first`` (a resumed run's place in it).
     """
     batch = _count("batch_size", batch_size)
     n = len(dataset)
@@ -432,19 +434,26 @@ def batches(
     stop = (n // batch) * batch if drop_last else n
     if num_batches is not None:
         stop = min(stop, _count("num_batches", num_batches, minimum=0) * batch)
-    for begin in range(0, stop, batch):
+    for begin in range(_count("first", first, minimum=0) * batch, stop, batch):
         idx = torch.from_numpy(order[begin : min(begin + batch, stop)])
         yield dataset.inputs[idx], dataset.targets[idx]
 
 
 def batch_stream(
-    dataset: TensorData, batch_size: int, *, seed: int = 0, rank: int = 0, start_epoch: int = 0
+    dataset: TensorData, batch_size: int, *, seed: int = 0, rank: int = 0, start_epoch: int = 0, skip: int = 0
 ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """Endless (epoch, inputs, targets) batches, reshuffled each epoch: for step-counted training."""
+    """Endless (epoch, inputs, targets) batches, reshuffled each epoch: for step-counted training.
+
+    ``skip`` batches are passed over without being built: a run resumed at step N with ``skip=N`` sees the
+    batches the uninterrupted run saw from step N on (the order is a function of seed, rank and epoch)."""
     if _count("batch_size", batch_size) > len(dataset):
         raise InputError("batch_size", batch_size, f"at most the {len(dataset)} samples of the shard")
-    epoch = _count("start_epoch", start_epoch, minimum=0)
+    per_epoch = len(dataset) // batch_size  # drop_last, as batches() does
+    skip = _count("skip", skip, minimum=0)
+    epoch = _count("start_epoch", start_epoch, minimum=0) + skip // per_epoch
+    offset = skip % per_epoch
     while True:
-        for inputs, targets in batches(dataset, batch_size, seed=seed, rank=rank, epoch=epoch):
+        for inputs, targets in batches(dataset, batch_size, seed=seed, rank=rank, epoch=epoch, first=offset):
             yield epoch, inputs, targets
+        offset = 0
         epoch += 1

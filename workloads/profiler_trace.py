@@ -19,7 +19,6 @@ Times are seconds from the start of their step. Torch-free: a trace is read wher
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import math
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_PROFILER_TRACE_BYTES, read_bytes_bounded
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: The process group's span of a collective: ``gloo:all_reduce``, ``nccl:_allgather_base`` ...
@@ -128,16 +128,26 @@ class ProfilerTrace:
     device: str
 
 
-def _load_json(path: Path) -> Any:
+def _gunzip_bounded(raw: bytes, path: Path) -> bytes:
+    """Decompress a .json.gz trace to at most the trace limit (a few KB of gzip can expand to gigabytes)."""
+    limit = MAX_PROFILER_TRACE_BYTES
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError("from-trace", str(path), f"a readable trace file ({exc.strerror or exc})") from None
+        out = inflate.decompress(raw, limit.value + 1)
+        if len(out) > limit.value:
+            raise InputError("from-trace", str(path), f"at most {limit.value:,} {limit.what} once decompressed "
+                             f"(set {limit.env} to raise the limit)")
+        if not inflate.eof:
+            raise EOFError("the gzip stream ends early")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(str(path), "a damaged gzip file", f"a whole .json.gz trace ({exc})") from None
+    return out
+
+
+def _load_json(path: Path) -> Any:
+    raw = read_bytes_bounded(path, "from-trace", "trace file", MAX_PROFILER_TRACE_BYTES)  # regular, bounded
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(str(path), "a damaged gzip file", f"a whole .json.gz trace ({exc})") from None
+        raw = _gunzip_bounded(raw, path)
     text = raw.decode("utf-8", errors="replace")
     try:
         return json.loads(text)

@@ -25,7 +25,9 @@ names two collectives, a collective the log does not name (pass ``collective=``)
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +36,7 @@ import numpy as np
 from flexcomm.costmodel.collective_libraries.versions import version_in_text
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOG_ROWS, read_text_bounded
 
 #: nccl-tests binaries -> the collective names used everywhere else in flexcomm.
 BINARIES: dict[str, str] = {
@@ -74,6 +77,9 @@ _DECLARED = re.compile(r"^(?:#\s*)?(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)"
 _VERSION = re.compile(r"[NR]CCL version (?P<version>[\w.+]+)|nccl_version\s*:\s*(?P<declared>\d[\w.+]*)")
 _ALGORITHM = re.compile(r"^#\s*flexcomm algorithm:\s*(?P<name>[\w-]+)")
 _ENV = re.compile(r"\b(?P<key>NCCL_ALGO|NCCL_PROTO|NCCL_BUFFSIZE)=(?P<value>[\w,^:;]+)")
+_NEGATIVE = re.compile(r"^-\d")  # a row whose size is negative: refused, not skipped as a non-row line
+#: A time nccl-tests could have printed for one call (us): an hour. Past it the cell is mangled (1e308).
+MAX_CALL_US = 3.6e9
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -190,9 +196,38 @@ def _row(cells: list[str], layout: str, where: str, line: int) -> NcclTestsRow:
     ip = [_number(cells[at + 4 + i], n, where, allow_na=True) for i, n in enumerate(("time", "algbw", "busbw"))]
     if not t:
         raise InputError(where, cells[at], "a positive time in us")
+    if layout == "root":
+        for half in (at + 3, at + 7):
+            _no_wrong_results(cells[half], where)
+    _time_matches(size, t, algbw, cells[at], where)
+    if ip[0] and ip[1] is not None:
+        _time_matches(size, ip[0], ip[1], cells[at + 4], where)
     return NcclTestsRow(line, int(size), int(count), cells[2], cells[3], root, t / 1e6, algbw * 1e9, busbw * 1e9,
                         None if ip[0] is None else ip[0] / 1e6, None if ip[1] is None else ip[1] * 1e9,
                         None if ip[2] is None else ip[2] * 1e9)
+
+
+def _no_wrong_results(cell: str, where: str) -> None:
+    """``#wrong`` counts the elements nccl-tests found corrupted (``-c 1``); a row with any is not a
+    measurement of a working collective, so it is refused rather than priced (``N/A``: not checked)."""
+    if cell.upper() == "N/A":
+        return
+    if not cell.isdigit():
+        raise InputError(where, cell, "a count >= 0 or N/A in the #wrong column")
+    if int(cell):
+        raise InputError(where, cell, "0 in the #wrong column: nccl-tests found corrupted results in this row, "
+                         "so its time does not measure a working collective (fix the run, or delete the row)")
+
+
+def _time_matches(size: float, time_us: float, algbw: float, cell: str, where: str) -> None:
+    """nccl-tests prints ``algbw = size / time``; a time that disagrees with it (beyond the printed digits)
+    or runs past an hour was mangled or edited (a ``1e308`` us cell was priced as 10^302 s)."""
+    if time_us > MAX_CALL_US:
+        raise InputError(where, cell, f"a time below {MAX_CALL_US:,.0f} us (an hour for one call)")
+    implied = size / time_us / 1e3  # GB/s
+    if abs(implied - algbw) > 0.006 + 0.02 * algbw:
+        raise InputError(where, cell, f"a time matching the row's algbw ({size:.0f} B in {time_us:g} us is "
+                         f"{implied:.3g} GB/s, the row says {algbw:g}): a mangled or edited row")
 
 
 def _clean(raw: str) -> str:
@@ -214,7 +249,7 @@ def _csv_row(line: str, columns: list[str], unit: str, where: str, number: int) 
         return None if name is None else _number(by[name], name, where, allow_na=True)
 
     algbw, busbw = cell("out", "algbw"), cell("out", "busbw")
-    if not algbw:
+    if not algbw or not math.isfinite(size / (algbw * 1e9)) or size / (algbw * 1e9) * 1e6 > MAX_CALL_US:
         raise InputError(where, line[:60], "a positive out-of-place algbw (GB/s): the time is size / algbw")
     ip_alg, ip_bus = cell("in", "algbw"), cell("in", "busbw")
     return NcclTestsRow(number, int(size), 0, "", "", None, size / (algbw * 1e9), algbw * 1e9,
@@ -262,7 +297,8 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
             csv_unit = c["unit"]
             layout, header_line = "csv", number
             continue
-        if csv_columns is not None and line[0].isdigit():
+        if csv_columns is not None and (line[0].isdigit() or _NEGATIVE.match(line)):
+            MAX_LOG_ROWS.check(name, len(rows) + 1)
             row = _csv_row(line, csv_columns, csv_unit, where, number)
             if "gpus" in csv_columns:
                 gpus = line.split(",")[csv_columns.index("gpus")].strip()
@@ -303,7 +339,7 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
                                  f"first, line {header_line}: split the log into one file per collective)")
             layout, header_line = ("root" if _HEADER.match(line)["root"] else "legacy"), number
             continue
-        if not line[0].isdigit():
+        if not line[0].isdigit() and not (layout is not None and _NEGATIVE.match(line)):
             if rows and line.startswith("#"):
                 ended = True  # "# Out of bounds values", "# Avg bus bandwidth": the table is over
             continue
@@ -318,6 +354,7 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
                              "#wrong ...) before the first row: no header in this log")
         if ended:
             raise InputError(where, line[:60], "no rows after the table's summary lines (a second table?)")
+        MAX_LOG_ROWS.check(name, len(rows) + zero_rows + 1)  # before the row: a 10^6-row log is refused early
         row = _row(cells, layout, where, number)
         if row.bytes == 0:
             zero_rows += 1  # allgather / reduce-scatter print 0-byte rows below one element a rank
@@ -390,11 +427,7 @@ def _count_ranks(log: NcclTestsLog, ranks_seen: set[int], threads: tuple[int, in
 
 def read_nccl_tests(path: str, collective: str | None = None) -> NcclTestsLog:
     """Read a log file; a missing or unreadable file is an InputError naming it."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise InputError("nccl-tests", path, f"a readable nccl-tests log ({exc.strerror})") from None
+    text = read_text_bounded(path, "nccl-tests", "nccl-tests log", errors="replace")
     return parse_nccl_tests(text, collective, name=str(path))
 
 
@@ -451,13 +484,21 @@ CALIBRATION_ALGORITHMS = {"allreduce": "ring", "allgather": "ring", "reduce-scat
                           "broadcast": "pipelined-ring", "alltoall": "pairwise"}
 
 
+_SNIFF_BYTES = 2**20
+
+
 def looks_like_nccl_tests(path: str) -> bool:
-    """Whether a file holds an nccl-tests table (else it is read as a measurement CSV)."""
+    """Whether a file holds an nccl-tests table (else it is read as a measurement CSV, whose reader refuses
+    what is not a readable regular file). Only a regular file is opened, and only its first MiB is looked
+    at: a FIFO would block and ``/dev/zero`` is one endless line."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return any(_HEADER.match(_clean(line)) for _, line in zip(range(5000), handle, strict=False))
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return False
+    return any(_HEADER.match(_clean(line)) for line in head.splitlines()[:5000])
 
 
 def to_measurements(log: NcclTestsLog, ranks: int | None = None, algorithm: str | None = None,

@@ -27,6 +27,9 @@ __all__ = ["build_fabric", "Fabric", "LinkValues", "ROUTINGS", "hash_choice"]
 
 def build_fabric(cluster: Any) -> Fabric:
     """The fabric of ``cluster`` (a :class:`~costmodel.cluster.Cluster`); use ``cluster.fabric``, which caches it."""
+    from flexcomm.costmodel.topologies.size import check_fabric_size
+
+    check_fabric_size(cluster)  # a cluster built without validation (model_construct) is checked here too
     kind = cluster.topology.kind
     if kind == "fat-tree":
         from flexcomm.costmodel.topologies.fat_tree import FatTree

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
@@ -39,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.nccl_tests_dir:  # before the sweep (it runs for minutes) and before torch is imported
+        _check_folder(args.nccl_tests_dir, "nccl-tests-dir")
     from flexcomm.real_backend.bench import parse_collectives, parse_sizes, run_benchmark
     from flexcomm.real_backend.launch import sigterm_as_exit
 
@@ -75,10 +79,20 @@ def run(args: argparse.Namespace) -> int:
     return result.returncode
 
 
+def _check_folder(path: str, field: str) -> None:
+    """Refuse a folder the logs could not be written into: the nearest part of ``path`` that exists must be
+    a writable directory (a file there used to fail in 12 lines after the whole benchmark had run)."""
+    for part in (Path(path), *Path(path).absolute().parents):
+        if part.exists():
+            if not part.is_dir():
+                raise InputError(field, path, f"a folder to write the logs into ({part} is not a directory)")
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise InputError(field, path, f"a folder to write the logs into ({part} cannot be written)")
+            return
+
+
 def _rows_in(path: str) -> int:
     """Data rows already in the measurement CSV (the ones this run appends come after)."""
-    from pathlib import Path
-
     if not Path(path).is_file():
         return 0
     with open(path, encoding="utf-8") as handle:

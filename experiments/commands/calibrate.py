@@ -31,20 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
+    from flexcomm._pricing import calibrate
 
-    from flexcomm.costmodel.calibration import fit, load_measurements
-    from flexcomm.costmodel.collective_libraries.logs import looks_like_nccl_tests, read_nccl_tests, to_measurements
-
-    tables = []
-    for path in args.measurements:
-        if looks_like_nccl_tests(path):
-            tables.append(to_measurements(read_nccl_tests(path), ranks=args.ranks, algorithm=args.algorithm,
-                                          link_class=args.link_class))
-        else:
-            tables.append(load_measurements(path))
-    profile = fit(load_measurements(pd.concat(tables, ignore_index=True)), loss=args.loss)
-    profile.save(args.output)
+    profile = calibrate(args.measurements, out=args.output, loss=args.loss, ranks=args.ranks,
+                        algorithm=args.algorithm, link_class=args.link_class)
     for line in profile.warnings():
         print(line, file=sys.stderr)
     if args.json:

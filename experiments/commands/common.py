@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,34 @@ def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel
 
         cluster = calibrated_cluster(cluster, CalibrationProfile.load(args.profile))
     return cluster
+
+
+def os_error_reason(error: OSError) -> str:
+    """Why a path could not be used, in the user's terms: ``File exists`` from ``mkdir`` means a part of the
+    path is a file where a folder must be."""
+    if error.errno in (errno.EEXIST, errno.ENOTDIR) and error.filename:
+        path = Path(error.filename)
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        return f"{blocker} is a file, not a folder"
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}"
+
+
+def output_folder(path: str | Path, field: str = "out") -> Path:
+    """Create the output folder ``path`` now, before any work, or refuse it naming the option.
+
+    Why: a command used to compute for minutes and then fail with ``FILE: File exists`` naming none of its
+    flags; called after the cheap option checks (a refused run creates nothing) and before the work.
+    """
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(field, str(path), f"a folder flexcomm can create and write ({os_error_reason(error)})"
+                         ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(field, str(path), "a folder flexcomm can write (permission denied)")
+    return folder
 
 
 def single_threaded_torch() -> None:

@@ -96,14 +96,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     curves.set_defaults(handler=run_curves)
 
 
-def _env_config(args: argparse.Namespace):  # -> EnvConfig (imported lazily)
-    from flexcomm.controller.env import EnvConfig
+def _env_config(args: argparse.Namespace):  # -> EnvConfig (torch-free: controller.config)
+    from flexcomm.controller.config import EnvConfig
+    from flexcomm.costmodel.cluster import load_cluster
     from flexcomm.costmodel.units import parse_count
 
     text = str(args.price_params).strip().lower()
     price = None if text in ("none", "0", "") else parse_count(args.price_params, "price-params")
-    if not (math.isfinite(args.jitter) and args.jitter >= 0):
-        raise InputError("jitter", args.jitter, "a relative standard deviation >= 0")
+    load_cluster(args.cluster)  # a typo or a bad file now, not when the first episode starts
     return EnvConfig(workload=args.workload, workers=args.workers, cluster=args.cluster, price_params=price,
                      interval=args.interval, episode_iters=args.episode_iters, time_weight=args.time_weight,
                      jitter=args.jitter, seed=args.seed)
@@ -111,17 +111,19 @@ def _env_config(args: argparse.Namespace):  # -> EnvConfig (imported lazily)
 
 def run_train(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.controller.train import TrainConfig, train
+    from flexcomm.controller.config import TrainConfig
+    from flexcomm.experiments.commands.common import output_folder
 
-    if args.seed < 0:
-        raise InputError("seed", args.seed, "an integer >= 0")
+    # every option before torch (controller.train imports it): a refusal costs the CLI's start-up only
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
-    env = _env_config(args)
     config = TrainConfig(timesteps=args.timesteps, seed=args.seed, variants=variants,
                          train_traces=args.train_traces, sde_sample_freq=args.sde_sample_freq,
                          n_steps=args.n_steps, batch_size=min(60, args.n_steps), eval_every=args.eval_every,
-                         eval_episodes=args.eval_episodes, env=env)
+                         eval_episodes=args.eval_episodes, env=_env_config(args))
     config.validate()
+    output_folder(args.out)
+    from flexcomm.controller.train import train
+
     summaries = train(config, args.out, progress=not args.no_progress, plot=not args.no_plot)
     refs = summaries["references"]
     print("fixed evaluation episodes: " + ", ".join(f"{k} {v:.3f}" for k, v in refs.items()))
@@ -136,21 +138,39 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    started = time.time()  # files written from here on are this command's
-    from flexcomm.controller.evaluate import evaluate, plus_minus
+def _check_evaluate(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """Every option of ``controller evaluate``, without torch: the traces and the baselines to run."""
+    from pathlib import Path
+
+    from flexcomm.controller.config import VARIANTS, check_baselines, load_settings
     from flexcomm.controller.traces import parse_traces
-    from flexcomm.controller.train import load_settings
 
     if args.seed is not None and args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
     if args.eval_every < 1:
         raise InputError("eval-every", args.eval_every, "an integer >= 1")
-    train_config, _ = load_settings(args.model)
-    traces = parse_traces(args.traces, train_config.seed if args.seed is None else args.seed)
-    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if args.seeds < 1:
         raise InputError("seeds", args.seeds, "a number of seeds >= 1")
+    if args.target is not None and not (math.isfinite(args.target) and 0 < args.target <= 1):
+        raise InputError("target", args.target, "an accuracy in (0, 1]")
+    baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
+    check_baselines(baselines)
+    train_config, _ = load_settings(args.model)
+    if not any((Path(args.model) / f"{variant}.zip").is_file() for variant in VARIANTS):
+        raise InputError("model", args.model, "a directory holding gsde.zip and/or gaussian.zip "
+                         "(`flexcomm controller train --out DIR`)")
+    traces = parse_traces(args.traces, train_config.seed if args.seed is None else args.seed)
+    return traces, baselines
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    started = time.time()  # files written from here on are this command's
+    from flexcomm.experiments.commands.common import output_folder
+
+    traces, baselines = _check_evaluate(args)
+    output_folder(args.out)
+    from flexcomm.controller.evaluate import evaluate, plus_minus
+
     table = evaluate(args.model, traces, args.out, baselines=baselines, target=args.target, seed=args.seed,
                      seeds=args.seeds, eval_every=args.eval_every, progress=not args.no_progress, plot=not args.no_plot)
     print(f"mean +- 95 % interval over {args.seeds} seed{'s' if args.seeds != 1 else ''}")
@@ -170,15 +190,16 @@ def run_curves(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from flexcomm.controller.plots import plot_training_curves
-    from flexcomm.controller.train import load_settings
+    from flexcomm.controller.config import load_settings
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.costmodel.errors import renamed_fields
 
     if args.window < 1:
         raise InputError("window", args.window, "an integer >= 1")
     frames, evals = [], []
     for directory in args.dirs:
-        config, _ = load_settings(directory)
+        with renamed_fields({"model": "dirs"}):  # the folders are the positional DIRS here, not --model
+            config, _ = load_settings(directory)
         path = Path(directory) / "training_curves.csv"
         try:
             frame = pd.read_csv(path)
@@ -190,7 +211,10 @@ def run_curves(args: argparse.Namespace) -> int:
         if eval_path.is_file():
             evals.append(pd.read_csv(eval_path).assign(seed=config.seed))
     curves = pd.concat(frames, ignore_index=True)
-    out = Path(args.out)
+    from flexcomm.controller.plots import plot_training_curves
+    from flexcomm.experiments.commands.common import output_folder
+
+    out = output_folder(args.out)
     write_csv_atomic(curves, out / "training_curves.csv")
     evaluations = pd.concat(evals, ignore_index=True) if evals else None
     if evaluations is not None:

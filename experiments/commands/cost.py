@@ -75,10 +75,22 @@ def _check_nccl_options(args: argparse.Namespace) -> None:
                          f"{args.ranks} ranks (GPUs one thread launches)")
 
 
+def _check_ranks_per_node(args: argparse.Namespace) -> None:
+    """``--ranks-per-node 3 --ranks 8`` leaves a node partly filled whatever the algorithm: refused for every
+    algorithm, not only the hierarchical one that reads it (a flag that does nothing this time is still wrong)."""
+    from flexcomm.costmodel.errors import InputError
+
+    per_node = args.ranks_per_node
+    if per_node is not None and per_node >= 1 and args.ranks > per_node and args.ranks % per_node:
+        raise InputError("ranks", args.ranks, f"a multiple of the {per_node} --ranks-per-node (or at most that "
+                         "many): ranks fill whole nodes")
+
+
 def run(args: argparse.Namespace) -> int:
     from flexcomm._pricing import cost
 
     _check_nccl_options(args)
+    _check_ranks_per_node(args)
     result = cost(args.collective, args.algorithm, ranks=args.ranks, size=args.size, scheme=args.scheme,
                   ratio=args.ratio, index_dtype=args.index_dtype, cluster=args.cluster or None,
                   profile=args.profile or None, latency=args.latency, bandwidth=args.bandwidth or None,

@@ -52,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("dist-timeout", args.dist_timeout, "a positive time such as 60s")
     if args.master_port is not None and not 0 < args.master_port < 65536:
         raise InputError("master-port", args.master_port, "a TCP port 1..65535")
+    if args.report is not None and args.elastic is None:
+        raise InputError("report", args.report, "--elastic MIN:MAX as well (the report measures the time an elastic "
+                         "run lost re-forming; a plain launch has nothing to report)")
+    if args.elastic is not None and args.master_port is not None:
+        raise InputError("master-port", args.master_port, "no --master-port with --elastic (each round of an elastic "
+                         "run rendezvouses on a free port of its own)")
     if args.elastic is not None:
         from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
 

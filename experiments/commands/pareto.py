@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
+from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, output_folder, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,15 +39,21 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.costmodel.units import parse_count
     from flexcomm.experiments.commands.common import single_threaded_torch
+    from flexcomm.experiments.options import pareto_configs
+
+    # every option first, without torch (the study imports it): a refusal costs the CLI's start-up only
+    cluster = cluster_from_args(args)
+    price = int(parse_count(args.price_params, "price-params")) if args.price_params else None
+    pareto_configs(args.workload, cluster, workers=args.workers,
+                   warmup_steps=args.warmup_steps, probe_steps=args.probe_steps, grid_points=args.grid_points,
+                   rule=args.rule, price_params=price, compute_time_s=None, seed=args.seed)
+    out = output_folder(args.out)
     from flexcomm.experiments.pareto import pareto_study, plot_pareto, summary_lines
 
     single_threaded_torch()
-    cluster = cluster_from_args(args)
-    price = int(parse_count(args.price_params, "price-params")) if args.price_params else None
     result = pareto_study(args.workload, cluster, workers=args.workers, warmup_steps=args.warmup_steps,
                           probe_steps=args.probe_steps, grid_points=args.grid_points, rule=args.rule,
                           price_params=price, seed=args.seed)
-    out = Path(args.out)
     write_csv_atomic(result.candidates, out / "candidates.csv")
     write_csv_atomic(result.front.frame, out / "front.csv")
     write_csv_atomic(result.picks, out / "picks.csv")

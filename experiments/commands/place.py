@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.experiments.commands.common import add_cluster_arguments
+from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,8 +80,25 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("rl-share", args.rl_share, "a fraction in [0, 1)")
     if args.groups < 1 or args.ppo_batch < 2:
         raise InputError("groups", (args.groups, args.ppo_batch), "--groups >= 1 and --ppo-batch >= 2")
-    if not 0 < args.efficiency <= 1:
+    if not (math.isfinite(args.efficiency) and 0 < args.efficiency <= 1):
         raise InputError("efficiency", args.efficiency, "a fraction in (0, 1]")
+    if args.seed < 0:  # numpy's generators refuse it, after minutes of baselines, with a traceback
+        raise InputError("seed", args.seed, "an integer >= 0")
+    _check_names(args)
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    """Method, ES start and rule names against torch-free mirrors (:mod:`experiments.options`; the placement
+    modules import torch)."""
+    from flexcomm.experiments.options import ES_RULES, PLACE_BASELINES, PLACE_METHODS
+
+    names = [m.strip() for m in args.method.split(",") if m.strip()]
+    if names != ["all"] and (not names or any(m not in PLACE_METHODS for m in names)):
+        raise InputError("method", args.method, "all, or a comma-separated list of " + ", ".join(PLACE_METHODS))
+    if args.es_start != "best" and args.es_start not in PLACE_BASELINES:
+        raise InputError("es-start", args.es_start, "best or one of " + ", ".join(PLACE_BASELINES))
+    if args.rule not in ES_RULES:
+        raise InputError("rule", args.rule, "one of " + ", ".join(ES_RULES))
 
 
 def _devices(args: argparse.Namespace):
@@ -102,26 +118,21 @@ def _devices(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     _check(args)
     devices = _devices(args)  # the cluster file too, before torch loads
+    out = output_folder(args.out)
     from flexcomm.placement.compare import parse_methods
 
     methods = parse_methods(args.method)
-    from flexcomm.placement.baselines import BASELINES
-
-    if args.es_start != "best" and args.es_start not in BASELINES:
-        raise InputError("es-start", args.es_start, "best or one of " + ", ".join(BASELINES))
 
     import pandas as pd
     from tqdm import tqdm
 
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.placement.compare import compare, markdown, table
-    from flexcomm.placement.es import RULES, ESConfig
+    from flexcomm.placement.es import ESConfig
     from flexcomm.placement.ppo import PPOConfig
     from flexcomm.placement.simulator import PlacementProblem
     from flexcomm.planner.graphs import build_graph
 
-    if args.rule not in RULES:
-        raise InputError("rule", args.rule, "one of " + ", ".join(RULES))
     graph = build_graph(args.model, batch_size=args.batch_size)
     problem = PlacementProblem(graph, devices, efficiency=args.efficiency, micro_batches=args.micro_batches,
                                contention=not args.no_contention)
@@ -155,7 +166,6 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
     frame = table(problem, comparison)
     chosen = comparison.best(methods)
-    out = Path(args.out)
     title = (f"{args.model} (batch {args.batch_size}, {args.micro_batches} micro-batches) on "
              f"{devices.count} devices of {devices.cluster_name}")
     write_csv_atomic(frame, out / "comparison.csv")

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.experiments.commands.common import add_cluster_arguments
+from flexcomm.costmodel.limits import Limit
+from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
+
+#: The global batch one plan may price. The largest published data-parallel batches are ~65,536 samples
+#: (ResNet-50 on ImageNet, BERT with LAMB) and a few thousand sequences (LLM pre-training, 4-16M tokens); 2^20
+#: is 16x beyond, while 10^12 priced an 8-year step without a word.
+MAX_GLOBAL_BATCH = Limit("FLEXCOMM_MAX_GLOBAL_BATCH", 2**20, "samples in one global batch")
+#: Default batch of the graph planner's models, per device: Goyal et al. 2017 ("Accurate, Large Minibatch SGD")
+#: train ResNet-50 with 32 images per GPU at every scale, as data-parallel CNN training commonly does.
+SAMPLES_PER_DEVICE = 32
+#: Default batch of ``--model gpt``, in sequences: GPT-2's (Radford et al. 2019: "a larger batchsize of 512").
+GPT_SEQUENCES = 512
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, help="graph name (resnet18, resnet50, eca-resnet50, eca-resnet20, "
                         "gpt, inception)")
     add_cluster_arguments(parser, default="4x8-a100-ib")
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch in samples (default 64)")
+    parser.add_argument("--batch-size", type=int, help=f"global batch in samples (default {SAMPLES_PER_DEVICE} per "
+                        f"device, Goyal et al. 2017; --model gpt: {GPT_SEQUENCES} sequences, GPT-2's)")
     parser.add_argument("--out", default="results/plan", help="output directory (default results/plan)")
     parser.add_argument("--top", type=int, default=10, help="plans in the markdown table and figure (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random search (default 0)")
@@ -44,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         gpt.add_argument(flag, type=int, default=None)
     llm = parser.add_argument_group("transformer planner (--model gpt: t, p, d, micro-batch size, virtual stages, "
                                     "sequence parallelism, recomputation, ZeRO; --batch-size counts sequences)")
-    llm.add_argument("--precision", default="bf16", help="bf16 (default), fp16 or fp32")
+    llm.add_argument("--precision", help="bf16, fp16 or fp32 (default: bf16 where every GPU has it, else fp16)")
     llm.add_argument("--nics-per-node", type=int, help="NICs per node at the inter-node bandwidth (default: the "
                      "cluster's nics_per_node, else 1)")
     llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
@@ -56,6 +69,28 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _check_int(name: str, value: int, minimum: int) -> None:
     if value < minimum:
         raise InputError(name, value, f"an integer >= {minimum}")
+
+
+def _check_shared(args: argparse.Namespace) -> None:
+    """Options both planners take, checked before the graph is traced (torch; seconds): a typo fails at once."""
+    if args.balance not in ("speed", "even"):
+        raise InputError("balance", args.balance, "one of speed, even")
+    if not (math.isfinite(args.memory_fraction) and 0 < args.memory_fraction <= 1):
+        raise InputError("memory-fraction", args.memory_fraction, "a fraction in (0, 1]")
+    if args.efficiency is not None and not (math.isfinite(args.efficiency) and 0 < args.efficiency <= 1):
+        raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
+    for flag in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size"):
+        value = getattr(args, flag)
+        if value is not None:
+            _check_int(flag.replace("_", "-"), value, 1)
+    for flag in ("tp", "pp", "nics_per_node"):
+        if getattr(args, flag) is not None:
+            _check_int(flag.replace("_", "-"), getattr(args, flag), 1)
+    if args.model != "gpt":  # the transformer planner's options: accepted and ignored otherwise
+        for flag in ("tp", "pp", "nics_per_node"):
+            if getattr(args, flag) is not None:
+                raise InputError(flag.replace("_", "-"), getattr(args, flag), "--model gpt (the transformer planner's "
+                                 "option; the operator-graph planner searches every split itself)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,15 +106,20 @@ def run(args: argparse.Namespace) -> int:
     if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
                          + f", or your model as {FACTORY_FORM}")
-    _check_int("batch-size", args.batch_size, 1)
+    if args.batch_size is not None:
+        _check_int("batch-size", args.batch_size, 1)
+        MAX_GLOBAL_BATCH.check("batch-size", args.batch_size)
     _check_int("top", args.top, 1)
     _check_int("samples", args.samples, 1)
     _check_int("simulate-top", args.simulate_top, 0)
     if args.search not in ("exhaustive", "random"):
         raise InputError("search", args.search, "exhaustive or random")
+    _check_shared(args)
     cluster = load_plan_cluster(args.cluster)
     if args.profile:
         cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
+    if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
+        args.batch_size = GPT_SEQUENCES if args.model == "gpt" else SAMPLES_PER_DEVICE * cluster.world_size
     options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
                if getattr(args, k) is not None}
     if args.model == "gpt":
@@ -93,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.planner.search import search
     from flexcomm.planner.units import build_units
 
+    output_folder(args.out)  # after the checks (a refused plan creates nothing), before the graph is traced
     if args.op_times:
         measured_batch, measured, peak = load_op_times(args.op_times)
         graph = build_graph(args.model, batch_size=measured_batch, **options)

@@ -38,19 +38,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
     from flexcomm.costmodel.errors import InputError
-    from flexcomm.experiments.commands.common import single_threaded_torch
-    from flexcomm.experiments.reproductions import resolve, run_reproductions
-    from flexcomm.experiments.reproductions.base import Settings
+    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
+    from flexcomm.experiments.commands.common import output_folder, single_threaded_torch
+    from flexcomm.experiments.options import check_reproduction_ids
 
+    # every option before the studies load (they import torch): a refusal costs the CLI's start-up only
     if args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
     if args.jobs < 1:
         raise InputError("jobs", args.jobs, "a number of processes >= 1")
-    resolve(args.ids)  # bad IDs fail before anything runs
-    single_threaded_torch()
+    MAX_LOCAL_PROCESSES.check("jobs", args.jobs)
+    check_reproduction_ids(args.ids)
+    output_folder(args.out)
     from pathlib import Path
 
-    from flexcomm.experiments.reproductions.base import RUNS_DIR
+    from flexcomm.experiments.reproductions import resolve, run_reproductions
+    from flexcomm.experiments.reproductions.base import RUNS_DIR, Settings
+
+    resolve(args.ids)
+    single_threaded_torch()
 
     settings = Settings(seed=args.seed, full=args.full, progress=not args.no_progress, jobs=args.jobs,
                         runs_dir=Path(args.out) / RUNS_DIR, reuse_runs=not args.fresh)

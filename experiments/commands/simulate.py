@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workload is then gpt-1.7b, gpt-3.6b, gpt-7.5b, gpt-18.4b, gpt-145.6b or gpt-529.6b (Megatron-LM's)")
     recovery.add_argument("--recovery", help="restart, shrink, replan, replan+grow, a comma list, or all")
     recovery.add_argument("--horizon", default="7d", help="simulated wall time (default 7d)")
-    recovery.add_argument("--mtbf", help="mean time between failures of one node, e.g. 2d (required)")
+    recovery.add_argument("--mtbf", help="mean time between failures of one node, e.g. 2d "
+                          "(default 264d: Llama 3's fleet, 419 interruptions in 54 days on 2,048 8-GPU nodes)")
     recovery.add_argument("--rack-mtbf", help="also fail whole racks of --rack-nodes nodes with this MTBF")
     recovery.add_argument("--rack-nodes", type=int, default=8, help="nodes per rack (default 8)")
     recovery.add_argument("--checkpoint-interval", default="1h",

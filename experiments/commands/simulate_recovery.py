@@ -49,11 +49,12 @@ def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
 
 def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: float, nodes: int,
             interval: float | None = None, mtbf_s: float | None = None) -> Any:
-    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s
+    from flexcomm.sim.recovery import FLEET_NODE_MTBF_S, RecoveryConfig, checkpoint_interval_s, planning_charge_s
 
-    if args.mtbf is None and mtbf_s is None:
-        raise InputError("mtbf", "(missing)", "a node MTBF such as 2d with --recovery")
-    mtbf = mtbf_s if mtbf_s is not None else parse_time(args.mtbf, "mtbf")
+    if mtbf_s is not None:
+        mtbf = mtbf_s
+    else:
+        mtbf = FLEET_NODE_MTBF_S if args.mtbf is None else parse_time(args.mtbf, "mtbf")
     storage = (parse_bandwidth(args.storage_bandwidth, "storage-bandwidth") if args.storage_bandwidth
                else cluster.storage_bandwidth_Bps or RecoveryConfig.storage_Bps)
     if interval is None:
@@ -77,18 +78,22 @@ def run_recovery(args: argparse.Namespace) -> int:
         return _study(args, row, cluster, batch)
     policies = _policies(args.recovery)
     configs = [_config(args, p, cluster, row.model.parameters, nodes) for p in policies]  # all checked first
+    from flexcomm.sim.recovery import check_run_size
+
+    check_run_size(nodes, configs[0])  # the horizon: before the planner searches (one config says it for all)
     import pandas as pd
 
     from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
-    from flexcomm.sim.recovery import simulate_recovery
+    from flexcomm.sim.recovery import FLEET_NODE_MTBF_SOURCE, simulate_recovery
 
     planner = TransformerRecoveryPlanner(row.model, cluster, batch, precision=training_precision(cluster))
     results = [simulate_recovery(planner, nodes, cluster.devices_per_node, row.model.parameters, c,
                                  nic_Bps_per_node(cluster)) for c in configs]
     c0 = configs[0]
+    source = f" ({FLEET_NODE_MTBF_SOURCE})" if args.mtbf is None else ""
     print(f"{args.workload} ({row.model.parameters / 1e9:.1f}B parameters) on {nodes} nodes of {cluster.name} "
           f"({nodes * cluster.devices_per_node} GPUs), batch {batch}; {duration(c0.horizon_s)} simulated, node "
-          f"MTBF {duration(c0.mtbf_s)}, repair {duration(c0.repair_s)}, detection {duration(c0.detection_s)}, "
+          f"MTBF {duration(c0.mtbf_s)}{source}, repair {duration(c0.repair_s)}, detection {duration(c0.detection_s)}, "
           f"checkpoint every {duration(c0.checkpoint_every_s)}, seed {c0.seed}")
     print(f"failure-free plan: {results[0].timeline[0]['plan']}, {results[0].ideal_samples_per_s:.2f} samples/s")
     if cluster.node_devices:

@@ -7,7 +7,7 @@ import time
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
-from flexcomm.experiments.commands.common import print_written
+from flexcomm.experiments.commands.common import output_folder, print_written
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,31 +62,59 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _checkpointed(args: argparse.Namespace) -> bool:
+    return args.checkpoint_every is not None or args.resume or bool(args.elastic) or args.fail is not None
+
+
+def _check_checkpointed(args: argparse.Namespace) -> tuple[int | None, int | None, int]:
+    """The options of a checkpointed run, all checked without torch: (MIN, MAX) of --elastic and the ranks."""
+    from flexcomm.real_backend.elastic import parse_elastic
+    from flexcomm.real_backend.elastic_train import UNCHECKPOINTED, parse_fail
+
+    if args.testbed:
+        raise InputError("testbed", args.testbed, "no --testbed with --checkpoint-every/--resume/--elastic")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise InputError("checkpoint-every", args.checkpoint_every, "an integer >= 1 (steps between checkpoints)")
+    low, high = parse_elastic(args.elastic) if args.elastic else (None, None)
+    if args.nproc is not None and high is not None and args.nproc != high:
+        raise InputError("elastic", args.elastic, f"MIN:MAX with MAX = --nproc ({args.nproc})")
+    nproc = high if high is not None else (args.nproc or 2)
+    fail = parse_fail(args.fail)
+    if fail is not None and not fail[0] < nproc:
+        raise InputError("fail", args.fail, f"a rank 0..{nproc - 1} of the first round's {nproc} ranks "
+                         "(a rank that does not exist would never fail)")
+    if fail is not None and not fail[1] < args.steps:
+        raise InputError("fail", args.fail, f"a step 0..{args.steps - 1} of the {args.steps} --steps (a later "
+                         "step is never reached)")
+    strategy = _strategies(args)[0]
+    if strategy.strategy in UNCHECKPOINTED:
+        raise InputError("strategy", strategy.strategy, "dense or a hook strategy other than "
+                         + " and ".join(UNCHECKPOINTED) + " with checkpoints (their controller / PowerSGD state "
+                         "is not saved)")
+    return low, high, nproc
+
+
+def _strategies(args: argparse.Namespace) -> list:  # -> list[StrategySpec]
+    """``--strategy`` parsed (names, @ratios); a checkpointed run takes one strategy, said before any ratio."""
+    from flexcomm.real_backend.ddp_train import parse_strategies
+
+    if _checkpointed(args) and len([item for item in args.strategy.split(",") if item.strip()]) > 1:
+        raise InputError("strategy", args.strategy, "one strategy with --checkpoint-every/--resume/--elastic/--fail")
+    return parse_strategies(args.strategy, args.ratio)
+
+
 def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     """train-ddp with --checkpoint-every / --resume / --elastic: the elastic worker under the (elastic) launcher."""
     import sys
     from pathlib import Path
 
-    from flexcomm.real_backend.ddp_train import parse_strategies
-    from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
-    from flexcomm.real_backend.elastic_train import check_strategy, parse_fail
+    from flexcomm.real_backend.elastic import launch_elastic
     from flexcomm.real_backend.launch import launch, sigterm_as_exit
 
-    specs = parse_strategies(args.strategy, args.ratio)
-    if len(specs) != 1:
-        raise InputError("strategy", args.strategy, "one strategy with --checkpoint-every/--resume/--elastic")
-    strategy = specs[0]
-    check_strategy(strategy.strategy, strategy.ratio)
-    if args.testbed:
-        raise InputError("testbed", args.testbed, "no --testbed with --checkpoint-every/--resume/--elastic")
+    low, high, nproc = _check_checkpointed(args)
+    strategy = _strategies(args)[0]
     every = args.checkpoint_every if args.checkpoint_every is not None else 10
-    if every < 1:
-        raise InputError("checkpoint-every", every, "an integer >= 1 (steps between checkpoints)")
-    parse_fail(args.fail)
-    low, high = parse_elastic(args.elastic) if args.elastic else (None, None)
-    nproc = high if high is not None else (args.nproc or 2)
-    if args.nproc is not None and high is not None and args.nproc != high:
-        raise InputError("elastic", args.elastic, f"MIN:MAX with MAX = --nproc ({args.nproc})")
+    output_folder(args.out)
     command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", "--workload", args.workload, "--steps",
                str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed),
                "--strategy", strategy.strategy]
@@ -113,16 +141,24 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, parse_strategies, run_training
+    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES, MAX_TRAINING_STEPS
+    from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, run_training
     from flexcomm.real_backend.launch import sigterm_as_exit
+    from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
-    specs = parse_strategies(args.strategy, args.ratio)
+    # every option is checked here, before torch loads (the ranks import it; this process need not)
+    specs = _strategies(args)
+    if canonical_workload(args.workload) not in WORKLOADS:
+        raise InputError("workload", args.workload, "one of " + ", ".join(WORKLOADS))
     parse_hidden(args.hidden)
     check_training_options(args.batch_size, args.lr)
     if args.nproc is not None and args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")
+    if args.nproc is not None:
+        MAX_LOCAL_PROCESSES.check("nproc", args.nproc)
     if args.steps < 1:
         raise InputError("steps", args.steps, "an integer >= 1")
+    MAX_TRAINING_STEPS.check("steps", args.steps)
     if args.powersgd_rank < 1:
         raise InputError("powersgd-rank", args.powersgd_rank, "an integer >= 1")
     if args.compute_steps < 1:
@@ -139,13 +175,14 @@ def run(args: argparse.Namespace) -> int:
         from flexcomm.costmodel.calibration import CalibrationProfile
 
         CalibrationProfile.load(args.profile)  # a bad profile is a one-line error here, not in every rank
-    if args.checkpoint_every is not None or args.resume or args.elastic or args.fail:
+    if _checkpointed(args):
         return _run_checkpointed(args, timeout)
     testbed = None
     if args.testbed:
         from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
+    output_folder(args.out)
     with sigterm_as_exit():
         result = run_training(args.nproc, args.workload, specs, args.steps, args.out, ratio=args.ratio, testbed=testbed,
                               timeout_s=timeout, log_dir=args.log_dir, hidden=args.hidden,

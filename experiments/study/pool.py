@@ -10,25 +10,17 @@ gave, without torch's threads of the parent), each asks the kernel to SIGKILL it
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, suppress
 
-from flexcomm.real_backend.launch import die_with_parent
-
-
-def _worker_start() -> None:
-    die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+from flexcomm.costmodel.processes import tied_pool
 
 
 @contextmanager
 def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """``workers`` spawned processes; on an exception (Ctrl-C included) they are terminated, not awaited."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start)
+    pool = tied_pool(workers)
     try:
         yield pool
     except BaseException:

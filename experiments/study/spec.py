@@ -55,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_RECOVERY_FAILURES, MAX_STUDY_POINTS
 from flexcomm.costmodel.units import format_duration, parse_bandwidth, parse_time
 from flexcomm.sim.recovery import CAUSES, POLICIES, RecoveryConfig
 
@@ -575,8 +576,39 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
         seed=raw.seed, repeats=raw.repeats, metrics=metrics, target_accuracy=float(raw.target_accuracy),
         winner_metric=winner, description=raw.description, source=source,
     )
+    _check_point_count(spec)
     spec.points = expand(spec)
+    if engine == "recovery":
+        _check_horizons(spec)
     return spec
+
+
+def point_count(spec: StudySpec) -> int:
+    """How many points :func:`expand` makes, counted without making them: a ratio-free strategy runs once
+    per setting of the other axes."""
+    grids = [len(v) for a, v in spec.axes.items() if a != "workload"]
+    per_workload = math.prod(grids)
+    ratio_free = sum(1 for s in spec.strategies if s in RATIO_FREE) if spec.engine != "recovery" else 0
+    once = per_workload // len(spec.axes["ratio"]) if "ratio" in spec.axes else per_workload
+    return len(spec.workloads) * spec.repeats * (per_workload * (len(spec.strategies) - ratio_free) + once * ratio_free)
+
+
+def _check_point_count(spec: StudySpec) -> None:
+    """Refuse a study larger than :data:`MAX_STUDY_POINTS` before expanding it (a 7 KB file made 2e7 points,
+    and expanding them alone hashed for minutes)."""
+    sizes = [f"{len(v)} {a}" for a, v in spec.axes.items() if a != "workload"]
+    got = " x ".join([f"{len(spec.workloads)} workloads", f"{spec.repeats} repeats", *sizes,
+                      f"{len(spec.strategies)} strategies"])
+    MAX_STUDY_POINTS.check("sweep", point_count(spec), got)
+
+
+def _check_horizons(spec: StudySpec) -> None:
+    """Each recovery point's failures within its horizon (nodes x horizon / (MTBF + repair)), within
+    :data:`MAX_RECOVERY_FAILURES`, before any point is planned: ``horizon: [1e9d]`` never ended."""
+    for point in spec.points:
+        p = point.params
+        failures = p["nodes"] * p["horizon_s"] / (p["mtbf_s"] + p["repair_s"])
+        MAX_RECOVERY_FAILURES.check("sweep.horizon", failures, format_duration(p["horizon_s"]))
 
 
 def shipped_studies() -> dict[str, Path]:

@@ -29,6 +29,10 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     if shape["seq_len"] < 1:
         raise InputError("seq-len", shape["seq_len"], "a sequence length >= 1 (tokens)")
     model = Transformer(**shape)
+    if args.precision is None:  # what the pool can run: a V100 has no bf16, so a mixed pool trains in fp16
+        from flexcomm.planner.llm.recovery import training_precision
+
+        args.precision = training_precision(cluster.cluster)
     if args.precision not in PRECISIONS:
         raise InputError("precision", args.precision, "one of " + ", ".join(PRECISIONS))
     slowest = min(cluster.devices, key=lambda d: d.peak_flops)

@@ -1,0 +1,80 @@
+"""Error-feedback memory that follows the parameters when DDP lays its buckets out again.
+
+Why: a bucket's residual is a flat tensor in the order of the bucket's parameters, keyed by the bucket's
+index. DDP lays the first iteration's buckets out in declaration order and rebuilds them after it in the order
+gradients became ready (the reverse, for an MLP): iteration 2 then added iteration 1's residual of the first
+layer's weights to the last layer's gradients. A resumed run meets the same change the other way round (its
+first iteration is in declaration order again, its checkpointed memory in the rebuilt order), so it was not
+the uninterrupted run. Here each bucket's layout, (parameter index, elements) in bucket order, is kept beside
+its memory; when a bucket's layout changes, every residual is cut into its parameters' pieces and each bucket
+takes its own pieces back, in its new order, the next time it is exchanged. This runs where the residuals
+are used (the communication thread), so no exchange in flight sees a half-moved memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any
+
+import torch
+
+#: a bucket's parameters in its order: (index of the parameter in the model, number of elements)
+Layout = tuple[tuple[int, int], ...]
+
+__all__ = ["BucketLayouts", "Layout"]
+
+
+class BucketLayouts:
+    """Each bucket's layout, and the residual pieces waiting for the bucket that now holds their parameter."""
+
+    def __init__(self, parameters: Iterable[torch.nn.Parameter] = ()) -> None:
+        self._index = {id(p): i for i, p in enumerate(parameters)}
+        self.layouts: dict[int, Layout] = {}
+        self._pieces: dict[tuple[int, int], torch.Tensor] = {}  # (parameter, owner rank) -> its residual
+
+    def layout_of(self, parameters: Iterable[torch.Tensor]) -> Layout:
+        """The layout of a bucket holding ``parameters`` (``GradBucket.parameters()``), in that order."""
+        return tuple((self._index.get(id(p), -1), p.numel()) for p in parameters)
+
+    def align(self, residuals: MutableMapping[tuple[int, int], torch.Tensor], key: int, layout: Layout) -> None:
+        """Make ``residuals`` of bucket ``key`` (every owner's) follow ``layout`` before it is exchanged."""
+        if self.layouts.get(key) == layout:
+            return
+        if key in self.layouts:  # DDP rebuilt its buckets (or the memory came from another layout): cut it up
+            self._cut(residuals)
+        if self._pieces:
+            self._assemble(residuals, key, layout)
+        self.layouts[key] = layout
+
+    def _cut(self, residuals: MutableMapping[tuple[int, int], torch.Tensor]) -> None:
+        for (key, owner) in [k for k in residuals if k[0] in self.layouts]:
+            flat = residuals.pop((key, owner))
+            offset = 0
+            for parameter, numel in self.layouts[key]:
+                self._pieces[(parameter, owner)] = flat[offset:offset + numel]
+                offset += numel
+        self.layouts.clear()
+
+    def _assemble(self, residuals: MutableMapping[tuple[int, int], torch.Tensor], key: int, layout: Layout) -> None:
+        owners = {owner for (_, owner) in self._pieces}
+        wanted = {parameter for parameter, _ in layout}
+        for owner in sorted(owners):
+            if not any((parameter, owner) in self._pieces for parameter in wanted):
+                continue
+            sample = next(iter(self._pieces.values()))
+            flat = torch.zeros(sum(n for _, n in layout), dtype=sample.dtype, device=sample.device)
+            offset = 0
+            for parameter, numel in layout:
+                piece = self._pieces.pop((parameter, owner), None)
+                if piece is not None and piece.numel() == numel:
+                    flat[offset:offset + numel] = piece
+                offset += numel
+            residuals[(key, owner)] = flat
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps beside the residuals: the layout each was written in."""
+        return {str(key): [list(pair) for pair in layout] for key, layout in self.layouts.items()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.layouts = {int(key): tuple((int(p), int(n)) for p, n in layout) for key, layout in state.items()}
+        self._pieces.clear()

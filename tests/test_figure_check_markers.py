@@ -1,0 +1,48 @@
+"""The figure checks added for figure defects 16 and 28: a legend key's marker must be one the drawing uses,
+and an axis' tick labels must not mix "1e+03" with plain decimals."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedFormatter, FixedLocator  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from figure_check import figure_problems, legend_marker_problems, tick_notation_problems  # noqa: E402
+
+
+def test_a_lone_scientific_label_among_plain_ones_is_found() -> None:
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [200, 500, 1000])
+    ax.yaxis.set_major_locator(FixedLocator([200, 500, 1000]))
+    ax.yaxis.set_major_formatter(FixedFormatter(["200", "500", "1e+03"]))
+    fig.canvas.draw()
+    assert tick_notation_problems(ax, "a") == ["'a': the y axis mixes '1e+03' with plain numbers ('200')"]
+    ax.yaxis.set_major_formatter(FixedFormatter(["200", "500", "1000"]))
+    fig.canvas.draw()
+    assert tick_notation_problems(ax, "a") == []
+    plt.close(fig)
+
+
+def test_a_legend_key_with_a_marker_the_drawing_does_not_use_is_found() -> None:
+    fig, ax = plt.subplots()
+    ax.scatter([1, 2], [1, 2], marker="^", label="AR-compatible Top-k")
+    ax.scatter([1, 2], [2, 1], marker="o", label="Allgather")
+    ax.legend()
+    fig.canvas.draw()
+    assert legend_marker_problems(fig, ax, "a") == []
+    ax.legend(handles=[Line2D([], [], marker="s", ls="none", label="dense")])  # squares: none drawn
+    assert legend_marker_problems(fig, ax, "a") == [
+        "'a': legend key 'dense' shows a marker drawn nowhere in the figure"]
+    legend = ax.legend()
+    legend.legend_handles[0].set_paths(ax.collections[1].get_paths())  # the triangles' key drawn as a circle
+    assert legend_marker_problems(fig, ax, "a") == [
+        "'a': legend key 'AR-compatible Top-k' shows another marker than the series it names"]
+    assert any("shows another marker" in p for p in figure_problems(fig))
+    plt.close(fig)

@@ -1,0 +1,107 @@
+"""Every engine one call away in Python, meaning what its CLI command means (issue 31, item 1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flexcomm
+from flexcomm.experiments.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "validation" / "nccl-tests"
+RUN = "a100-40g-1n8g-allreduce-testfixture"
+
+
+def test_plan_is_the_command_its_table_and_figure_in_one_object(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    result = flexcomm.plan("resnet18", "4x8-a100-ib", batch_size=256, out=tmp_path / "api", no_progress=True)
+    assert main(["plan", "--model", "resnet18", "--cluster", "4x8-a100-ib", "--batch-size", "256",
+                 "--out", str(tmp_path / "cli"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    # the same run: the first three lines (model, plans priced, best plan) agree but for the pricing rate
+    assert result.report.splitlines()[0] == printed.splitlines()[0]
+    assert result.report.splitlines()[2] == printed.splitlines()[2]
+    cli_table = pd.read_csv(tmp_path / "cli" / "plans.csv")
+    pd.testing.assert_frame_equal(result.frame.drop(columns="pricing_s", errors="ignore"),
+                                  cli_table.drop(columns="pricing_s", errors="ignore"))
+    assert result.figures["plans"] == tmp_path / "api" / "plans.png" and result.figures["plans"].is_file()
+    assert result.summaries["best_plan"]["best"]["plan"] == result.frame["plan"].iloc[0]
+    assert "plan" in repr(result) and "plans" in repr(result)
+
+
+def test_place_scenario_and_recovery_return_their_main_tables(tmp_path: Path) -> None:
+    placed = flexcomm.place("inception", "4x8-a100-ib", method="dp-chain", devices=4, out=tmp_path / "place",
+                            no_progress=True)
+    assert {"single", "critical-path", "partition", "dp-chain"} <= set(placed.frame["method"])
+    assert set(placed.tables) >= {"comparison", "placement", "curves"} and "timeline" in placed.figures
+
+    jobs = flexcomm.scenario(ROOT / "experiments/studies/scenario-two-jobs.yaml", out=tmp_path / "scenario")
+    assert jobs.command == "scenario" and (jobs.frame["slowdown"] >= 1.0).all()
+    assert "link_utilization" in jobs.figures
+
+    lost = flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", mtbf="1d", horizon="2d", out=tmp_path / "recovery")
+    assert list(lost.frame["policy"]) == ["restart", "shrink", "replan", "replan+grow"]
+    assert "goodput" in lost.figures and lost.frame["failures"].min() > 0
+
+
+def test_recovery_defaults_to_a_published_fleet_failure_rate(tmp_path: Path) -> None:
+    from flexcomm.sim.recovery import FLEET_NODE_MTBF_S
+
+    # Llama 3's snapshot: one unexpected interruption every ~3.1 h across 2,048 nodes
+    assert FLEET_NODE_MTBF_S / 2048 / 3600 == pytest.approx(54 * 24 / 419)
+    lost = flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", horizon="2d", out=tmp_path)
+    assert "node MTBF 264 d (Llama 3's fleet" in lost.report
+
+
+def test_nccl_tests_validation_and_calibration_read_a_pasted_log(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    log, cluster = CORPUS / f"{RUN}.txt", CORPUS / "clusters" / f"{RUN}.yaml"
+    result = flexcomm.validate_nccl_tests(log, cluster, out=tmp_path)
+    assert main(["validate", "--nccl-tests", str(log), "--cluster", str(cluster), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert result.frame["predicted_s"].tolist() == [row["predicted_s"] for row in printed["rows"]]
+    assert result.figures[RUN].is_file()
+
+    profile = flexcomm.calibrate(log)
+    assert main(["calibrate", str(log), "-o", str(tmp_path / "profile.json")]) == 0
+    saved = json.loads((tmp_path / "profile.json").read_text())
+    fitted = profile.fits[0].to_dict()
+    assert saved["fits"][0]["alpha_s"] == fitted["alpha_s"] and saved["fits"][0]["beta_s_per_byte"] == \
+        fitted["beta_s_per_byte"]
+
+
+def test_validate_published_reads_any_folder_laid_out_like_the_corpus(tmp_path: Path) -> None:
+    folder = tmp_path / "corpus"
+    (folder / "clusters").mkdir(parents=True)
+    shutil.copy(CORPUS / f"{RUN}.txt", folder)
+    shutil.copy(CORPUS / "clusters" / f"{RUN}.yaml", folder / "clusters")
+    result = flexcomm.validate_published(folder, out=tmp_path / "out", no_progress=True)
+    assert set(result.frame["run"]) == {RUN} and RUN in result.figures
+
+
+def test_keywords_are_the_commands_flags_and_wrong_ones_are_named(tmp_path: Path) -> None:
+    with pytest.raises(flexcomm.InputError, match="batch_sise.*an option of `flexcomm plan`"):
+        flexcomm.plan("resnet18", batch_sise=64)
+    with pytest.raises(flexcomm.InputError, match="no_progress.*True or False"):
+        flexcomm.plan("resnet18", no_progress="yes")
+    with pytest.raises(flexcomm.InputError, match="top.*not a boolean"):
+        flexcomm.plan("resnet18", top=True)
+    with pytest.raises(flexcomm.InputError, match="batch-size: got 'x'"):
+        flexcomm.plan("resnet18", batch_size="x")  # argparse's complaint, as the command line says it
+    with pytest.raises(flexcomm.InputError, match="model"):
+        flexcomm.plan("resnet-eighteen", out=tmp_path)
+
+
+def test_a_scalar_question_gets_plain_floats() -> None:
+    model = flexcomm.CostModel.from_cluster(flexcomm.load_cluster("4x8-a100-ib"))
+    assert type(model.collective("allreduce", "hierarchical", "256MiB", 32).total) is float
+    assert type(flexcomm.predict("allreduce", "ring", 2**20, 8, latency="10us", bandwidth="10Gbit/s").latency) \
+        is float
+    many = flexcomm.predict("allreduce", "ring", [2**20, 2**26], 8, latency="10us", bandwidth="10Gbit/s").total
+    assert isinstance(many, np.ndarray) and many.shape == (2,)
