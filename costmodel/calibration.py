@@ -336,6 +336,7 @@ def fit(
 
 _FIT_STRINGS = ("collective", "algorithm", "link_class")
 _FIT_NUMBERS = ("alpha_s", "beta_s_per_byte", "r2", "median_abs_rel_error", "max_abs_rel_error")
+_FIT_QUALITY = ("r2", "median_abs_rel_error", "max_abs_rel_error")  #: how well the fit went: null = not recorded
 
 
 def _json_number(value: float) -> float | None:
@@ -357,7 +358,7 @@ def _parse_fit(entry: object, where: str) -> FitResult:
         raise InputError(f"{where}.algorithm", "/".join(key), "a single-link (collective, algorithm) pair")
     for name in _FIT_NUMBERS:
         got = entry.get(name)
-        if name == "r2" and got is None:
+        if name in _FIT_QUALITY and got is None:  # not recorded (a degenerate fit's R^2, a reconstructed fit)
             values[name] = math.nan
             continue
         ok = isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got)

@@ -7,7 +7,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -24,6 +24,7 @@
 # interrupted study resumes where it stopped.
 
 # %%
+import os
 import tempfile
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from flexcomm.experiments.cli import main as flexcomm
 from flexcomm.experiments.reproductions.crossover import SCHEME_COLOURS, VARIANTS, paper_threshold, price
 
 plt.rcParams.update({"figure.dpi": 72})  # inline figures small enough to commit with the notebook
-work = Path(tempfile.mkdtemp(prefix="flexcomm-nb1-"))
+os.chdir(tempfile.mkdtemp(prefix="flexcomm-nb1-"))  # a scratch folder: outputs below are relative to it
 
 # %% [markdown]
 # ## One configuration: ResNet-50's gradient on the cluster's own links
@@ -60,8 +61,8 @@ for scheme in ("dense", "topk-ag", "topk-ar"):
 
 # %%
 print((Path(experiments.__file__).parent / "studies" / "whatif-small.yaml").read_text())
-assert flexcomm(["study", "whatif-small", "--out", str(work / "study"), "--workers", "0", "--no-progress"]) == 0
-results = pd.read_parquet(work / "study" / "results.parquet")
+assert flexcomm(["study", "whatif-small", "--out", "study", "--workers", "0", "--no-progress"]) == 0
+results = pd.read_parquet("study/results.parquet")
 results.head()
 
 # %% [markdown]

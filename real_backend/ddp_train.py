@@ -123,6 +123,37 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
     return flat_hosts(ranks, latency_s, bandwidth_Bps, MEASURED_HOST_DEVICE, name)
 
 
+RUN_PROFILE = "profile.json"  #: the calibration profile a run's hooks priced with, kept beside its run.json
+
+
+def keep_profile_beside(out: Path, profile: str | Path | None) -> str | None:
+    """Copy ``profile`` into the run folder and return its name there, for ``run.json``: a committed run is a
+    document other people replay, so it must hold what its replay reads (an absolute path of the machine it
+    was made on works only there)."""
+    if not profile:
+        return None
+    target = out / RUN_PROFILE
+    if Path(profile).resolve() != target.resolve():
+        from flexcomm.costmodel.atomic import write_text_atomic
+
+        write_text_atomic(target, Path(profile).read_text(encoding="utf-8"))
+    return RUN_PROFILE
+
+
+def run_profile_path(folder: Path, named: str | None) -> Path | None:
+    """The profile a ``run.json`` in ``folder`` names: relative to the folder; an absolute path (runs written
+    before the profile was kept beside them) must still exist, else one line says which file to put where."""
+    if not named:
+        return None
+    path = Path(named)
+    if not path.is_absolute():
+        return folder / path
+    if not path.exists():
+        raise InputError("profile", named, f"the calibration profile this run was made with: copy that file to "
+                         f"{folder / RUN_PROFILE} and set \"profile\": \"{RUN_PROFILE}\" in {folder / 'run.json'}")
+    return path
+
+
 def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,
                      profile: str | Path | None = None) -> Any:
     """The cost model of the log: the link as a cluster, calibrated by ``profile`` where it has fits."""
@@ -514,7 +545,8 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 "workload": workload.name, "hidden": parse_hidden(args.hidden), "ranks": info.world_size,
                 "backend": info.backend, "device": str(info.device), "steps": args.steps,
                 "compute_only_s": compute_s, "latency_s": args.latency, "bandwidth_Bps": args.bandwidth,
-                "profile": args.profile, "strategies": [s.label for s in specs], "moo_reeval": args.moo_reeval,
+                "profile": keep_profile_beside(out, args.profile), "strategies": [s.label for s in specs],
+                "moo_reeval": args.moo_reeval,
                 "duration_s": args.duration, "trace_testbed": args.trace_testbed,
             })
     except InputError:

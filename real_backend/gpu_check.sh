@@ -2,7 +2,7 @@
 # GPU check of the real backend, in under 5 minutes, everything written to one folder.
 #
 #   real_backend/gpu_check.sh [OUT_DIR]              (default: $OUT if set, else results/gpu_check)
-#   KIT=/tmp/flexcomm-kit real_backend/gpu_check.sh  (flexcomm and what the device image lacks, installed from
+#   KIT=$PWD/gpu-kit/site real_backend/gpu_check.sh  (flexcomm and what the device image lacks, installed from
 #                                                     the GPU kit: see gpu-kit/INSTALL.txt, `make gpu-kit`)
 #   real_backend/gpu_check.sh --rehearse [OUT_DIR]   (here, on the CPU: every step with gloo and CPU tensors,
 #                                                     in a fresh venv holding torch from this disk, the image's

@@ -23,9 +23,9 @@ GEMM_MEDIAN_TARGET, GEMM_WORST_TARGET = 0.10, 0.25
 
 def corpus_folder() -> Path:
     """The corpus shipped beside the package (as ``validation/nccl-tests`` is)."""
-    import flexcomm
+    from flexcomm.validation import data_path
 
-    return Path(flexcomm.__file__).resolve().parent.parent / "validation" / "gpu-compute"
+    return data_path("gpu-compute")
 
 
 def read_corpus(folder: str | Path) -> pd.DataFrame:

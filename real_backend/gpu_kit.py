@@ -115,8 +115,8 @@ def build(out: Path, rehearse_python: str | None = None) -> dict[str, object]:
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     (out / "INSTALL.txt").write_text(
         "On the GPU machine, from the checkout (the kit travels as an ignored path: carry gpu-kit):\n"
-        "  python3 -m pip install --no-index --no-deps --target /tmp/flexcomm-kit gpu-kit/wheels/*.whl && "
-        "KIT=/tmp/flexcomm-kit real_backend/gpu_check.sh \"$OUT\"\n", encoding="utf-8")
+        "  python3 -m pip install --no-index --no-deps --target gpu-kit/site gpu-kit/wheels/*.whl && "
+        "KIT=\"$PWD/gpu-kit/site\" real_backend/gpu_check.sh \"$OUT\"\n", encoding="utf-8")
     print(f"gpu-kit: {len(files)} wheels, {total / 2**20:.1f} MiB (limit {LIMIT_BYTES / 2**20:.0f} MiB) in {out}/")
     return manifest
 

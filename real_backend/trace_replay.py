@@ -375,6 +375,7 @@ class LoggedRun:
     exchanges: pd.DataFrame
     probes: pd.DataFrame | None
     run: dict[str, Any]
+    folder: Path = Path(".")  #: where ``run.json`` is: a relative ``profile`` is read from here
 
     @classmethod
     def load(cls, folder: str | Path, label: str) -> LoggedRun:
@@ -389,14 +390,14 @@ class LoggedRun:
         probes_path = folder / label / "moo_probes.csv"
         probes = pd.read_csv(probes_path) if probes_path.exists() else None
         return cls(label, summary["strategy"], summary.get("ratio"), int(summary["ranks"]),
-                   float(summary["solo_step_s"]), steps, exchanges, probes, run)
+                   float(summary["solo_step_s"]), steps, exchanges, probes, run, folder)
 
     def prior(self) -> Any:
         """The cost model the run's hooks took their prior from (the same arguments, so the same numbers)."""
-        from flexcomm.real_backend.ddp_train import build_cost_model
+        from flexcomm.real_backend.ddp_train import build_cost_model, run_profile_path
 
         return build_cost_model(self.world, self.run.get("latency_s"), self.run.get("bandwidth_Bps"),
-                                self.run.get("profile"))
+                                run_profile_path(self.folder, self.run.get("profile")))
 
 
 def _records_of(text: str) -> list[tuple[str, str, int, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("costmodel", "sim", "emulation", "compression", "workloads", "real_backend", "planner", "placement",
-            "controller", "experiments")
+            "controller", "experiments", "validation")
 #: Engines: the layers below the experiments and the CLI, which must never import upward into them.
 ENGINES = ("costmodel", "sim", "emulation", "compression", "workloads", "real_backend", "planner", "placement",
            "controller")
@@ -102,3 +103,45 @@ def test_dir_of_the_package_shows_the_api_only() -> None:
     assert {"cost", "simulate", "CostModel", "hooks", "InputError", "__version__"} <= set(names)
     assert not {"TYPE_CHECKING", "annotations", "lazy_getattr", "importlib"} & set(names)
     assert set(names) == set(flexcomm.__all__) | set(flexcomm._SUBMODULES)
+
+
+def test_the_wheel_in_a_fresh_venv_reads_its_shipped_corpora_outside_the_checkout(tmp_path: Path) -> None:
+    """The commands that read shipped data (the nccl-tests corpus, the published training table, Megatron's
+    reference) from a wheel installed into a fresh virtual environment, run from a folder outside the checkout:
+    a data path found through the checkout would fail here (it worked only in an editable install)."""
+    import sysconfig
+    import venv
+
+    wheels, fresh, work = tmp_path / "wheels", tmp_path / "fresh", tmp_path / "work"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
+                    str(wheels), str(REPO)], check=True, capture_output=True)
+    (wheel,) = wheels.glob("flexcomm-*.whl")
+    venv.EnvBuilder(with_pip=False).create(fresh)
+    python = fresh / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True, capture_output=True)
+    # the dependencies (torch, numpy, ...) from this venv, as a plain path: its editable flexcomm finder is a .pth
+    # hook that a path entry does not run, so only the wheel's flexcomm is importable
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def flexcomm(*args: str) -> str:
+        proc = subprocess.run([str(python), "-m", "flexcomm.experiments.cli", *args], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    where = subprocess.run([str(python), "-c", "import flexcomm; print(flexcomm.__file__)"], cwd=work, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(site)), where
+    shipped = len(list((REPO / "validation" / "nccl-tests").glob("*.txt")))
+    first = flexcomm("validate", "--published", "--out", "published", "--no-progress").splitlines()[0]
+    assert first.startswith(f"{shipped} runs, "), first
+    assert (work / "published" / "errors.csv").is_file()
+    training = flexcomm("validate", "--published-training", "--out", "training")
+    assert (work / "training" / "training.csv").is_file() and "met by" in training
+    flexcomm("reproduce", "megatron", "--out", "megatron")
+    assert (work / "megatron" / "megatron.csv").is_file()

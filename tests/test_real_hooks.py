@@ -143,3 +143,21 @@ def test_bad_train_ddp_arguments_are_one_line_errors(tmp_path: Path, capsys: pyt
         assert main(["train-ddp", "--out", str(tmp_path / "x"), *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("flexcomm: error:") and "\n" not in err
+
+
+def test_a_run_keeps_the_profile_it_priced_with_beside_its_run_json(tmp_path: Path) -> None:
+    """Issue 41: ``run.json`` names the profile relative to the run folder, which holds a copy, so the folder
+    replays on any machine (an absolute path of the machine it was made on worked only there)."""
+    from flexcomm.costmodel.calibration import CalibrationProfile, FitResult
+
+    made = tmp_path / "calibration" / "profile-fast.json"
+    made.parent.mkdir()
+    CalibrationProfile([FitResult("allreduce", "ring", "inter", 1e-4, 1e-9, 8, 0.99, 0.01, 0.02)]).save(made)
+    out = tmp_path / "run"
+    code = main(["train-ddp", "--nproc", "2", "--workload", "mlp-digits", "--strategy", "dense", "--steps", "1",
+                 "--compute-steps", "1", "--out", str(out), "--timeout", "120s", "--op-timeout", "60s",
+                 "--profile", str(made), "--log-dir", str(tmp_path / "logs")])
+    assert code == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["profile"] == "profile.json"
+    assert (out / "profile.json").read_text() == made.read_text()

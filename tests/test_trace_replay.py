@@ -138,3 +138,32 @@ def test_a_static_run_is_priced_from_its_log_open_and_closed() -> None:
     assert (closed["scheme_real"] == closed["scheme_sim"]).all()
     with pytest.raises(InputError, match="mode"):
         replay_run(run, timeline, "sideways")
+
+
+def test_a_run_reads_its_profile_beside_its_run_json_and_an_old_absolute_one_names_the_file(tmp_path) -> None:
+    """Issue 41: a committed run holds the profile its hooks priced with (``profile.json`` beside ``run.json``);
+    a run written before that names an absolute path, which works only where it still exists."""
+    import json
+
+    from flexcomm.real_backend.ddp_train import RUN_PROFILE, keep_profile_beside, run_profile_path
+
+    made = tmp_path / "elsewhere" / "profile-fast.json"
+    made.parent.mkdir()
+    _profile(2e-3, 1e-6, ranks=2).save(made)
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    assert keep_profile_beside(run_folder, str(made)) == RUN_PROFILE == "profile.json"
+    assert json.loads((run_folder / RUN_PROFILE).read_text()) == json.loads(made.read_text())
+    assert keep_profile_beside(run_folder, str(run_folder / RUN_PROFILE)) == RUN_PROFILE  # already there: kept
+    assert keep_profile_beside(run_folder, None) is None
+    steps = pd.DataFrame({"step": [0], "trace_s": [0.0], "step_s": [0.1]})
+    run = LoggedRun("flexible", "flexible", 0.01, 2, 0.05, steps, pd.DataFrame(), None,
+                    {"profile": RUN_PROFILE, "bandwidth_Bps": 1e6}, run_folder)
+    made.unlink()  # the machine it was made on is gone: the copy beside the run is what prices it
+    assert run.prior().profile == CalibrationProfile.load(run_folder / RUN_PROFILE)
+    assert run_profile_path(run_folder, None) is None
+    old = str(tmp_path / "work" / "results" / "profile-fast.json")
+    with pytest.raises(InputError) as error:
+        run_profile_path(run_folder, old)
+    line = str(error.value)
+    assert "\n" not in line and old in line and str(run_folder / RUN_PROFILE) in line

@@ -191,9 +191,9 @@ def published_folder(text: str) -> Path:
     """``--published`` without a folder: the corpus shipped beside the package."""
     if text:
         return Path(text)
-    import flexcomm
+    from flexcomm.validation import data_path
 
-    return Path(flexcomm.__file__).resolve().parent.parent / "validation" / "nccl-tests"
+    return data_path("nccl-tests")
 
 
 def run_published(args: argparse.Namespace) -> int:
@@ -218,9 +218,10 @@ def run_published_training(args: argparse.Namespace) -> int:
     from flexcomm.experiments import published_compute as compute_module
     from flexcomm.experiments.published_training import TARGET_SCALING_POINTS, TARGET_THROUGHPUT, validate_training
     from flexcomm.experiments.published_training_report import plot_training, report_lines
+    from flexcomm.validation import data_path
 
-    path = Path(args.published_training) if args.published_training else (
-        published_folder("").parent / "training-throughput" / "training-throughput.md")
+    path = (Path(args.published_training) if args.published_training
+            else data_path("training-throughput", "training-throughput.md"))
     out = Path("results/published-training" if args.out == "results/validate" else args.out)
     frame = validate_training(path)
     lines = report_lines(frame)
