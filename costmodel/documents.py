@@ -48,6 +48,7 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
         if isinstance(node, yaml.SequenceNode):
             total = 1 + sum(size(child) for child in node.value)
         elif isinstance(node, yaml.MappingNode):
+            _refuse_duplicate_keys(node)
             total = 1 + sum(size(k) + size(v) for k, v in node.value)
         else:
             total = 1
@@ -59,6 +60,32 @@ def _expanded_size(root: yaml.Node, limit: int) -> int:
         return total
 
     return size(root)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    """A key written twice in one mapping: YAML loaders keep the last silently, so half of what the user wrote
+    would be ignored without a word (``nodes: 4`` ... ``nodes: 8``)."""
+    seen: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        line = key.start_mark.line + 1
+        if (key.tag, key.value) in seen:
+            first = seen[(key.tag, key.value)]
+            raise _Expansion(f"a mapping without duplicate keys ({key.value!r} at line {first} and line {line})")
+        seen[(key.tag, key.value)] = line
+
+
+def _refuse_duplicate_json_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _Expansion(f"an object without duplicate keys ({key!r} appears twice)")
+        document[key] = value
+    return document
 
 
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -88,7 +115,7 @@ def parse_document(text: str, fmt: Format, source: str, field: str) -> Any:
     MAX_DOCUMENT_BYTES.check(field, len(text.encode("utf-8", errors="replace")))
     try:
         if fmt == "json":
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_refuse_duplicate_json_keys)
         depth = _flow_depth(text)
         if depth > MAX_DOCUMENT_FLOW_DEPTH.value:
             raise _Expansion(f"at most {MAX_DOCUMENT_FLOW_DEPTH.value:,} {MAX_DOCUMENT_FLOW_DEPTH.what}, this nests "

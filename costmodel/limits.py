@@ -79,6 +79,9 @@ MAX_BENCH_BYTES = Limit("FLEXCOMM_MAX_BENCH_BYTES", _physical_memory_bytes() // 
 #: Bytes of a log, CSV, profile or trace read whole (nccl-tests logs, measurement CSVs, network traces,
 #: calibration profiles): real ones are kilobytes to a few megabytes, and parsing 16 MiB takes seconds.
 MAX_FILE_BYTES = Limit("FLEXCOMM_MAX_FILE_BYTES", 16 * 2**20, "bytes")
+#: A training checkpoint read whole before torch unpickles it (model, optimizer, residuals): the workloads
+#: train here are megabytes; a quarter of this machine's memory leaves room for the model it is loaded into.
+MAX_CHECKPOINT_BYTES = Limit("FLEXCOMM_MAX_CHECKPOINT_BYTES", _physical_memory_bytes() // 4, "bytes")
 #: A torch.profiler Chrome trace (after gunzip): tens of MB for a few steps; json.loads takes ~5x its size.
 MAX_PROFILER_TRACE_BYTES = Limit("FLEXCOMM_MAX_PROFILER_TRACE_BYTES", 512 * 2**20, "bytes")
 #: Table rows of one nccl-tests log: a sweep has ~30 sizes (-f 2), a few thousand with a fine -i step; each

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.real_backend.checkpoints import load_state, random_state, restore_random_state
 
 CHECKPOINT = "checkpoint.pt"
 #: The hook strategies whose whole state is the compressor's residuals and step counters.
@@ -86,34 +87,36 @@ def random_state_path(out: Path, rank: int) -> Path:
     return out / f"random-rank{rank}.pt"
 
 
-def _random_state(step: int) -> dict:
-    """What else a step draws from (dropout, augmentation): torch's, numpy's and Python's generators."""
-    import random
-
-    import numpy as np
-    import torch
-
-    return {"step": step, "torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "python": random.getstate()}
-
-
 def _restore_random_state(out: Path, rank: int, step: int) -> bool:
     """This rank's generators as they were at checkpoint ``step``; False when that rank saved none for it."""
-    import random
-
-    import numpy as np
-    import torch
-
     path = random_state_path(out, rank)
     if not path.exists():
         return False
-    state = torch.load(path, weights_only=False)
+    state = load_state(path, what="random-state file")
     if state.get("step") != step:
         return False
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    restore_random_state(state)
     return True
+
+
+def read_checkpoint(path: Path, workload: str, numel: int, steps: int) -> dict:
+    """The model checkpoint a run resumes from, checked before any rank starts: loaded with nothing executed
+    (:func:`load_state`), of this workload and model size, and before the run's last step (a checkpoint at or
+    past it would resume into a run with nothing left to train)."""
+    state = load_state(path)
+    for key in ("model", "optimizer", "step", "workload", "numel"):
+        if key not in state:
+            raise InputError("resume", str(path), f"a flexcomm training checkpoint (it has no {key!r})")
+    if state["workload"] != workload or state["numel"] != numel:
+        raise InputError("resume", str(path), f"a checkpoint of {workload} with {numel} parameters (it holds "
+                         f"{state['workload']!r} with {state['numel']} parameters)")
+    step = state["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InputError("resume", str(path), f"a checkpoint whose step is an integer >= 0 (it holds {step!r})")
+    if step >= steps:
+        raise InputError("resume", str(path), f"a checkpoint before --steps {steps} (it is at step {step}: the "
+                         "run is complete; raise --steps to train on)")
+    return state
 
 
 def check_strategy(strategy: str, ratio: float | None) -> None:
@@ -130,12 +133,10 @@ def check_strategy(strategy: str, ratio: float | None) -> None:
 def _restore_compressor(hook, out: Path, rank: int, step: int) -> bool:  # noqa: ANN001 (a HookState)
     """Load rank ``rank``'s residuals of checkpoint step ``step`` and the bucket layouts they were written in;
     False when there are none to load."""
-    import torch
-
     path = compressor_path(out, rank)
     if not path.exists():
         return False
-    state = torch.load(path, weights_only=False)
+    state = load_state(path, what="residuals file")
     if state.get("step") != step or state.get("compressor") != hook.compressor.name:
         return False  # another step's memory (its rank was lost before writing this one) or another scheme
     hook.compressor.load_state_dict(state, rank)
@@ -167,10 +168,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     start, resumed = 0, False
     checkpoint = out / CHECKPOINT
     if args.resume and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
-        if state.get("workload") != workload.name or state.get("numel") != sum(p.numel() for p in model.parameters()):
-            raise InputError("resume", str(checkpoint), f"a checkpoint of {workload.name} (it holds "
-                             f"{state.get('workload')!r} with {state.get('numel')} parameters)")
+        state = read_checkpoint(checkpoint, workload.name, sum(p.numel() for p in model.parameters()), args.steps)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, resumed = int(state["step"]), True
@@ -222,7 +220,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                            "event": ""})
             if (step + 1) % args.checkpoint_every == 0:
                 # every rank's own state first: a model checkpoint implies its residuals and generators
-                _save(random_state_path(out, rank), _random_state(step + 1))
+                _save(random_state_path(out, rank), random_state(step + 1))
                 if hook is not None:
                     _save(compressor_path(out, rank), {**hook.compressor.state_dict(rank), "step": step + 1,
                                                        "layouts": hook.layouts.state_dict()})

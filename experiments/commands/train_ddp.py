@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
@@ -103,10 +104,23 @@ def _strategies(args: argparse.Namespace) -> list:  # -> list[StrategySpec]
     return parse_strategies(args.strategy, args.ratio)
 
 
+def _check_resume(out: Path, args: argparse.Namespace) -> None:
+    """The checkpoint a resumed run starts from, read here (nothing in it executed) so that a crafted, damaged or
+    foreign checkpoint is one line and exit 2 from this command, not a rank's exit status and a rank log."""
+    from flexcomm.real_backend.elastic_train import CHECKPOINT, read_checkpoint
+    from flexcomm.workloads import get_workload
+
+    checkpoint = out / CHECKPOINT
+    if not checkpoint.exists():
+        return
+    workload = get_workload(args.workload, seed=args.seed)
+    numel = sum(p.numel() for p in workload.build_model(args.seed).parameters())
+    read_checkpoint(checkpoint, workload.name, numel, args.steps)
+
+
 def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     """train-ddp with --checkpoint-every / --resume / --elastic: the elastic worker under the (elastic) launcher."""
     import sys
-    from pathlib import Path
 
     from flexcomm.real_backend.elastic import launch_elastic
     from flexcomm.real_backend.launch import launch, sigterm_as_exit
@@ -115,6 +129,8 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     strategy = _strategies(args)[0]
     every = args.checkpoint_every if args.checkpoint_every is not None else 10
     output_folder(args.out)
+    if args.resume or args.elastic:
+        _check_resume(Path(args.out), args)
     command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", "--workload", args.workload, "--steps",
                str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed),
                "--strategy", strategy.strategy]
