@@ -56,6 +56,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from flexcomm.costmodel.collective_libraries.fabric_calibration import FabricCalibration
 from flexcomm.costmodel.documents import parse_document, read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_NODES, MAX_RANKS
@@ -877,6 +878,9 @@ class Cluster(_Model):
         "storage_bandwidth", "storage_bandwidth_Bps"))
     #: The node as NCCL's topology detection sees it; None: the NCCL-grade model cannot price this cluster.
     gpu_fabric: GpuFabric | None = None
+    #: What this cluster's own nccl-tests runs taught the NCCL model (``calibration: FILE`` from
+    #: ``flexcomm calibrate --cluster``; :mod:`costmodel.collective_libraries.fabric_calibration`).
+    calibration: FabricCalibration | None = None
 
     @field_validator("storage_bandwidth_Bps", mode="before")
     @classmethod
@@ -948,6 +952,21 @@ class Cluster(_Model):
                 raise _SubfieldError(f"overrides.{i}.node", o.node, f"a node index 0..{last}")
             if o.between is not None and max(o.between) > last:
                 raise _SubfieldError(f"overrides.{i}.between", list(o.between), f"two different node indices 0..{last}")
+        return self
+
+    @model_validator(mode="after")
+    def _calibration_made_for_these_nodes(self) -> Cluster:
+        """A calibration prices the nodes it was fitted on: the same device, GPUs and NICs a node, NIC speed,
+        library and transport (the node count may differ). Another cluster's is refused in one line."""
+        if self.calibration is None:
+            return self
+        if self.gpu_fabric is None:
+            raise _SubfieldError("calibration", self.calibration.made_for.cluster, "a cluster with a gpu_fabric "
+                                 "section (a calibration tunes the NCCL model, which needs one)")
+        mismatch = calibration_mismatch(self.calibration.made_for, self)
+        if mismatch:
+            raise _SubfieldError("calibration", self.calibration.made_for.cluster, f"a calibration made for these "
+                                 f"nodes ({mismatch}): calibrate on this cluster's own runs")
         return self
 
     @model_validator(mode="after")
@@ -1310,6 +1329,43 @@ def _deep_merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def calibration_mismatch(made: Any, cluster: Cluster) -> str:
+    """How the nodes a calibration was fitted on (``made``, a :class:`MadeFor`) differ from ``cluster``'s: device,
+    GPUs and NICs a node, NIC speed, library, transport ('' when they are the same; node counts may differ)."""
+    fabric = cluster.gpu_fabric
+    if fabric is None:
+        return "this cluster has no gpu_fabric"
+    here = {"device": cluster.device.name, "devices_per_node": cluster.devices_per_node,
+            "nics_per_node": cluster.nics_per_node or 1, "nic_bandwidth_Bps": cluster.inter_link.bandwidth_Bps,
+            "library": fabric.library, "network": fabric.network}
+    for key, value in here.items():
+        theirs = getattr(made, key)
+        same = (same_device(theirs, value) if key == "device" else
+                math.isclose(theirs, value, rel_tol=1e-6) if isinstance(value, float) else theirs == value)
+        if not same:
+            return f"it was fitted with {key} {theirs!r}; this cluster has {value!r}"
+    return ""
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two names may be one device: the same catalog entry (its aliases: ``NVIDIA H100 80GB HBM3`` and
+    ``H100-SXM``), or a name the catalog does not know (nothing tells them apart). Two different catalog entries
+    are two devices."""
+    from flexcomm.costmodel.devices import lookup
+
+    found_a, found_b = lookup(a), lookup(b)
+    return found_a is None or found_b is None or found_a is found_b
+
+
+def _load_calibration(data: Any, folder: Path) -> Any:
+    """``calibration: FILE`` read from the folder of the document that names it (as ``extends`` paths are)."""
+    if not isinstance(data, dict) or not isinstance(data.get("calibration"), str):
+        return data
+    path = folder / data["calibration"]
+    document = read_document(path, "cluster.calibration", "calibration file")
+    return {**data, "calibration": document}
+
+
 def _resolve_extends(data: Any, folder: Path, depth: int) -> Any:
     """``extends: NAME-or-PATH``: the named cluster's document with this one's keys merged over it.
 
@@ -1317,6 +1373,7 @@ def _resolve_extends(data: Any, folder: Path, depth: int) -> Any:
     count, NICs); writing only those keeps the cited hardware numbers in one file. Mappings merge key by
     key, everything else replaces; a relative path is read from the extending file's folder.
     """
+    data = _load_calibration(data, folder)
     if not isinstance(data, dict) or "extends" not in data:
         return data
     if depth >= _MAX_EXTENDS:

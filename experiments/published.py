@@ -214,7 +214,7 @@ def _write_csv(results: list[RunResult], path: Path) -> None:
     columns = ["run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
                "rel_err", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
                "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "stated_version", "loro_predicted_s",
-               "loro_rel_err"]
+               "loro_rel_err", "baseline_s", "baseline_rel_err"]
     records = [{"run": r.run_id, "hardware_class": r.hardware_class, "collective": r.collective, "ranks": r.ranks,
                 **{k: row.get(k) for k in columns[4:]}} for r in results for row in r.rows]
     write_csv_atomic(pd.DataFrame.from_records(records, columns=columns), path)
@@ -235,9 +235,25 @@ def _large_algorithms(r: RunResult) -> str:
     return ", ".join(seen) or "-"
 
 
+def _baseline_cell(r: RunResult) -> str:
+    model, baseline = r.errors(), r.errors("baseline_rel_err")
+    if not model or not baseline:
+        return "-"
+    text = _pct(baseline, "median")
+    return f"**{text}**" if statistics.median(baseline) <= statistics.median(model) else text
+
+
 def _regime_cell(r: RunResult, low: float, high: float) -> str:
     median, mechanism = r.regime_summary(low, high)
     return "-" if median is None else f"{median:.1%} ({mechanism})"
+
+
+def baseline_counts(results: list[RunResult]) -> tuple[int, int]:
+    """(runs whose median |error| over rows >= 1 MiB is below the datasheet alpha-beta formula's, runs with such
+    rows)."""
+    compared = [r for r in results if r.status == "predicted" and r.errors() and r.errors("baseline_rel_err")]
+    closer = sum(1 for r in compared if statistics.median(r.errors()) < statistics.median(r.errors("baseline_rel_err")))
+    return closer, len(compared)
 
 
 def target_counts(results: list[RunResult]) -> tuple[int, int, int]:
@@ -255,6 +271,7 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
     except ValueError:
         shown = folder
     met, judged, short = target_counts(results)
+    closer, compared = baseline_counts(results)
     lines = [
         "# Published nccl-tests runs predicted from their hardware description",
         "",
@@ -266,9 +283,14 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
         "times. \"loro\" scales by the median measured/predicted ratio of the other runs of the same hardware "
         "class, collective and regime (a calibration kept apart from the run it predicts).",
         "",
+        f"Naive baseline: the plain alpha-beta formula at the cluster's datasheet rates (each GPU's NVLink inside a "
+        f"domain, its share of the node's NICs across domains, nccl-tests' bus bytes, a ring's steps at the link's "
+        f"latency). **The NCCL model is closer than it on {closer} of {compared} runs** (median |error| over rows "
+        f">= 1 MiB); where it is not, the row's `alpha-beta` cell is in bold.",
+        "",
         "| run | class | collective | ranks | library | NCCL would run (>= 1 MiB) | rows >= 1 MiB | median | worst "
-        "| target | < 1 MiB | 1-256 MiB | >= 256 MiB | loro median |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| alpha-beta median | target | < 1 MiB | 1-256 MiB | >= 256 MiB | loro median |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in predicted:
         met_text = {True: "met", False: "missed", None: f"too few rows ({len(r.large)})"}[r.meets_targets]
@@ -282,7 +304,7 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
         lines.append(
             f"| {r.run_id} | {r.hardware_class} | {r.collective} | {r.ranks} | "
             f"{library}{f' {version}' if version else ''} | {_large_algorithms(r)} | {len(r.large)} | "
-            f"{_pct(r.errors(), 'median')} | {_pct(r.errors(), 'worst')} | {met_text} | "
+            f"{_pct(r.errors(), 'median')} | {_pct(r.errors(), 'worst')} | {_baseline_cell(r)} | {met_text} | "
             + " | ".join(_regime_cell(r, low, high) for _, low, high in REGIMES)
             + f" | {_pct(r.errors('loro_rel_err'), 'median')} |")
     undescribed_runs = [r for r in predicted if r.undescribed]

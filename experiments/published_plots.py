@@ -28,11 +28,14 @@ def verdict(result: Any) -> str:
     if not errors:
         return "relative error of the predicted time per size (no rows >= 1 MiB to judge)"
     median, worst = float(np.median(errors)), max(errors)
+    baseline = [abs(r["baseline_s"] / r["measured_s"] - 1.0) for r in result.rows
+                if r["bytes"] >= SUMMARY_MIN_BYTES and r.get("baseline_s")]
+    against = f"; alpha-beta baseline {float(np.median(baseline)):.1%}" if baseline else ""
     met = median <= TARGET_MEDIAN and worst <= TARGET_WORST
     judged = (("targets met" if met else "targets missed") if len(errors) >= MIN_ROWS
               else f"{len(errors)} row{'' if len(errors) == 1 else 's'}: too few to judge")
     return (f"rows >= 1 MiB: median |error| {median:.1%}, worst {worst:.1%} "
-            f"(targets {TARGET_MEDIAN:.0%} / {TARGET_WORST:.0%}: {judged})")
+            f"(targets {TARGET_MEDIAN:.0%} / {TARGET_WORST:.0%}: {judged}){against}")
 
 
 #: Ratios the predicted / measured axis may label: round ones, symmetric about 1 on a log axis.
@@ -82,6 +85,10 @@ def plot_run(result: Any, path: Path) -> Path:
         marker = _MARKERS[i % len(_MARKERS)]
         ax.plot(sizes[mask], predicted[mask], marker, ms=5, ls="none", label=f"predicted: {label}")
         err.plot(sizes[mask], ratio[mask], marker, ms=5, ls="none", color=f"C{i % 10}")
+    if result.rows[0].get("baseline_s"):
+        baseline = sizes / np.array([r["baseline_s"] for r in result.rows]) * factor / 1e9
+        ax.plot(sizes, baseline, color="0.45", ls="-.", lw=1.0, marker="+" if few else "None", ms=8,
+                label="naive baseline: alpha-beta at datasheet rates")
     if "loro_predicted_s" in result.rows[0]:
         loro = sizes / np.array([r["loro_predicted_s"] for r in result.rows]) * factor / 1e9
         ax.plot(sizes, loro, color="tab:orange", ls="--", lw=1.0, marker="x" if few else "None", ms=7,
@@ -111,6 +118,65 @@ def plot_run(result: Any, path: Path) -> Path:
     ax.tick_params(labelbottom=True, labelsize=7)  # both panels keep their sizes: each reads on its own
     err.set_xlabel("size (nccl-tests bytes)")
     err.grid(True, which="major", alpha=.3)
+    fig.tight_layout()
+    save_figure_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot_transfer(frame: Any, path: Path) -> Path:
+    """Every judged (calibration run, predicted run) pair: the calibrated model's median |error| over the predicted
+    run's rows >= 1 MiB against the bus-bandwidth baseline's, one colour per system, one marker per kind of change.
+    Below the diagonal the model beats the baseline; inside the shaded corner both meet the 5 % target."""
+    from matplotlib.ticker import FuncFormatter
+
+    from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import use_file_backend
+    from flexcomm.experiments.published_targets import TARGET_MEDIAN
+
+    use_file_backend()
+    import matplotlib.pyplot as plt
+
+    judged = frame[(frame["judged"] == True) & frame["median_abs_error"].notna()  # noqa: E712
+                   & frame["baseline_median_abs_error"].notna()]
+    fig, ax = plt.subplots(figsize=(7.5, 6.0))
+    floor = 0.002
+    values = np.concatenate([judged["median_abs_error"].to_numpy(float),
+                             judged["baseline_median_abs_error"].to_numpy(float)]) if len(judged) else np.array([1.0])
+    top = max(1.0, float(np.nanmax(values)) * 1.5)
+    kinds = {"collective": "s", "nodes": "o", "collective, nodes": "D"}
+    kind = judged["change"].map(lambda c: c if c in kinds else "release, algorithm or a repeat")
+    markers = {**kinds, "release, algorithm or a repeat": "^"}
+    for i, (system, group) in enumerate(judged.groupby("system", sort=True)):
+        for change, marker in markers.items():
+            part = group[kind[group.index] == change]
+            if len(part):
+                ax.plot(np.maximum(part["baseline_median_abs_error"], floor), np.maximum(part["median_abs_error"],
+                        floor), marker, color=f"C{i % 10}", ms=6, alpha=0.8, ls="none", label="_")
+        ax.plot([], [], "o", color=f"C{i % 10}", label=f"{system} ({len(group)} pairs)")
+    for change, marker in markers.items():
+        if (kind == change).any():
+            ax.plot([], [], marker, color="0.4", label=f"change: {change}")
+    ax.plot([floor, top], [floor, top], color="k", lw=0.8, label="model = baseline")
+    ax.fill_between([floor, TARGET_MEDIAN], floor, TARGET_MEDIAN, color="tab:green", alpha=0.15, lw=0,
+                    label=f"both within {TARGET_MEDIAN:.0%}")
+    ax.axhline(TARGET_MEDIAN, color="tab:green", ls=":", lw=1.0, label=f"model within {TARGET_MEDIAN:.0%} (target)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(floor, top)
+    ax.set_ylim(floor, top)
+    percent = FuncFormatter(lambda v, _: f"{v:.0%}" if v >= 0.01 else f"{v:.1%}")
+    ax.xaxis.set_major_formatter(percent)
+    ax.yaxis.set_major_formatter(percent)
+    ax.set_xlabel("baseline: the calibration run's bus bandwidth applied as is\n(median |error|, rows >= 1 MiB)")
+    ax.set_ylabel("calibrated model (median |error|, rows >= 1 MiB)")
+    met = int(judged["meets_target"].sum())
+    beats = int((judged["median_abs_error"] < judged["baseline_median_abs_error"]).sum())
+    ax.set_title(f"Calibrate on one run, predict the others of its system: {met} of {len(judged)} pairs meet the "
+                 f"targets;\nthe model is closer than the baseline in {beats} (points below the diagonal)",
+                 fontsize=9)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     save_figure_atomic(fig, path)
     plt.close(fig)

@@ -44,6 +44,7 @@ _LAZY: dict[str, str] = {
     "Cluster": "flexcomm.costmodel.cluster",
     "cluster_names": "flexcomm.costmodel.cluster",
     "calibrate": "flexcomm._pricing",
+    "calibrate_fabric": "flexcomm._pricing",
     "CalibrationProfile": "flexcomm.costmodel.calibration",
     "simulate": "flexcomm._running",
     "simulate_collective": "flexcomm._running",
@@ -68,17 +69,17 @@ _SUBMODULES = ("hooks", "costmodel", "sim", "emulation", "compression", "real_ba
 
 __all__ = [  # a literal list (tools read it statically); tests/test_api.py keeps it equal to _LAZY's keys
     "Cluster", "CalibrationProfile", "CommandResult", "Cost", "CostModel", "InputError", "LinkParams",
-    "RunStoppedError", "__version__", "calibrate", "cluster_names", "cost", "emulate", "format_bandwidth",
-    "format_size", "format_time", "hooks", "load_cluster", "parse_bandwidth", "parse_size", "parse_time", "place",
-    "plan", "predict", "recovery", "scenario", "simulate", "simulate_collective", "study", "validate_nccl_tests",
-    "validate_published",
+    "RunStoppedError", "__version__", "calibrate", "calibrate_fabric", "cluster_names", "cost", "emulate",
+    "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster", "parse_bandwidth", "parse_size",
+    "parse_time", "place", "plan", "predict", "recovery", "scenario", "simulate", "simulate_collective", "study",
+    "validate_nccl_tests", "validate_published",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from flexcomm import hooks
     from flexcomm._commands import CommandResult
     from flexcomm._engines import place, plan, recovery, scenario, validate_nccl_tests, validate_published
-    from flexcomm._pricing import Cost, calibrate, cost
+    from flexcomm._pricing import Cost, calibrate, calibrate_fabric, cost
     from flexcomm._running import emulate, simulate, simulate_collective, study
     from flexcomm.costmodel.calibration import CalibrationProfile
     from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster

@@ -352,3 +352,21 @@ def calibrate(measurements: str | Path | pd.DataFrame | Sequence[str | Path | pd
     if out is not None:
         profile.save(out)
     return profile
+
+
+def calibrate_fabric(logs: str | Path | Sequence[str | Path], cluster: str | Path | Any,
+                     out: str | Path | None = None) -> Any:
+    """Fit the NCCL model's fabric parameters of ``cluster`` on its own nccl-tests logs (any collective, any node
+    count; bench-collectives CSVs too), as ``flexcomm calibrate --cluster`` does: a
+    :class:`~flexcomm.costmodel.collective_libraries.fabric_fit.FabricFit` (``.calibration``, the file's content;
+    ``.rows``, every row described and calibrated), saved to ``out`` (YAML) when given."""
+    from flexcomm.costmodel.cluster import load_cluster
+    from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
+    from flexcomm.costmodel.collective_libraries.fabric_fit import calibrate_fabric as fit
+    from flexcomm.costmodel.collective_libraries.fabric_fit import read_logs
+
+    paths = [logs] if isinstance(logs, (str, Path)) else list(logs)
+    result = fit(load_cluster(cluster), read_logs(paths))
+    if out is not None:
+        save_calibration(result.calibration, out)
+    return result

@@ -13,7 +13,8 @@
 #      nproc = GPU count, sizes 1MiB:256MiB) -> nccl_collectives.csv (+ nccl_profile.json with >= 2 GPUs),
 #      the same runs as nccl-tests logs (nccl-tests/*.txt) and, with >= 2 GPUs, each log predicted by the
 #      NCCL-grade model (validate --nccl-tests, cluster: $GPU_CLUSTER or one DGX H100 node of NGPU GPUs)
-#      -> nccl-tests/*.validation.json;
+#      -> nccl-tests/*.validation.json, and those logs fitting the cluster's NCCL model (calibrate --cluster)
+#      -> nccl-tests/calibration.yaml;
 #   2. the DDP communication hooks on a small model under NCCL, overlapping backward (train-ddp: builtin,
 #      dense, fp16, topk-ag, topk-ar, powersgd, flexible, moo) -> ddp/<strategy>/{steps,exchanges}.csv,
 #      summary.json; and dense blocking (--no-overlap) for the overlap's gain -> ddp-blocking/;
@@ -175,6 +176,9 @@ if [ "$NGPU" -ge 2 ] && [ -d "$OUT_DIR/nccl-tests" ]; then
         step "nccl-validate-$name" 30 sh -c '"$1" -m flexcomm.experiments.cli validate --nccl-tests "$2" \
             --cluster "$3" --json > "$4"' _ "$PY" "$log" "$CLUSTER_FILE" "$OUT_DIR/nccl-tests/$name.validation.json"
     done
+    # the same logs teach the cluster's NCCL model this machine (calibrate --cluster, as a user's own runs would)
+    step nccl-calibrate-fabric 30 sh -c '"$1" -m flexcomm.experiments.cli calibrate --cluster "$2" "$3"/*.txt \
+        -o "$3/calibration.yaml"' _ "$PY" "$CLUSTER_FILE" "$OUT_DIR/nccl-tests"
 fi
 
 step ddp-hooks 100 "$PY" -m flexcomm.experiments.cli train-ddp --backend "$BACKEND" --nproc "$NGPU" --workload mlp-digits \

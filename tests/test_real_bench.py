@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from flexcomm.costmodel.calibration import load_measurements
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
@@ -69,7 +70,8 @@ def test_rows_are_appended_with_one_header_and_foreign_files_refused(tmp_path: P
 def test_two_rank_sweep_writes_a_calibration_csv(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "measurements.csv"
     code = main(["bench-collectives", "--nproc", "2", "--sizes", "1KiB:64KiB", "--warmup", "1", "--iters", "2",
-                 "--out", str(out), "--op-timeout", "30s", "--timeout", "80s"])
+                 "--out", str(out), "--op-timeout", "30s", "--timeout", "80s", "--nccl-tests-dir",
+                 str(tmp_path / "logs")])
     printed = capfd.readouterr().out  # the ranks print to the real stdout
     assert code == 0
     assert "busbw" in printed and "reduce-scatter" in printed
@@ -89,6 +91,13 @@ def test_two_rank_sweep_writes_a_calibration_csv(tmp_path: Path, capfd: pytest.C
         np.testing.assert_allclose(busbw, algbw * factor, rtol=1e-9)
     assert main(["calibrate", str(out), "-o", str(tmp_path / "profile.json")]) == 0
     assert (tmp_path / "profile.json").exists()
+    # what a GPU user's own machine does (issue 43): the benchmark's nccl-tests logs teach a cluster's NCCL model
+    logs = sorted(str(p) for p in (tmp_path / "logs").glob("*.txt"))
+    assert len(logs) == 4
+    assert main(["calibrate", "--cluster", "pcie-4x-rtx4090", *logs, "-o", str(tmp_path / "ours.yaml")]) == 0
+    written = yaml.safe_load((tmp_path / "ours.yaml").read_text())
+    assert written["rows"] == 4 * 7 and len(written["logs"]) == 4
+    assert written["parameters"]["network_step_latency_us"]["fitted"] is False  # one node: no network rows
 
 
 def test_bad_requests_exit_2_before_starting_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

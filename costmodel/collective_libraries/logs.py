@@ -69,6 +69,9 @@ _CSV_HEADER = re.compile(r"^[^#]*size\(\s*(?P<unit>[KMG]i?B|B)\s*\)[^#]*algbw", 
 _GPUS_FLAG = re.compile(r"(?:^|\s)-g\s+(?P<gpus>\d+)\b")
 _GRAPH = re.compile(r"\bgraph:\s*(?P<graph>\d+)|(?:^|\s)-G\s+(?P<flag>\d+)\b")
 _RANK = re.compile(r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+")
+#: the GPU a Rank line names (``device 0 [0x19] NVIDIA H100 80GB HBM3``) or a header's ``gpu_model:``
+_DEVICE = re.compile(r"device\s+\d+\s+\[[^\]]*\]\s+(?P<name>.+?)\s*$")
+_GPU_MODEL = re.compile(r"^#?\s*gpu_model\s*:\s*(?P<name>[^(;]+)")
 _THREADS = re.compile(r"nThread\s+(?P<threads>\d+)\s+nGpus\s+(?P<gpus>\d+)")
 _BINARY = re.compile(r"\b(" + "|".join(BINARIES) + r")\b")
 _DECLARED = re.compile(r"^(?:#\s*)?(?:collective\s*:\s*(?P<name>[A-Za-z_\-]+)"
@@ -138,6 +141,7 @@ class NcclTestsLog:
     zero_byte_rows: int = 0  # rows of 0 B left out (nothing moves; allgather prints them below one element)
     algorithm: str | None = None  # "# flexcomm algorithm: binomial" in a log flexcomm wrote
     source: str = "nccl-tests log"
+    devices: tuple[str, ...] = ()  # the GPU names its Rank lines (or a gpu_model: header) give, in order seen
 
     @property
     def sizes(self) -> list[int]:
@@ -279,6 +283,7 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
     csv_unit = "MB"
     csv_ranks: set[int] = set()
     zero_rows = 0
+    devices: list[str] = []
     lines = text.splitlines()
     pending: str | None = None  # a row cut by a tag at its end: its rest follows on the next line
     for number, raw in enumerate(lines, start=1):
@@ -330,7 +335,11 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
             continue
         if (r := _RANK.match(line)) is not None:
             ranks_seen.add(int(r["rank"]))
+            if (dev := _DEVICE.search(line)) is not None and dev["name"].strip() not in devices:
+                devices.append(dev["name"].strip())
             continue
+        if (gm := _GPU_MODEL.match(line)) is not None and gm["name"].strip() not in devices:
+            devices.append(gm["name"].strip())
         if (t := _THREADS.search(line)) is not None and threads is None:
             threads = (int(t["threads"]), int(t["gpus"]))
         if _HEADER.match(line):
@@ -385,7 +394,7 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
                          "a log that names its test (e.g. all_reduce_perf), or collective= / --collective")
     log = NcclTestsLog(chosen, rows, layout, nccl_version=version, env=env, algorithm=algorithm, source=name,
                        gpus_per_thread=threads[1] if threads else gpus_flag, cuda_graph=graph,
-                       zero_byte_rows=zero_rows)
+                       zero_byte_rows=zero_rows, devices=tuple(devices))
     if len(csv_ranks) == 1:
         log.ranks, log.ranks_from = csv_ranks.pop(), "GPUs column"
     elif len(csv_ranks) > 1:

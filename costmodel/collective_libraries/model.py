@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster
-from flexcomm.costmodel.collective_libraries import transports
+from flexcomm.costmodel.collective_libraries import fabric_calibration, transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
 from flexcomm.costmodel.collective_libraries.runtime import Execution, execute
 from flexcomm.costmodel.collective_libraries.topology import call_version, nccl_system, node_links
@@ -70,10 +70,21 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
             version: str | NcclVersion | None = None) -> Execution:
     """How NCCL (or RCCL) runs one call of nccl-tests ``size`` bytes over ranks 0..ranks-1 of ``cluster``:
     algorithm, protocol, channels, threads, chunk, steps and the time split into launch, latency, pipeline
-    fill and bandwidth.
+    fill and bandwidth; on a calibrated cluster (``calibration:``) at the rates and latencies its own runs
+    measured (:mod:`.fabric_calibration`).
 
     ``env`` holds NCCL_ALGO / NCCL_PROTO as a log shows them (an explicit ``nccl:...`` wins over it);
     ``gpus_per_process``: GPUs one thread drives (nccl-tests ``-g``; 1 under MPI or torchrun)."""
+    run = explain_described(cluster, collective, size_bytes, ranks, algorithm, env, gpus_per_process, version)
+    if cluster.calibration is None:
+        return run
+    return fabric_calibration.apply(cluster.calibration, run, transports.extra_latency_us(cluster))
+
+
+def explain_described(cluster: Cluster, collective: str, size_bytes: float, ranks: int, algorithm: str = "nccl",
+                      env: dict[str, str] | None = None, gpus_per_process: int = 1,
+                      version: str | NcclVersion | None = None) -> Execution:
+    """:func:`explain` from the cluster's description alone (what a calibration is fitted against)."""
     if cluster.gpu_fabric is None:
         raise InputError("cluster.gpu_fabric", None, "a gpu_fabric section (compute_capability, intra, "
                          "nvlinks_per_gpu, pcie, ...) for the NCCL-grade model; see docs/cost-model.md")
@@ -109,7 +120,15 @@ def predict(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
 
 def _p2p(cluster: Cluster, collective: str, size_bytes: float, ranks: int, host_us: float,
          version: NcclVersion) -> Execution:
-    """All-to-all (each rank sends size/ranks to every rank) or one send/recv pair, by bytes per link."""
+    """All-to-all (each rank sends size/ranks to every rank) or one send/recv pair, by bytes per link.
+
+    No ring or tree steps: NCCL groups the sends and receives to every peer into one kernel, up to 8 peers a
+    batch on each channel, all batches of one channel in turn (``scheduleP2pTasksToPlan``, src/enqueue.cc @
+    v2.27.7-1 L1044-1080; ``NCCL_MAX_DEV_WORK_P2P_PER_BATCH`` 8, src/include/device.h L369), which is one batch
+    on every channel while nodes x ceil(GPUs a node / 8) <= the p2p channels; NCCL's tuner has no latency model
+    of it ("Send/Recv not included", src/include/nccl_common.h L53). The latency here is one network latency
+    (:func:`~.transports.extra_latency_us` beyond InfiniBand) and one Simple ring step's constants; what a
+    calibrated fabric measures beyond that is its ``p2p_call_overhead_us`` (:mod:`.fabric_calibration`)."""
     node, nodes = node_links(cluster, ranks, version)
     g = node.gpus
     nvlink = node.nvlink_GBps if node.intra != "pcie" else node.pcie_ring_GBps
@@ -119,14 +138,14 @@ def _p2p(cluster: Cluster, collective: str, size_bytes: float, ranks: int, host_
         latency_us += transports.extra_latency_us(cluster)
     if collective == "sendrecv":
         bw = node.nic_path_GBps if nodes > 1 else nvlink
-        bandwidth_s = size_bytes / (bw * 1e9)
+        intra_s, net_s = (0.0, size_bytes / (bw * 1e9)) if nodes > 1 else (size_bytes / (bw * 1e9), 0.0)
     else:
         intra_bytes = size_bytes * (g - 1) / ranks
         inter_bytes = size_bytes * (ranks - g) / ranks
-        times = [intra_bytes / (nvlink * 1e9)] if g > 1 else [0.0]
-        if nodes > 1:
-            times.append(inter_bytes / (node.nics * node.nic_path_GBps / g * 1e9))
-        bandwidth_s = max(times)
+        intra_s = intra_bytes / (nvlink * 1e9) if g > 1 else 0.0
+        net_s = inter_bytes / (node.nics * node.nic_path_GBps / g * 1e9) if nodes > 1 else 0.0
+    bandwidth_s = max(intra_s, net_s)
     gpu_us = latency_us + bandwidth_s * 1e6
     return Execution("nccl", str(version), collective, float(size_bytes), int(ranks), nodes, "ring", "p2p", 0, 0, 0,
-                     0, 1, max(0.0, host_us - gpu_us) * 1e-6, latency_us * 1e-6, 0.0, bandwidth_s, host_us * 1e-6)
+                     0, 1, max(0.0, host_us - gpu_us) * 1e-6, latency_us * 1e-6, 0.0, bandwidth_s, host_us * 1e-6,
+                     intra_s=intra_s, network_s=net_s)

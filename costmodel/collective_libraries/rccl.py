@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
-from flexcomm.costmodel.collective_libraries.runtime import Execution
+from flexcomm.costmodel.collective_libraries.runtime import Execution, split_bandwidth
 from flexcomm.costmodel.collective_libraries.topology import call_version
 from flexcomm.costmodel.collective_libraries.tuner import PROTOCOLS, _log2i, parse_list, steps
 from flexcomm.costmodel.collective_libraries.versions import NcclVersion
@@ -225,6 +225,7 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
         channels -= 1
     share = min(1.0, channels / node.comm_channels)
     bandwidth_us = size_bytes / (1000 * bw * share)
+    hops = 0
     if node.nodes > 1:
         hops = steps(collective, node.ranks, node.nodes, release)[1] if name == "ring" else 2 * _log2i(node.nodes)
         latency_us += hops * transports.extra_latency_us(cluster)
@@ -236,4 +237,5 @@ def explain(cluster: Cluster, collective: str, size_bytes: float, ranks: int, al
     return Execution("rccl", str(release), collective, float(size_bytes), int(ranks), node.nodes, name, protocol,
                      channels, node.comm_channels, THREADS, int(min(size_bytes / channels, 2 << 20)),
                      steps(collective, node.ranks, node.nodes, release)[0], max(0.0, host_us - gpu_us) * 1e-6,
-                     latency_us * 1e-6, 0.0, bandwidth_us * 1e-6, host_us * 1e-6, note)
+                     latency_us * 1e-6, 0.0, bandwidth_us * 1e-6, host_us * 1e-6, note, network_steps=float(hops),
+                     **split_bandwidth(bandwidth_us * 1e-6, node.nodes > 1))

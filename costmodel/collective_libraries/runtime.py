@@ -82,6 +82,9 @@ class Execution:
     bandwidth_s: float  # bytes at the bandwidth of the channels and threads launched
     host_s: float  # the host's launch work per call (GPUs per process x per-GPU cost)
     note: str = ""  # what runs this call but is not modelled (RCCL's MSCCL kernels), said where it applies
+    network_steps: float = 0.0  # network steps on the critical path (each pays the fabric's per-step latency)
+    intra_s: float = 0.0  # bytes at the links inside an NVLink domain (NVLink, xGMI, PCIe)
+    network_s: float = 0.0  # bytes at the NICs; bandwidth_s is the slower of the two (a collective has one)
 
     @property
     def gpu_s(self) -> float:
@@ -114,6 +117,12 @@ class Execution:
         data = asdict(self)
         data.update(seconds=self.seconds, gpu_s=self.gpu_s, label=self.label, dominant=self.dominant)
         return data
+
+
+def split_bandwidth(bandwidth_s: float, across_nodes: bool) -> dict[str, float]:
+    """A collective's bandwidth term as the links that bound it: the NICs across NCCL nodes, else the links
+    inside the NVLink domain (a calibration scales each by the rate it measured)."""
+    return {"intra_s": 0.0, "network_s": bandwidth_s} if across_nodes else {"intra_s": bandwidth_s, "network_s": 0.0}
 
 
 def describe(run: Execution) -> list[str]:
@@ -284,7 +293,8 @@ def execute(table: TuningTable, algorithm: str, protocol: str, nbytes: float, gp
         inter_us = chunk / (graph.bw_inter_GBps * 1e3 / 2) if graph.bw_inter_GBps else per_channel_us
         staged = intra_stages * min(intra_us, per_channel_us) + net_stages * min(inter_us, per_channel_us)
         fill_us = max(0.0, staged - per_channel_us)
-    latency_us += inter_hops(system, table.collective, algorithm) * extra_net_latency_us
+    hops = inter_hops(system, table.collective, algorithm)
+    latency_us += hops * extra_net_latency_us
     host_us = gpus_per_process * host_us_per_gpu
     gpu_us = latency_us + fill_us + bandwidth_us
     nsteps = steps(table.collective, system.ranks, system.tuned_nodes, system.version)[0]
@@ -293,4 +303,5 @@ def execute(table: TuningTable, algorithm: str, protocol: str, nbytes: float, gp
         ranks=system.ranks, nodes=system.nodes, algorithm=algorithm, protocol=protocol, channels=channels,
         comm_channels=comm_channels(system, algorithm), threads=threads, chunk_bytes=chunk,
         steps=stages if stages > 1 else nsteps, launch_s=max(0.0, host_us - gpu_us) * 1e-6,
-        latency_s=latency_us * 1e-6, fill_s=fill_us * 1e-6, bandwidth_s=bandwidth_us * 1e-6, host_s=host_us * 1e-6)
+        latency_s=latency_us * 1e-6, fill_s=fill_us * 1e-6, bandwidth_s=bandwidth_us * 1e-6, host_s=host_us * 1e-6,
+        network_steps=hops, **split_bandwidth(bandwidth_us * 1e-6, system.tuned_nodes > 1))

@@ -111,4 +111,18 @@ def library_defaults(cluster: object) -> dict[str, object]:
         "network_source": chosen.source,
         "host_launch_us_per_gpu": HOST_LAUNCH_US,
         "pcie_p2p": getattr(fabric, "pcie_p2p", True),
+        "calibration": calibration_in_use(cluster),
     }
+
+
+def calibration_in_use(cluster: object) -> dict[str, object] | str:
+    """The fabric parameters a cluster prices with and where each comes from (``clusters NAME`` shows it)."""
+    calibration = getattr(cluster, "calibration", None)
+    if calibration is None:
+        return ("none: the description alone (one nccl-tests run of this cluster calibrates it: flexcomm "
+                "calibrate --cluster FILE LOG)")
+    values = calibration.values_for(extra_latency_us(cluster))
+    return {"fitted_on": calibration.logs,
+            **{name: {"value": value, "from": "fitted" if entry.fitted else "described",
+                      **({"uncertainty": entry.uncertainty} if entry.uncertainty is not None else {})}
+               for (name, entry), value in zip(calibration.parameters.items(), values, strict=True)}}

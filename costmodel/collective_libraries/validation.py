@@ -33,10 +33,13 @@ class LogValidation:
     @property
     def summary(self) -> dict[str, Any]:
         large = [abs(r["rel_err"]) for r in self.rows if r["bytes"] >= SUMMARY_MIN_BYTES]
+        baseline = [abs(r["baseline_rel_err"]) for r in self.rows
+                    if r["bytes"] >= SUMMARY_MIN_BYTES and r.get("baseline_rel_err") is not None]
         return {
             "rows": len(self.rows), "rows_at_least_1MiB": len(large),
             "median_abs_error": statistics.median(large) if large else None,
             "worst_abs_error": max(large) if large else None,
+            "baseline_median_abs_error": statistics.median(baseline) if baseline else None,
             "partial": min(r["bytes"] for r in self.rows) > SUMMARY_MIN_BYTES,
         }
 
@@ -60,6 +63,43 @@ def _modelled(version: str, cluster: Any) -> bool:
     return True
 
 
+#: Latency steps of the plain ring formula a user writes by hand (``2(p-1)`` for allreduce, ``p-1`` otherwise).
+_RING_STEPS = {"allreduce": 2}
+
+
+def datasheet_seconds(cluster: Any, collective: str, size: float, ranks: int) -> float:
+    """The naive baseline: the plain alpha-beta formula at the cluster's datasheet rates, as a user writes it by
+    hand for an nccl-tests row of ``size`` bytes (its ``size`` column) on ``ranks`` ranks.
+
+    Bus bandwidth (nccl-tests' convention: what one GPU moves on an optimal ring, so that it is the bottleneck
+    link's speed): inside one NVLink domain a GPU's NVLink (``intra_link``); across domains the smaller of that and
+    the node's NICs together (``nics_per_node`` x ``inter_link``: one ring per NIC, each crossing the node
+    boundary once), or for all-to-all and send/recv, where every GPU sends its own bytes off the node, its share
+    of them (divided by ``devices_per_node``). Bytes: ``size`` x nccl-tests' bus factor. Latency: a ring's steps
+    (2(p-1) for allreduce, p-1 otherwise) at that link's latency. Nothing about NCCL's algorithms, protocols,
+    channels or launch."""
+    from flexcomm.costmodel.collective_libraries.logs import bus_factor
+
+    if ranks < 2:
+        return 0.0
+    fabric = getattr(cluster, "gpu_fabric", None)
+    domain = (fabric.nvlink_domain if fabric is not None else None) or cluster.devices_per_node
+    link = cluster.intra_link
+    bandwidth, latency = link.bandwidth_Bps, link.latency_s
+    if ranks > domain:
+        nics = (cluster.nics_per_node or 1) * cluster.inter_link.bandwidth_Bps
+        if collective in ("alltoall", "sendrecv"):
+            nics /= cluster.devices_per_node
+        bandwidth, latency = min(bandwidth, nics), max(latency, cluster.inter_link.latency_s)
+    steps = _RING_STEPS.get(collective, 1) * (ranks - 1)
+    return steps * latency + size * bus_factor(collective, int(ranks)) / bandwidth
+
+
+def stated_version(log: NcclTestsLog, cluster: Any) -> str | None:
+    """The release a log is priced with: the one it states where the model has it, else None (the cluster's)."""
+    return log.nccl_version if log.nccl_version is not None and _modelled(log.nccl_version, cluster) else None
+
+
 def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: str | None = None) -> LogValidation:
     """Price each row with ``model`` (a :class:`costmodel.model.CostModel`) on ``cluster_ranks`` ranks.
 
@@ -76,14 +116,14 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
     chosen = algorithm or log.algorithm or default or CALIBRATION_ALGORITHMS[log.collective]
     # one thread launching several GPUs pays their launches in turn; a CUDA graph replay pays none
     gpus_per_process = 0 if log.cuda_graph else (log.gpus_per_thread or 1)
-    version_known = log.nccl_version is not None and _modelled(log.nccl_version, cluster)
+    version = stated_version(log, cluster)
     rows = []
     for row in log.rows:
         extra: dict[str, Any] = {}
         per_rank = flexcomm_bytes(log.collective, row.bytes, cluster_ranks)
         if is_nccl_algorithm(chosen):
             choice = model.nccl_choice(log.collective, chosen, float(per_rank), cluster_ranks, log.env,
-                                       gpus_per_process, log.nccl_version if version_known else None)
+                                       gpus_per_process, version)
             predicted, algo, protocol = choice.seconds, choice.algorithm, choice.protocol
             run = choice.execution
             if run is not None:
@@ -94,6 +134,10 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
         else:
             predicted = float(model.collective(log.collective, chosen, float(per_rank), cluster_ranks).total)
             algo, protocol = chosen, None
+        baseline = datasheet_seconds(cluster, log.collective, row.bytes, cluster_ranks) if cluster is not None \
+            else None
         rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
-                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol, **extra})
+                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol,
+                     "baseline_s": baseline,
+                     "baseline_rel_err": None if baseline is None else baseline / row.time_s - 1.0, **extra})
     return LogValidation(log, cluster_ranks, rows)

@@ -56,6 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="predict every run of DIR (default: the project's validation/nccl-tests) from its "
                         "clusters/<run>.yaml alone; write errors.md, errors.csv and figures/ to --out "
                         "(default results/published)")
+    corpus.add_argument("--transfer", action="store_true",
+                        help="with --published: for every system with several runs (# system: in their cluster "
+                        "files), calibrate on each run alone and predict the system's other runs (collectives, node "
+                        "counts, releases) beside the baseline of the calibration run's bus bandwidth; write "
+                        "transfer.csv, transfer.md, transfer.png and calibrations/ to --out (default "
+                        "results/published-transfer)")
     corpus.add_argument("--published-training", nargs="?", const="", metavar="FILE",
                         help="predict every multi-GPU row of published DDP training throughput (default: the "
                         "project's validation/training-throughput/training-throughput.md, NVIDIA "
@@ -173,18 +179,26 @@ def run_log(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return 0
     print(f"{log.source}: {log.collective}, {report.ranks} ranks on {cluster.name}")
-    print(f"{'bytes':>12s} {'measured':>12s} {'predicted':>12s} {'error':>8s}  algorithm")
+    print(f"{'bytes':>12s} {'measured':>12s} {'predicted':>12s} {'error':>8s} {'baseline':>9s}  algorithm")
     for row in report.rows:
         label = row["algorithm"] + (f"/{row['protocol']}" if row["protocol"] else "")
         print(f"{row['bytes']:12d} {format_time(row['measured_s']):>12s} {format_time(row['predicted_s']):>12s} "
-              f"{row['rel_err']:+8.1%}  {label}")
+              f"{row['rel_err']:+8.1%} {_signed(row['baseline_rel_err']):>9s}  {label}")
     s = report.summary
     if s["median_abs_error"] is None:
         print(f"no rows of {SUMMARY_MIN_BYTES >> 20} MiB or more: no summary")
     else:
         print(f"rows >= 1 MiB: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
-              f"({s['rows_at_least_1MiB']} rows{'; partial log: no rows below 1 MiB' if s['partial'] else ''})")
+              f"({s['rows_at_least_1MiB']} rows{'; partial log: no rows below 1 MiB' if s['partial'] else ''}); "
+              f"baseline (alpha-beta at the datasheet rates) {_signed(s['baseline_median_abs_error'], '')}")
+    if cluster.gpu_fabric is not None and cluster.calibration is None:
+        print(f"hint: this log can calibrate {cluster.name}'s NCCL model: flexcomm calibrate --cluster "
+              f"{args.cluster} {args.nccl_tests}")
     return 0
+
+
+def _signed(value: float | None, sign: str = "+") -> str:
+    return "-" if value is None else f"{value:{sign}.1%}"
 
 
 def published_folder(text: str) -> Path:
@@ -196,17 +210,42 @@ def published_folder(text: str) -> Path:
     return data_path("nccl-tests")
 
 
+def run_transfer(args: argparse.Namespace) -> int:
+    """``validate --published [DIR] --transfer``: calibrate on one run of a system, predict its other runs."""
+    from flexcomm.experiments.published_transfer import headline, system_summary, system_table, validate_transfer
+
+    out = Path("results/published-transfer" if args.out == "results/validate" else args.out)
+    frame = validate_transfer(published_folder(args.published), out, progress=not args.no_progress)
+    print(headline(frame))
+    print("per system, medians over the pairs where the node count or the collective changes (median |error|, "
+          "rows >= 1 MiB):")
+    for line in system_table(system_summary(frame)):
+        print(line)
+    print(f"wrote {out}/: transfer.md, transfer.csv, transfer.png, calibrations/ ({len(frame)} pairs)")
+    return 0
+
+
 def run_published(args: argparse.Namespace) -> int:
     """``validate --published [DIR]``: every published run predicted from its hardware description."""
-    from flexcomm.experiments.published import MIN_ROWS, TARGET_MEDIAN, TARGET_WORST, target_counts, validate_published
+    from flexcomm.experiments.published import (
+        MIN_ROWS,
+        TARGET_MEDIAN,
+        TARGET_WORST,
+        baseline_counts,
+        target_counts,
+        validate_published,
+    )
 
     out = Path("results/published" if args.out == "results/validate" else args.out)
     results = validate_published(published_folder(args.published), out, progress=not args.no_progress)
     predicted = [r for r in results if r.status == "predicted" and r.rows]
     met, judged, short = target_counts(results)
+    closer, compared = baseline_counts(results)
     print(f"{len(results)} runs, {len(predicted)} predicted; targets (rows >= 1 MiB: median <= {TARGET_MEDIAN:.0%}, "
           f"worst <= {TARGET_WORST:.0%}) met by {met} of {judged} described runs with >= {MIN_ROWS} such rows "
           f"({short} runs too short to judge)")
+    print(f"naive baseline (alpha-beta at the datasheet rates): the NCCL model is closer on {closer} of {compared} "
+          "runs (median |error|, rows >= 1 MiB)")
     figures = len([r for r in results if r.rows])
     print(f"wrote {out}/: errors.md, errors.csv, figures/ ({figures} runs)")
     return 0
@@ -275,8 +314,11 @@ def run(args: argparse.Namespace) -> int:
         return run_gpu_compute(args)
     if args.published_training is not None:
         return run_published_training(args)
+    if args.transfer and args.published is None:
+        raise InputError("transfer", True, "--published [DIR] --transfer (the corpus whose systems it transfers "
+                         "between)")
     if args.published is not None:
-        return run_published(args)
+        return run_transfer(args) if args.transfer else run_published(args)
     if args.nccl_tests:
         return run_log(args)
     started = time.time()  # files written from here on are this command's
