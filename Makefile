@@ -52,7 +52,7 @@ notebooks: install
 	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.py
 	OMP_NUM_THREADS=1 $(VENV)/bin/jupyter execute --inplace --timeout=600 notebooks/[0-9]*.ipynb
 
-# the README's four figures, redrawn from the tour's commands at a small size (docs/figures/)
+# the figures the README and docs show, redrawn from their commands (docs/figures/)
 figures: install
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --out $(RESULTS)/figures/whatif
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm train-emulated --strategies dense,topk-ag,topk-ar,flexible,moo \
@@ -69,6 +69,11 @@ figures: install
 		--out $(RESULTS)/figures/scenario
 	cp $(RESULTS)/figures/scenario/link_utilization.png docs/figures/scenario_utilization.png
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm clusters dgx-h100-rail-pod --draw docs/figures/topo_rail_pod.png
+	$(VENV)/bin/flexcomm reproduce megatron korthikanti --out $(RESULTS)/figures/reproduce --no-progress
+	cp $(RESULTS)/figures/reproduce/megatron.png $(RESULTS)/figures/reproduce/korthikanti.png docs/figures/
+	$(VENV)/bin/flexcomm validate --published-training --out $(RESULTS)/figures/published-training --no-progress
+	cp $(RESULTS)/figures/published-training/training.png docs/figures/published_training.png
+	cp $(RESULTS)/figures/published-training/compute.png docs/figures/published_compute.png
 
 lint: install
 	$(PY) -m ruff check .

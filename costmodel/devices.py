@@ -40,11 +40,13 @@ _WARNED: set[str] = set()
 
 @dataclass(frozen=True)
 class Mamf:
-    """A measured Maximum Achievable Matmul FLOPS: the rate, the best shape (M, N, K) and the software."""
+    """A measured Maximum Achievable Matmul FLOPS: the rate, the best shape (M, N, K) and the software; where the
+    device itself was not measured, the sibling whose rate it borrows (``flexcomm constants`` lists it)."""
 
     tflops: float
     shape: tuple[int, int, int]
     software: str
+    borrowed_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def _mamf(entry: dict[str, Any] | None) -> Mamf | None:
     if entry is None:
         return None
     m, n, k = (int(x) for x in str(entry["shape"]).split("x"))
-    return Mamf(float(entry["bf16"]), (m, n, k), str(entry["software"]))
+    return Mamf(float(entry["bf16"]), (m, n, k), str(entry["software"]), str(entry.get("borrowed_from", "")))
 
 
 @functools.cache

@@ -53,6 +53,16 @@ def readable_log_axis(ax: Any, which: str = "x") -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def square_log_axes(ax: Any, low: float, high: float, xlabel: str, ylabel: str) -> None:
+    """Both axes log over the same range: predicted-against-measured plots, where y = x must be the diagonal."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def plain_number(value: float) -> str:
     """A tick label in plain decimals (3 significant digits) from 1e-4 to 1e6, powers of ten beyond: never
     "1e+03" beside "500" on the same axis."""

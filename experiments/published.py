@@ -68,7 +68,7 @@ class RunResult:
     def partial(self) -> bool:
         return bool(self.rows) and min(r["bytes"] for r in self.rows) > SUMMARY_MIN_BYTES
 
-    def errors(self, key: str = "rel_err", min_bytes: int = SUMMARY_MIN_BYTES) -> list[float]:
+    def errors(self, key: str = "rel_error", min_bytes: int = SUMMARY_MIN_BYTES) -> list[float]:
         return [abs(r[key]) for r in self.rows if r["bytes"] >= min_bytes and r.get(key) is not None]
 
     def median_ratio(self) -> float | None:
@@ -95,7 +95,7 @@ class RunResult:
         rows = self.in_regime(low, high)
         if not rows:
             return None, ""
-        return statistics.median(abs(r["rel_err"]) for r in rows), most_common([r.get("mechanism") for r in rows])
+        return statistics.median(abs(r["rel_error"]) for r in rows), most_common([r.get("mechanism") for r in rows])
 
 
 def most_common(labels: list[Any]) -> str:
@@ -172,7 +172,7 @@ def leave_one_run_out(results: list[RunResult]) -> None:
             run.loro_factor = statistics.median(others)
             for row in run.rows:
                 row["loro_predicted_s"] = row["predicted_s"] * run.loro_factor
-                row["loro_rel_err"] = row["loro_predicted_s"] / row["measured_s"] - 1.0
+                row["loro_rel_error"] = row["loro_predicted_s"] / row["measured_s"] - 1.0
 
 
 def validate_published(folder: Path, out: Path, progress: bool = True, figures: bool = True) -> list[RunResult]:
@@ -212,9 +212,9 @@ def _write_csv(results: list[RunResult], path: Path) -> None:
     from flexcomm.costmodel.atomic import write_csv_atomic
 
     columns = ["run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
-               "rel_err", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
+               "rel_error", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
                "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "stated_version", "loro_predicted_s",
-               "loro_rel_err", "baseline_s", "baseline_rel_err"]
+               "loro_rel_error", "baseline_s", "baseline_rel_error"]
     records = [{"run": r.run_id, "hardware_class": r.hardware_class, "collective": r.collective, "ranks": r.ranks,
                 **{k: row.get(k) for k in columns[4:]}} for r in results for row in r.rows]
     write_csv_atomic(pd.DataFrame.from_records(records, columns=columns), path)
@@ -236,7 +236,7 @@ def _large_algorithms(r: RunResult) -> str:
 
 
 def _baseline_cell(r: RunResult) -> str:
-    model, baseline = r.errors(), r.errors("baseline_rel_err")
+    model, baseline = r.errors(), r.errors("baseline_rel_error")
     if not model or not baseline:
         return "-"
     text = _pct(baseline, "median")
@@ -251,8 +251,9 @@ def _regime_cell(r: RunResult, low: float, high: float) -> str:
 def baseline_counts(results: list[RunResult]) -> tuple[int, int]:
     """(runs whose median |error| over rows >= 1 MiB is below the datasheet alpha-beta formula's, runs with such
     rows)."""
-    compared = [r for r in results if r.status == "predicted" and r.errors() and r.errors("baseline_rel_err")]
-    closer = sum(1 for r in compared if statistics.median(r.errors()) < statistics.median(r.errors("baseline_rel_err")))
+    compared = [r for r in results if r.status == "predicted" and r.errors() and r.errors("baseline_rel_error")]
+    closer = sum(1 for r in compared
+                 if statistics.median(r.errors()) < statistics.median(r.errors("baseline_rel_error")))
     return closer, len(compared)
 
 
@@ -306,7 +307,7 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
             f"{library}{f' {version}' if version else ''} | {_large_algorithms(r)} | {len(r.large)} | "
             f"{_pct(r.errors(), 'median')} | {_pct(r.errors(), 'worst')} | {_baseline_cell(r)} | {met_text} | "
             + " | ".join(_regime_cell(r, low, high) for _, low, high in REGIMES)
-            + f" | {_pct(r.errors('loro_rel_err'), 'median')} |")
+            + f" | {_pct(r.errors('loro_rel_error'), 'median')} |")
     undescribed_runs = [r for r in predicted if r.undescribed]
     if undescribed_runs:
         lines += ["", "Runs whose header leaves out what decides the result (predicted, not judged): "
@@ -327,9 +328,9 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
             if not rows:
                 cells.append("-")
                 continue
-            cells.append(f"{statistics.median(abs(row['rel_err']) for row in rows):.1%} "
+            cells.append(f"{statistics.median(abs(row['rel_error']) for row in rows):.1%} "
                          f"({most_common([row.get('mechanism') for row in rows])})")
-        loro = [statistics.median(e) for r in runs if (e := r.errors("loro_rel_err"))]
+        loro = [statistics.median(e) for r in runs if (e := r.errors("loro_rel_error"))]
         judged_runs = [r for r in runs if r.meets_targets is not None]
         met_here = sum(1 for r in judged_runs if r.meets_targets)
         lines.append(f"| {name} | {collective} | {regime} | {len(runs)} | {met_here}/{len(judged_runs)} | "

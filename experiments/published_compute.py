@@ -19,15 +19,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from flexcomm.experiments.published_training import TrainingRow, read_tables
+from flexcomm.experiments.published_training import TrainingRow
 
 #: Published table hardware (as titled, lower case) -> catalog device.
 HARDWARE_DEVICES = {"16gb": "V100-SXM2-16GB", "32g": "V100-SXM2-32GB", "dgx-1": "V100-SXM2-32GB",
-                    "dgx a100": "A100-SXM4-80GB"}
+                    "a100 40gb": "A100-SXM4-40GB", "dgx a100": "A100-SXM4-80GB"}
 #: Masked tokens per sequence in BERT pre-training by sequence length (run_pretraining.sh defaults).
 MAX_PREDICTIONS = {128: 20, 512: 80}
 SQUAD_SEQ_LEN = 384
 TARGET = 0.20
+COMPUTE_COLUMNS = ["hardware", "device", "model", "precision", "catalog_precision", "seq_len", "batch", "peak_TFLOPs",
+                   "achievable_fraction", "kernel", "micro_batch_s", "published_throughput", "predicted_throughput",
+                   "rel_error", "within_target"]
 
 
 def device_name(row: TrainingRow) -> str:
@@ -54,6 +57,15 @@ def model_spec(row: TrainingRow):  # -> ModelSpec
     return bert_spec(row.seq_len or SQUAD_SEQ_LEN)
 
 
+def catalog_micro_batch_seconds(row: TrainingRow) -> float:
+    """One micro-batch's forward and backward on the row's catalog device, nothing measured."""
+    from flexcomm.costmodel.cluster import Device
+    from flexcomm.costmodel.device_compute import DeviceCompute
+
+    device = Device.model_validate({"name": device_name(row), "precision": training_precision(row)})
+    return DeviceCompute.of(device).iteration_seconds(model_spec(row), row.batch)
+
+
 def predict_one_gpu(row: TrainingRow) -> dict[str, object]:
     """One 1-GPU row predicted from the catalog: samples per second of its micro-batch's compute."""
     from flexcomm.costmodel.cluster import Device
@@ -68,14 +80,16 @@ def predict_one_gpu(row: TrainingRow) -> dict[str, object]:
             "catalog_precision": precision, "seq_len": row.seq_len, "batch": row.batch,
             "peak_TFLOPs": device.peak_flops / 1e12, "achievable_fraction": compute.achievable,
             "kernel": compute.config.name, "micro_batch_s": seconds, "published_throughput": row.throughput,
-            "predicted_throughput": predicted, "rel_err": predicted / row.throughput - 1,
+            "predicted_throughput": predicted, "rel_error": predicted / row.throughput - 1,
             "within_target": abs(predicted / row.throughput - 1) <= TARGET}
 
 
-def validate_compute(path: str | Path) -> pd.DataFrame:
-    """Every 1-GPU row of ``path`` predicted from the device catalog alone."""
-    rows = [row for row in read_tables(path) if row.gpus == 1]
-    return pd.DataFrame([predict_one_gpu(row) for row in rows])
+def validate_compute(paths: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Every 1-GPU row of ``paths`` predicted from the device catalog alone (an empty frame where none is)."""
+    from flexcomm.experiments.published_training import read_corpus
+
+    rows = [row for row in read_corpus(paths).rows if row.gpus == 1]
+    return pd.DataFrame([predict_one_gpu(row) for row in rows], columns=COMPUTE_COLUMNS)
 
 
 def report_lines(frame: pd.DataFrame) -> list[str]:
@@ -84,13 +98,13 @@ def report_lines(frame: pd.DataFrame) -> list[str]:
     for r in frame.itertuples():
         seq = "" if pd.isna(r.seq_len) else f"{int(r.seq_len)}"
         lines.append(f"| {r.hardware} | {r.device} | {r.model} | {r.precision} | {seq} | {r.batch} "
-                     f"| {r.published_throughput:,.1f} | {r.predicted_throughput:,.1f} | {r.rel_err:+.1%} |")
+                     f"| {r.published_throughput:,.1f} | {r.predicted_throughput:,.1f} | {r.rel_error:+.1%} |")
     return lines
 
 
 def plot_compute(frame: pd.DataFrame, path: Path) -> Path:
     """Predicted against published samples/s, log-log, one marker per row; the 20 % band shaded."""
-    from flexcomm.costmodel.plotting import use_file_backend
+    from flexcomm.costmodel.plotting import square_log_axes, use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
@@ -110,12 +124,7 @@ def plot_compute(frame: pd.DataFrame, path: Path) -> Path:
     for (model, device), rows in frame.groupby(["model", "device"], sort=False):
         ax.scatter(rows["published_throughput"], rows["predicted_throughput"], marker=markers.get(model, "D"),
                    color=colours[device], label=f"{model}, {device}", zorder=3)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(low, high)
-    ax.set_ylim(low, high)
-    ax.set_xlabel("published samples/s on 1 GPU")
-    ax.set_ylabel("predicted samples/s (device catalog alone)")
+    square_log_axes(ax, low, high, "published samples/s on 1 GPU", "predicted samples/s (device catalog alone)")
     ax.set_title("1-GPU training throughput (NVIDIA DeepLearningExamples)\npredicted from the device catalog, "
                  "nothing measured or fitted", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")

@@ -41,6 +41,7 @@ from pathlib import Path
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_RANKS
 
 #: Published table hardware -> the embedded cluster that describes one node of it.
 HARDWARE_CLUSTERS = {"dgx a100": "dgx-a100-80g", "dgx-1": "dgx1-v100"}
@@ -67,7 +68,9 @@ class TrainingRow:
     accumulation: int
     seq_len: int | None
     throughput: float  # samples (images or sequences) per second, all GPUs
-    scaling: float | None  # as published (x over 1 GPU)
+    scaling: float | None  # as published (x over 1 GPU, or over the table's first row)
+    nodes: int | None = None  # as a multi-node table counts them (None: a GPUs column)
+    note: str = ""  # where the printed columns contradict each other, which value was read
 
     @property
     def mixed(self) -> bool:
@@ -86,24 +89,57 @@ class TrainingRow:
 
 # --- reading the markdown ------------------------------------------------------------------------
 
+#: Rows one corpus may hold (each is simulated twice, ~0.1 s apiece).
+MAX_TRAINING_ROWS = 2_000
+#: Frameworks whose published script's exchange is modelled (:data:`EXCHANGES`); tables of others are skipped.
+FRAMEWORKS = ("pytorch",)
+#: Words of precisions in table headers, as the class a cell pair is ordered by.
+_PRECISION_WORDS = (("mixed", "mixed"), ("fp16", "mixed"), ("amp", "mixed"), ("bf16", "mixed"), ("tf32", "tf32"),
+                    ("fp32", "fp32"))
+
+
+@dataclass
+class TrainingCorpus:
+    """What a set of markdown files holds: the rows flexcomm prices, and the tables it leaves out, with why."""
+
+    rows: list[TrainingRow]
+    skipped: list[tuple[str, str]]  # (file: table heading, why)
+
 
 def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
+    return [c.replace("**", "").replace("`", "").strip() for c in line.strip().strip("|").split("|")]
 
 
-def _model_of(heading: str) -> str | None:
+def _model_of(heading: str, inherited: str | None) -> tuple[str | None, str]:
+    """The model a heading names (``resnet50``, ``bert-pretraining``, ``bert-squad``), else None with the name."""
     text = heading.lower()
+    for other in ("biobert", "bart", "transformer-xl", "efficientnet", "gnmt", "electra"):
+        if other in text:
+            return None, other
     if "resnet" in text:
-        return "resnet50"
-    if "squad" in text:
-        return "bert-squad"
-    if "bert" in text or "pre-training" in text:
-        return "bert-pretraining"
+        return "resnet50", ""
+    if "squad" in text and "pre-train" not in text:
+        return "bert-squad", ""
+    if "bert" in text:
+        return "bert-pretraining", ""
+    if "pre-train" in text and inherited in ("bert-pretraining", "bert-squad"):
+        return "bert-pretraining", ""
+    return None, ""
+
+
+def _framework_of(heading: str) -> str | None:
+    text = heading.lower()
+    for name, key in (("pytorch", "pytorch"), ("tensorflow", "tensorflow"), ("paddle", "paddlepaddle"),
+                      ("mxnet", "mxnet")):
+        if name in text:
+            return key
     return None
 
 
 def _hardware_of(text: str) -> str | None:
     low = text.lower()
+    if "dgx-2" in low or "dgx2" in low:
+        return "DGX-2"  # no embedded cluster describes it: its tables are skipped, said so
     if "a100" in low:
         return "DGX A100"
     if "dgx-1" in low or "dgx1" in low or "v100" in low:
@@ -115,52 +151,110 @@ def _number(text: str, field: str, where: str) -> float:
     match = re.search(r"[-+]?\d[\d,]*(?:\.\d+)?", text)
     if match is None:
         raise InputError(f"{where}: {field}", text, "a number")
-    return float(match.group(0).replace(",", ""))
+    value = float(match.group(0).replace(",", ""))
+    if not math.isfinite(value) or abs(value) > 1e15:
+        raise InputError(f"{where}: {field}", text, "a number a table could print (at most 1e15)")
+    return value
 
 
-def _split_and(text: str, index: int) -> str:
-    """``128 and 256`` (TF32 and FP16) -> the index-th part; a single value serves both."""
-    parts = [p.strip() for p in re.split(r"\band\b", text)]
+def _pair_order(header: str) -> list[str]:
+    """The precision classes an ``X and Y`` / ``X, Y`` cell's parts are in, as its header names them
+    (``(TF32 and FP16)``, ``: mixed precision, FP32``); [] when the header names none."""
+    inside = re.search(r"\(([^)]*\band\b[^)]*)\)", header) or re.search(r":\s*(.+)$", header)
+    if inside is None:
+        return []
+    order = []
+    for part in re.split(r"\band\b|,", inside.group(1)):
+        found = next((cls for word, cls in _PRECISION_WORDS if word in part), None)
+        if found:
+            order.append(found)
+    return order
+
+
+def _part(text: str, header: str, precision_class: str) -> str:
+    """``128 and 256`` / ``60 , 32`` -> the part of ``precision_class`` in the header's order; one value serves
+    every precision."""
+    text = re.sub(r"\([^)]*\)", "", text)  # "112 (config, assumed)": a remark, not a second value
+    parts = [p.strip() for p in re.split(r"\band\b|,(?!\d{3}\b)", text) if p.strip()]
+    order = _pair_order(header)
+    index = order.index(precision_class) if precision_class in order else (
+        1 if precision_class == "mixed" and len(parts) > 1 and not order else 0)
     return parts[index] if len(parts) > index else parts[0]
 
 
-def read_tables(path: str | Path) -> list[TrainingRow]:
-    """Every measurement in a markdown file of published training throughput (see the module doc)."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError("published-training", str(path), f"a readable markdown file ({exc.__class__.__name__})") \
-            from None
+def read_corpus(paths: str | Path | list[str | Path]) -> TrainingCorpus:
+    """Every measurement in markdown files of published training throughput (see the module doc); tables of a
+    model, hardware or framework flexcomm does not price are listed in ``skipped`` with why."""
+    from flexcomm.costmodel.limits import read_text_bounded
+
     rows: list[TrainingRow] = []
-    model, hardware, heading = None, None, ""
+    skipped: list[tuple[str, str]] = []
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        path = Path(path)
+        lines = read_text_bounded(path, "published-training", "markdown file").splitlines()
+        rows_here, skipped_here = _read_lines(lines, path.name)
+        rows += rows_here
+        skipped += skipped_here
+        if len(rows) > MAX_TRAINING_ROWS:
+            raise InputError("published-training", str(path), f"at most {MAX_TRAINING_ROWS:,} table rows in all")
+    if not rows:
+        why = "; ".join(f"{where}: {reason}" for where, reason in skipped[:3])
+        raise InputError("published-training", ", ".join(str(Path(p).name) for p in (
+            [paths] if isinstance(paths, (str, Path)) else paths)), "markdown tables with GPUs (or Nodes) and "
+            "throughput columns of a model flexcomm prices" + (f" ({why[:200]})" if why else ""))
+    return TrainingCorpus(rows, skipped)
+
+
+def read_tables(path: str | Path) -> list[TrainingRow]:
+    """The rows of one markdown file (:func:`read_corpus`)."""
+    return read_corpus(path).rows
+
+
+def _read_lines(lines: list[str], name: str) -> tuple[list[TrainingRow], list[tuple[str, str]]]:
+    rows: list[TrainingRow] = []
+    skipped: list[tuple[str, str]] = []
+    model, hardware, framework, heading, other = None, None, None, "", ""
     i = 0
     while i < len(lines):
         line = lines[i]
         if line.startswith("#"):
             heading = line.lstrip("#").strip()
-            model = _model_of(heading) or (model if line.startswith("###") else None)
-            hardware = _hardware_of(heading) or (hardware if line.startswith("###") else None)
+            sub = line.startswith("###")
+            found, named = _model_of(heading, model)
+            model, other = (found, named) if found or named or not sub else (model, other)
+            hardware = _hardware_of(heading) or (hardware if sub else None)
+            framework = _framework_of(heading) or (framework if sub else None)
             i += 1
             continue
         if line.startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").strip()) <= set("-: "):
             header = [h.lower() for h in _cells(line)]
             i += 2
+            body = []
             while i < len(lines) and lines[i].startswith("|"):
-                rows += _table_row(header, _cells(lines[i]), model, hardware, heading, f"{path.name}:{i + 1}")
+                body.append((i + 1, _cells(lines[i])))
                 i += 1
+            if not _is_throughput_table(header):
+                continue
+            titled_column = "hardware (as titled)" in header
+            why = ("the model " + (other or "it names") + " is not one flexcomm prices (ResNet-50, BERT-Large "
+                   "pre-training, SQuAD)") if model is None else (
+                "its hardware is not an embedded cluster (DGX A100, DGX-1)" if hardware not in ("DGX A100", "DGX-1")
+                and not titled_column else
+                f"the {framework} script's exchange is not modelled (PyTorch DDP's and the PyTorch BERT "
+                "script's are)" if framework not in (None, *FRAMEWORKS) else "")
+            if why:
+                skipped.append((f"{name}: {heading}", why))
+                continue
+            for number, cells in body:
+                rows += _table_row(header, cells, model, hardware, heading, f"{name}:{number}")
             continue
         i += 1
-    if not rows:
-        raise InputError("published-training", str(path), "markdown tables with GPUs and throughput columns")
-    return rows
+    return rows, skipped
 
 
-def _pair_index(header: str, precision: str) -> int:
-    """Which half of an ``X and Y`` cell a precision reads: the header names the order, e.g. ``(TF32 and FP16)``;
-    the second is the half-precision one."""
-    mixed = any(word in precision.lower() for word in MIXED)
-    return 1 if mixed and " and " in header else 0
+def _is_throughput_table(header: list[str]) -> bool:
+    scale = any(h.startswith("gpus") or "nodes" in h for h in header)
+    return scale and any("throughput" in h and "speedup" not in h and "scaling" not in h for h in header)
 
 
 def _precision_of(key: str, col: dict[str, str]) -> str:
@@ -170,52 +264,97 @@ def _precision_of(key: str, col: dict[str, str]) -> str:
     return text or col.get("precision", "")
 
 
-def _table_row(header: list[str], cells: list[str], model: str | None, hardware: str | None, heading: str,
+def _precision_class(precision: str) -> str:
+    low = precision.lower()
+    return "mixed" if any(word in low for word in MIXED) else low.split()[0]
+
+
+def _gpus(col: dict[str, str], header: list[str], where: str) -> tuple[int, int | None]:
+    """(GPUs in all, nodes or None): ``GPUs``; ``Nodes`` x ``GPUs / node`` (NVIDIA's multi-node layout); ``Nodes``
+    alone at the hardware's 8 GPUs a node."""
+    per_node_key = next((h for h in header if h.startswith("gpus") and ("node" in h)), None)
+    total_key = next((h for h in header if h.startswith("gpus") and h != per_node_key), None)
+    nodes_key = next((h for h in header if "nodes" in h), None)
+    nodes = None
+    if nodes_key is not None:
+        nodes = _number(col[nodes_key], "nodes", where)
+        if nodes < 1 or nodes != int(nodes):
+            raise InputError(f"{where}: nodes", col[nodes_key], "a whole number of nodes >= 1")
+    if total_key is not None:
+        gpus = _number(col[total_key], "GPUs", where)
+    elif nodes is not None:
+        per_node = _number(col[per_node_key], "GPUs / node", where) if per_node_key else GPUS_PER_NODE
+        gpus = nodes * per_node
+    else:
+        gpus = _number(col[per_node_key], "GPUs / node", where)
+    if gpus < 1 or gpus != int(gpus):
+        raise InputError(f"{where}: GPUs", gpus, "a whole number of GPUs >= 1")
+    MAX_RANKS.check(f"{where}: GPUs", gpus)
+    return int(gpus), None if nodes is None else int(nodes)
+
+
+def _batch_and_accumulation(col: dict[str, str], header: list[str], precision_class: str,
+                            where: str) -> tuple[int, int, str]:
+    """Micro-batch per GPU and accumulation steps, and a note where the printed values contradict each other
+    (micro-batch x steps against an ``Accumulated Batch size`` column): the value that makes the three agree by
+    changing one printed number is read, and the note says which."""
+    batch_key = next((h for h in header if h.startswith("batch size") or h.startswith("bs/gpu")), None)
+    if batch_key is None:
+        raise InputError(f"{where}: batch size", "", "a batch-size column")
+    acc_key = next((h for h in header if h.startswith("accumulation steps") or h.startswith("gradient accumulation")),
+                   None)
+    accumulated_key = next((h for h in header if h.startswith("accumulated batch")), None)
+    accumulation = int(_number(_part(col[acc_key], acc_key, precision_class), "accumulation steps", where)) \
+        if acc_key else 1
+    if accumulation < 1:
+        raise InputError(f"{where}: accumulation steps", accumulation, "an integer >= 1 (micro-batches per "
+                         "optimizer step)")
+    printed = int(_number(_part(col[batch_key], batch_key, precision_class), "batch size", where))
+    batch, note = printed, ""
+    if "accumulated batch" in batch_key:  # DGX-1 pre-training prints the accumulated batch (see the file)
+        if printed % accumulation:
+            raise InputError(f"{where}: batch size", printed, f"an accumulated batch divisible by the "
+                             f"{accumulation} accumulation steps")
+        batch = printed // accumulation
+    elif accumulated_key is not None:
+        total = int(_number(_part(col[accumulated_key], accumulated_key, precision_class), "accumulated batch",
+                            where))
+        if batch * accumulation != total:
+            if total % accumulation == 0:
+                batch, note = total // accumulation, (f"batch {printed} as printed contradicts {total} accumulated "
+                                                      f"over {accumulation} steps: read as {total // accumulation}")
+            elif total % batch == 0:
+                accumulation, note = total // batch, (f"{accumulation} accumulation steps read from {total} / "
+                                                      f"{batch} (the printed steps contradict the accumulated batch)")
+            else:
+                raise InputError(f"{where}: accumulated batch", total, f"batch {printed} x {accumulation} steps, as "
+                                 "the row's own columns give it")
+    if batch < 1:
+        raise InputError(f"{where}: batch size", printed, "a batch of at least one sample per GPU")
+    return batch, accumulation, note
+
+
+def _table_row(header: list[str], cells: list[str], model: str, hardware: str | None, heading: str,
                where: str) -> list[TrainingRow]:
     if len(cells) != len(header):
         raise InputError(where, "|".join(cells), f"{len(header)} cells as in the table's header")
     col = dict(zip(header, cells, strict=True))
-    gpus_key = next((h for h in header if h.startswith("gpus")), None)
-    nodes_key = next((h for h in header if "nodes" in h), None)
-    throughput_keys = [h for h in header if "throughput" in h and "speedup" not in h]
-    if (gpus_key is None and nodes_key is None) or not throughput_keys:
-        return []  # not a throughput table
+    throughput_keys = [h for h in header if "throughput" in h and "speedup" not in h and "scaling" not in h]
     titled = col.get("hardware (as titled)", "") or heading
     hardware = _hardware_of(titled) or hardware
-    if model is None or hardware is None:
-        raise InputError(where, heading, "a section heading naming the model (ResNet-50, BERT, SQuAD) and "
-                         "a hardware (DGX A100, DGX-1)")
-    if gpus_key is not None:
-        gpus = _number(col[gpus_key], "GPUs", where)
-    else:
-        gpus = _number(col[nodes_key], "nodes", where) * GPUS_PER_NODE
-    if gpus < 1 or gpus != int(gpus):
-        raise InputError(f"{where}: GPUs", col[gpus_key or nodes_key], "a whole number of GPUs >= 1")
-    batch_key = next((h for h in header if h.startswith("batch size") or h.startswith("bs/gpu")), None)
-    acc_key = next((h for h in header if h.startswith("accumulation steps")), None)
+    if hardware not in ("DGX A100", "DGX-1"):
+        raise InputError(f"{where}: hardware", titled, "a DGX A100 or DGX-1 (the embedded clusters that price it)")
+    gpus, nodes = _gpus(col, header, where)
     seq_key = next((h for h in header if h.startswith("sequence length") or h.startswith("seq")), None)
-    if batch_key is None:
-        raise InputError(f"{where}: batch size", "", "a batch-size column")
     scaling_keys = [h for h in header if "scaling" in h]
     out = []
     for key in throughput_keys:
         precision = _precision_of(key, col)
         if not precision:
             raise InputError(f"{where}: precision", "", "a precision column or one throughput column per precision")
-        accumulation = int(_number(_split_and(col[acc_key], _pair_index(acc_key, precision)), "accumulation steps",
-                                   where)) if acc_key else 1
-        if accumulation < 1:
-            raise InputError(f"{where}: accumulation steps", accumulation, "an integer >= 1 (micro-batches per "
-                             "optimizer step)")
-        printed = int(_number(_split_and(col[batch_key], _pair_index(batch_key, precision)), "batch size", where))
-        batch = printed
-        if "accumulated batch" in batch_key:  # DGX-1 pre-training prints the accumulated batch (see the file)
-            if printed % accumulation:
-                raise InputError(f"{where}: batch size", printed, f"an accumulated batch divisible by the "
-                                 f"{accumulation} accumulation steps")
-            batch = printed // accumulation
-        if batch < 1:
-            raise InputError(f"{where}: batch size", printed, "a batch of at least one sample per GPU")
+        if not col[key].strip() or col[key].strip().lower() in ("-", "n/a", "na"):
+            continue  # a precision the run did not measure (out of memory)
+        batch, accumulation, note = _batch_and_accumulation(col, header, _precision_class(precision), where)
         words = precision.lower().split()
         scaling_key = next((h for h in scaling_keys if words and words[0] in h), None)
         if scaling_key is None and len(scaling_keys) == 1:
@@ -223,9 +362,10 @@ def _table_row(header: list[str], cells: list[str], model: str | None, hardware:
         throughput = _number(col[key], "throughput", where)
         if throughput <= 0:
             raise InputError(f"{where}: throughput", col[key], "a positive throughput (samples per second)")
-        out.append(TrainingRow(heading, hardware, titled, model, precision, int(gpus), batch, accumulation,
+        out.append(TrainingRow(heading, hardware, titled, model, precision, gpus, batch, accumulation,
                                int(_number(col[seq_key], "sequence length", where)) if seq_key else None,
-                               throughput, _number(col[scaling_key], "scaling", where) if scaling_key else None))
+                               throughput, _number(col[scaling_key], "scaling", where) if scaling_key else None,
+                               nodes, note))
     return out
 
 
@@ -289,57 +429,100 @@ def micro_batch_seconds(reference: TrainingRow) -> float:
     return micro
 
 
-def predict_row(row: TrainingRow, reference: TrainingRow) -> dict[str, object]:
-    """One row predicted from its reference (the same run on fewer GPUs; see the module doc)."""
-    micro_s = micro_batch_seconds(reference)
-    step_s = _simulated_step(row, micro_s)
-    predicted = row.gpus * row.batch * row.accumulation / step_s
-    published_scaling = row.scaling if row.scaling is not None else row.throughput / reference.throughput
-    predicted_scaling = predicted / reference.throughput
-    widening = row.gpus / reference.gpus
+def predict_row(row: TrainingRow, reference: TrainingRow | None) -> dict[str, object]:
+    """One row predicted from its reference (the same run on fewer GPUs; see the module doc), or from the
+    description alone where the tables hold none (the device catalog's compute of a micro-batch); beside it, the
+    naive baseline (linear scaling of the reference, or of the catalog's compute) and the description's
+    prediction."""
+    from flexcomm.experiments.published_compute import catalog_micro_batch_seconds
+
+    described_micro = catalog_micro_batch_seconds(row)
+    described_step = _simulated_step(row, described_micro)
+    described = row.gpus * row.batch * row.accumulation / described_step
+    if reference is not None:
+        micro_s = micro_batch_seconds(reference)
+        step_s = _simulated_step(row, micro_s)
+        predicted = row.gpus * row.batch * row.accumulation / step_s
+        baseline = reference.throughput * row.gpus / reference.gpus
+        source = (f"its {reference.gpus}-GPU row" + ("" if reference.gpus == 1 else ", less the exchange priced "
+                                                     "for it"))
+    else:
+        micro_s, step_s, predicted = described_micro, described_step, described
+        baseline = row.gpus * row.batch / described_micro  # the catalog's compute, scaled linearly
+        source = "the description (no row of this run on fewer GPUs)"
+    # scaling over the reference row actually used (a printed column may be over another row: a multi-node
+    # table's first row predicted from the single-node table's 1-GPU row prints 1.00)
+    published_scaling = row.throughput / reference.throughput if reference is not None else None
+    widening = row.gpus / reference.gpus if reference is not None else None
+    predicted_scaling = predicted / reference.throughput if reference is not None else None
     scheme, overlap = _exchange(row)
     return {
         "table": row.table, "hardware": row.hardware, "titled": row.titled, "model": row.model,
-        "precision": row.precision,
-        "seq_len": row.seq_len, "gpus": row.gpus, "batch": row.batch, "accumulation": row.accumulation,
+        "precision": row.precision, "seq_len": row.seq_len, "gpus": row.gpus, "nodes": row.nodes,
+        "scale": "multi-node" if row.gpus > GPUS_PER_NODE else "one node",
+        "batch": row.batch, "accumulation": row.accumulation,
         "exchange": f"{scheme} via NCCL, " + ("25 MiB buckets overlapping backward" if overlap else
                                               "one allreduce after backward"),
-        "reference_gpus": reference.gpus, "reference_throughput": reference.throughput,
+        "predicted_from": source,
+        "reference_gpus": reference.gpus if reference is not None else None,
+        "reference_throughput": reference.throughput if reference is not None else None,
         "compute_step_s": micro_s * row.accumulation, "exposed_comm_s": step_s - micro_s * row.accumulation,
         "published_throughput": row.throughput, "predicted_throughput": predicted,
-        "rel_err": predicted / row.throughput - 1.0,
+        "rel_error": predicted / row.throughput - 1.0,
+        "baseline_throughput": baseline, "baseline_rel_error": baseline / row.throughput - 1.0,
+        "description_throughput": described, "description_rel_error": described / row.throughput - 1.0,
         "published_scaling": published_scaling, "predicted_scaling": predicted_scaling,
-        "scaling_gap_points": 100.0 * (predicted_scaling - published_scaling) / widening,
+        "scaling_gap_points": (100.0 * (predicted_scaling - published_scaling) / widening
+                               if predicted_scaling is not None and published_scaling is not None else None),
+        "note": row.note,
     }
 
 
 def find_reference(row: TrainingRow, rows: list[TrainingRow]) -> TrainingRow | None:
     """The same run on the fewest GPUs: from the row's own table (its hardware as titled) first, else from any
     table of the same hardware class; model, precision, sequence length and micro-batch must match."""
-    for same in (lambda r: r.titled == row.titled, lambda r: r.hardware == row.hardware):
+    for same in (lambda r: r.table == row.table and r.titled == row.titled, lambda r: r.titled == row.titled,
+                 lambda r: r.hardware == row.hardware):
         candidates = [r for r in rows if same(r) and r.key == row.key and r.gpus < row.gpus]
         if candidates:
             return min(candidates, key=lambda r: (r.gpus, rows.index(r)))
     return None
 
 
-def validate_training(path: str | Path) -> pd.DataFrame:
-    """Every row of ``path`` with a reference on fewer GPUs, predicted from it. The smallest run of each group is
-    the reference; a multi-GPU row that is neither predicted nor a reference for another is an error (there is
-    no measured compute to stand on)."""
-    rows = read_tables(path)
+def validate_training(paths: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Every multi-GPU row of ``paths`` predicted: from its reference on fewer GPUs where the tables hold one
+    (the smallest run of each group is the reference and not predicted itself), else from the description."""
+    return validate_corpus(read_corpus(paths))
+
+
+def validate_corpus(corpus: TrainingCorpus) -> pd.DataFrame:
+    rows = corpus.rows
     out = []
     for row in rows:
         reference = find_reference(row, rows)
-        if reference is None:
-            serves = any(r.key == row.key and r.hardware == row.hardware and r.gpus > row.gpus for r in rows)
-            if row.gpus == 1 or serves:  # a reference itself (a 1-GPU row, or a multi-node table's first row)
-                continue
-            raise InputError("reference", f"{row.titled}: {row.model} {row.precision} x{row.gpus} "
-                             f"(batch {row.batch}, seq {row.seq_len})", "a row of the same hardware, model, "
-                             "precision, sequence length and batch on fewer GPUs (1 GPU: its measured compute)")
+        if reference is None and (row.gpus == 1 or any(r.key == row.key and r.hardware == row.hardware
+                                                       and r.gpus > row.gpus for r in rows)):
+            continue  # a reference itself (a 1-GPU row, or a multi-node table's first row)
         out.append(predict_row(row, reference))
     frame = pd.DataFrame(out)
-    frame["meets_target"] = (frame["rel_err"].abs() <= TARGET_THROUGHPUT) & (
-        frame["scaling_gap_points"].abs() <= TARGET_SCALING_POINTS)
+    if frame.empty:
+        raise InputError("published-training", "only single-GPU rows", "rows of several GPUs to predict")
+    within = frame["rel_error"].abs() <= TARGET_THROUGHPUT
+    gap = frame["scaling_gap_points"].astype(float)
+    frame["meets_target"] = within & (gap.isna() | (gap.abs() <= TARGET_SCALING_POINTS))
     return frame
+
+
+def class_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per class of rows (hardware, model, precision, one node or several): the model's and the linear
+    baseline's median |error| and which is closer."""
+    out = []
+    precision = frame["precision"].map(_precision_class)
+    for (scale, hardware, model, klass), part in frame.groupby([frame["scale"], frame["hardware"], frame["model"],
+                                                                precision], sort=True):
+        model_median = float(part["rel_error"].abs().median())
+        base_median = float(part["baseline_rel_error"].abs().median())
+        out.append({"scale": scale, "hardware": hardware, "model": model, "precision": klass, "rows": len(part),
+                    "model_median_abs_error": model_median, "baseline_median_abs_error": base_median,
+                    "model_closer": model_median < base_median})
+    return pd.DataFrame(out)

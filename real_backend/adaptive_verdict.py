@@ -120,7 +120,7 @@ def error_in_phases(replay: pd.DataFrame, label: str, phases: list[int], warmup:
     """Median |per-step error| (open clock) of ``label``'s steps in ``phases``."""
     part = replay[(replay["label"] == label) & (replay["mode"] == "open") & (replay["step"] >= warmup)
                   & replay["phase"].isin(phases)]
-    return float(part["rel_err"].abs().median()) if len(part) else math.nan
+    return float(part["rel_error"].abs().median()) if len(part) else math.nan
 
 
 def gains_agree(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -49,7 +49,10 @@ TARGET_MEDIAN = 0.10
 TARGET_WORST = 0.20
 COLUMNS = ("setting", "ranks", "bandwidth", "strategy", "traced", "measured_step_s", "measured_iqr_s",
            "predicted_step_s", "error", "measured_rank", "predicted_rank", "hook_comm_s", "predicted_comm_s",
-           "hook_codec_s", "predicted_codec_s", "compute_scale", "steps")
+           "hook_codec_s", "predicted_codec_s", "compute_scale", "steps", "naive_step_s", "naive_error")
+#: Bytes a kept element costs on the wire (float32 value; Allgather-Top-k adds an int32 index).
+VALUE_BYTES = 4
+INDEX_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,35 @@ def codec_rates(out: Path, numel: int, ratio: float, rank_counts: list[int], see
     return rates
 
 
+def naive_step_s(profile: Any, ranks: int, rate_Bps: float, strategy: str, ratio: float, compute_scale: float) -> float:
+    """The naive baseline: the traced compute (scaled as the replay scales it) with nothing hidden, plus the
+    strategy's bytes per bucket at the nominal tc rate with no latency and no codec (what one works out by hand)."""
+    from flexcomm.costmodel.collectives import predict as price
+
+    compute = (profile.forward_s + profile.backward_s + profile.after_s) * compute_scale
+    seconds = 0.0
+    for nbytes in profile.bucket_bytes:
+        kept = max(1, int(ratio * nbytes // VALUE_BYTES))
+        records = {"builtin": [("allreduce", "ring", nbytes)],
+                   "topk-ag": [("allgather", "ring", kept * (VALUE_BYTES + INDEX_BYTES))],
+                   "topk-ar": [("broadcast", "binomial", kept * INDEX_BYTES),
+                               ("allreduce", "ring", kept * VALUE_BYTES)]}[strategy]
+        seconds += sum(float(price(c, a, n, ranks, 0.0, rate_Bps).total) for c, a, n in records)
+    return compute + seconds
+
+
+def with_naive_baseline(table: pd.DataFrame, profile: Any, ratio: float) -> pd.DataFrame:
+    """``table`` with the naive baseline's step and error beside the replay's (a finished table can be given it)."""
+    from flexcomm.costmodel.units import parse_bandwidth
+
+    table = table.copy()
+    table["naive_step_s"] = [naive_step_s(profile, int(r["ranks"]), parse_bandwidth(str(r["bandwidth"])),
+                                          str(r["strategy"]), ratio, float(r["compute_scale"]))
+                             for r in table.to_dict("records")]
+    table["naive_error"] = table["naive_step_s"] / table["measured_step_s"] - 1.0
+    return table
+
+
 def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> pd.DataFrame:
     """Every (setting, strategy): measured from its own trace, predicted from the traced setting's builtin trace."""
     from flexcomm.sim.profile_replay import host_compute_scale, link_target, predicted_step_s, replay
@@ -195,7 +227,7 @@ def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> 
     table = pd.DataFrame(rows)
     table["measured_rank"] = table["measured_step_s"].rank(method="min")
     table["predicted_rank"] = table["predicted_step_s"].rank(method="min")
-    return table[list(COLUMNS)]
+    return with_naive_baseline(table, profile, ratio)[list(COLUMNS)]
 
 
 def concordance(table: pd.DataFrame, distinguishable: bool = False) -> tuple[float, int]:
@@ -224,10 +256,14 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
     measured = table.dropna(subset=["measured_step_s"])
     best_measured = table.loc[table["measured_step_s"].idxmin()] if table["measured_step_s"].notna().any() else None
     best_predicted = table.loc[table["predicted_step_s"].idxmin()]
+    naive = others["naive_error"].abs() if "naive_error" in others else pd.Series(dtype=float)
     summary = {
         "traced_error": traced_error,
         "median_abs_error": float(errors.median()) if len(errors) else math.nan,
         "worst_abs_error": float(errors.max()) if len(errors) else math.nan,
+        "naive_median_abs_error": float(naive.median()) if len(naive) else math.nan,
+        "naive_worst_abs_error": float(naive.max()) if len(naive) else math.nan,
+        "model_closer_than_naive": int((errors < naive.reindex(errors.index)).sum()) if len(naive) else 0,
         "points": int(len(others)),
         "pairwise_order_agreement": concordance(measured)[0],
         "distinguishable_pairs": concordance(measured, distinguishable=True)[1],
@@ -246,13 +282,16 @@ def summarize(table: pd.DataFrame) -> dict[str, Any]:
 
 def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
     lines = ["# Replaying one profiled step on other settings of the testbed", "",
-             "| setting | strategy | measured | predicted | error | rank measured / predicted "
+             "Naive = the baseline: the traced compute with nothing hidden plus the strategy's bytes at the nominal "
+             "tc rate, no latency, no codec.", "",
+             "| setting | strategy | measured | predicted | error | naive | naive error | rank measured / predicted "
              "| hook's collectives measured / predicted | hook's codec measured / predicted |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in table.to_dict("records"):
         mark = " (traced)" if row["traced"] else ""
         lines.append(f"| {row['setting']}{mark} | {row['strategy']} | {row['measured_step_s'] * 1e3:.1f} ms | "
                      f"{row['predicted_step_s'] * 1e3:.1f} ms | {row['error'] * 100:+.1f} % | "
+                     f"{row['naive_step_s'] * 1e3:.1f} ms | {row['naive_error'] * 100:+.1f} % | "
                      f"{row['measured_rank']:.0f} / {row['predicted_rank']:.0f} | "
                      + (f"{row['hook_comm_s'] * 1e3:.1f} / {row['predicted_comm_s'] * 1e3:.1f} ms | "
                         f"{row['hook_codec_s'] * 1e3:.1f} / {row['predicted_codec_s'] * 1e3:.1f} ms |"
@@ -268,7 +307,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return [
         f"traced setting reproduced at {summary['traced_error'] * 100:+.1f} % (target {pct(TARGET_TRACED)})",
         f"other settings: median |error| {pct(summary['median_abs_error'])}, worst {pct(summary['worst_abs_error'])} "
-        f"over {summary['points']} points (targets {pct(TARGET_MEDIAN)} / {pct(TARGET_WORST)})",
+        f"over {summary['points']} points (targets {pct(TARGET_MEDIAN)} / {pct(TARGET_WORST)}); naive baseline "
+        f"{pct(summary.get('naive_median_abs_error', math.nan))} / "
+        f"{pct(summary.get('naive_worst_abs_error', math.nan))}, the replay closer on "
+        f"{summary.get('model_closer_than_naive', 0)} of {summary['points']}",
         f"ranking of settings: {pct(summary['distinguishable_order_agreement'])} of the "
         f"{summary['distinguishable_pairs']} pairs measured apart (medians further apart than their spread) ordered "
         f"as measured, {pct(summary['pairwise_order_agreement'])} of all pairs; ranks "
@@ -279,7 +321,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def plot(table: pd.DataFrame, path: Path) -> Path:
-    """Predicted against measured step, one marker per strategy, the y = x line and the 10 % band."""
+    """Predicted against measured step, one marker per strategy, the naive baseline in grey crosses, the y = x
+    line and the 10 % band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -291,7 +334,8 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     measured = table["measured_step_s"].to_numpy() * 1e3
     predicted = table["predicted_step_s"].to_numpy() * 1e3
-    finite = np.concatenate([measured[np.isfinite(measured)], predicted[np.isfinite(predicted)]])
+    naive = table["naive_step_s"].to_numpy() * 1e3 if "naive_step_s" in table else predicted
+    finite = np.concatenate([v[np.isfinite(v)] for v in (measured, predicted, naive)])
     low, high = float(finite.min()) * 0.8, float(finite.max()) * 1.25
     line = np.geomspace(low, high, 50)
     ax.plot(line, line, color="0.3", lw=1, label="predicted = measured")
@@ -300,6 +344,9 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
         rows = table[table["strategy"] == strategy]
         ax.scatter(rows["measured_step_s"] * 1e3, rows["predicted_step_s"] * 1e3, marker=marker, s=36,
                    color=SCHEME_COLOURS.get(SCHEME_OF[strategy]), label=f"{strategy}", zorder=3)
+    if "naive_step_s" in table:
+        ax.scatter(table["measured_step_s"] * 1e3, table["naive_step_s"] * 1e3, marker="x", s=30, color="0.45",
+                   linewidths=1.0, label="naive baseline (bytes at the tc rate)", zorder=5)
     traced = table[table["traced"]]
     ax.scatter(traced["measured_step_s"] * 1e3, traced["predicted_step_s"] * 1e3, s=140, facecolors="none",
                edgecolors="black", label="traced setting", zorder=4)

@@ -406,6 +406,17 @@ def _records_of(text: str) -> list[tuple[str, str, int, str]]:
     return [(c, a, n, "") for c, a, n in parse_records(text)]
 
 
+def _nominal_seconds(buckets: pd.DataFrame | None, world: int, rate_Bps: float) -> float:
+    """The naive baseline's communication: the step's logged collectives, their bytes at the trace's rate when
+    the step starts, no latency and no change of rate during the step (what a user would work out by hand)."""
+    from flexcomm.costmodel.collectives import predict
+
+    if buckets is None:
+        return 0.0
+    return float(sum(predict(c, a, n, world, 0.0, rate_Bps).total
+                     for text in buckets["collectives"] for c, a, n, _ in _records_of(text)))
+
+
 def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", in_flight: int | None = None,
                moo_config: Any = None) -> pd.DataFrame:
     """One row per logged step: measured and simulated step time, and the scheme and ratio each chose."""
@@ -462,16 +473,18 @@ def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", in_f
         if moo is not None and decisions is not None:
             event = moo.end_step(step, decisions, numels, float(real.get("gain", math.nan)))
         predicted = run.solo_s + (t - start)
+        rate, delay = timeline.at(float(real["trace_s"]))
+        naive = run.solo_s + _nominal_seconds(by_step.get(step), run.world, rate)
         gap = 0.0
         if i + 1 < len(steps):
             gap = max(0.0, float(steps.loc[i + 1, "trace_s"]) - float(real["trace_s"]) - float(real["step_s"]))
         clock = start + predicted + gap
-        rate, delay = timeline.at(float(real["trace_s"]))
         rows.append({
             "label": run.label, "strategy": run.strategy, "mode": mode, "step": step,
             "trace_s": float(real["trace_s"]), "sim_start_s": start, "phase": int(real["trace_phase"]),
             "rate_Bps": rate, "delay_s": delay, "measured_s": float(real["step_s"]), "predicted_s": predicted,
-            "rel_err": predicted / float(real["step_s"]) - 1.0,
+            "rel_error": predicted / float(real["step_s"]) - 1.0,
+            "naive_s": naive, "naive_rel_error": naive / float(real["step_s"]) - 1.0,
             "scheme_real": "+".join(dict.fromkeys(real_schemes)), "scheme_sim": "+".join(dict.fromkeys(sim_schemes)),
             "buckets_agree": sum(a == b for a, b in zip(real_schemes, sim_schemes, strict=False)),
             "buckets": len(real_schemes), "ratio_real": float(real["ratio"]) if pd.notna(real["ratio"]) else math.nan,

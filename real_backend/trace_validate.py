@@ -399,17 +399,19 @@ def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: l
         entry: dict[str, Any] = {"strategy": str(frame["strategy"].iloc[0])}
         for mode, part in frame.groupby("mode"):
             steady = part[part["step"] >= WARMUP_STEPS]
-            errors = steady["rel_err"].abs()
+            errors = steady["rel_error"].abs()
             entry[mode] = {
                 "steps": int(len(part)), "median_abs_error": float(errors.median()),
                 "worst_abs_error": float(errors.max()),
                 "p90_abs_error": float(errors.quantile(0.9)),
+                "naive_median_abs_error": float(steady["naive_rel_error"].abs().median()),
+                "naive_worst_abs_error": float(steady["naive_rel_error"].abs().max()),
                 "measured_total_s": float(part["measured_s"].sum()),
                 "predicted_total_s": float(part["predicted_s"].sum()),
                 "total_error": float(part["predicted_s"].sum() / part["measured_s"].sum() - 1.0),
                 "measured_mean_step_s": float(part["measured_s"].mean()),
                 "predicted_mean_step_s": float(part["predicted_s"].mean()),
-                "by_phase": {int(p): {"steps": int(len(g)), "median_abs_error": float(g["rel_err"].abs().median()),
+                "by_phase": {int(p): {"steps": int(len(g)), "median_abs_error": float(g["rel_error"].abs().median()),
                                       "measured_mean_step_s": float(g["measured_s"].mean()),
                                       "predicted_mean_step_s": float(g["predicted_s"].mean())}
                              for p, g in steady.groupby("phase")},
@@ -440,6 +442,18 @@ def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: l
     return out
 
 
+def baseline_line(summary: dict[str, Any]) -> str:
+    """Where the replay beats the naive baseline's per-step median error (open clock), and where not."""
+    entries = {label: e["open"] for label, e in summary.get("strategies", {}).items()
+               if "naive_median_abs_error" in e.get("open", {})}
+    if not entries:
+        return "Naive baseline: not in this report (made before it was added; `analyze` the folder again)."
+    worse = [label for label, o in entries.items() if not o["median_abs_error"] < o["naive_median_abs_error"]]
+    text = (f"The replay's per-step median error is below the naive baseline's for {len(entries) - len(worse)} "
+            f"of {len(entries)} strategies")
+    return text + (f"; not for {', '.join(worse)}." if worse else ".")
+
+
 def markdown(summary: dict[str, Any]) -> str:
     """errors.md: one table of the errors, one of the decisions, the lag, the comparison."""
     lines = [f"# Validation under a changing network: {summary.get('trace', '?')} on {summary.get('ranks', '?')} "
@@ -447,8 +461,11 @@ def markdown(summary: dict[str, Any]) -> str:
     lag = summary.get("lag", {})
     lines += [f"Trace changes applied: {lag.get('changes', 0)}; lag behind the trace median "
               f"{1e3 * lag.get('median_s', math.nan):.1f} ms, worst {1e3 * lag.get('worst_s', math.nan):.1f} ms.", ""]
-    lines += ["| strategy | steps | per-step error median (open) | worst (open) | median (closed) | total-time error "
-              "(closed) | decisions agree (open / closed) |", "|---|---|---|---|---|---|---|"]
+    lines += ["Naive = the baseline: the solo step plus the step's logged collectives at the trace's rate when the "
+              "step starts, with no latency (what one would work out by hand).", ""]
+    lines += ["| strategy | steps | per-step error median (open) | worst (open) | naive median / worst | "
+              "median (closed) | total-time error (closed) | decisions agree (open / closed) |",
+              "|---|---|---|---|---|---|---|---|"]
     for label, entry in summary.get("strategies", {}).items():
         o, c = entry.get("open", {}), entry.get("closed", {})
         agree = "-"
@@ -457,8 +474,12 @@ def markdown(summary: dict[str, Any]) -> str:
             if "ratio_within_one_step" in o:
                 agree += f"; ratio within one step {format_percent(o['ratio_within_one_step'])}"
         lines.append(f"| {label} | {o.get('steps', 0)} | {format_percent(o.get('median_abs_error'))} | "
-                     f"{format_percent(o.get('worst_abs_error'))} | {format_percent(c.get('median_abs_error'))} | "
+                     f"{format_percent(o.get('worst_abs_error'))} | "
+                     f"{format_percent(o.get('naive_median_abs_error'))} / "
+                     f"{format_percent(o.get('naive_worst_abs_error'))} | "
+                     f"{format_percent(c.get('median_abs_error'))} | "
                      f"{format_percent(c.get('total_error'))} | {agree} |")
+    lines += ["", baseline_line(summary)]
     lines += ["", f"Goals: decisions agree >= {GOAL_AGREEMENT:.0%}, per-step error <= {GOAL_MEDIAN:.0%} median and "
               f"<= {GOAL_WORST:.0%} worst (steps from {WARMUP_STEPS} on)."]
     strategies = summary.get("strategies", {})
@@ -580,11 +601,14 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         text = (f"{label:<10} {o.get('steps', 0):>5} steps  per-step error median "
                 f"{format_percent(o.get('median_abs_error'))} worst {format_percent(o.get('worst_abs_error'))}  "
                 f"total {format_percent(c.get('total_error'))}")
+        if "naive_median_abs_error" in o:
+            text += f"  (naive: median {format_percent(o['naive_median_abs_error'])})"
         if "decision_agreement" in o:
             text += f"  decisions agree {format_percent(o['decision_agreement'])}"
         if "ratio_within_one_step" in o:
             text += f"  ratio within one step {format_percent(o['ratio_within_one_step'])}"
         lines.append(text)
+    lines.append(baseline_line(summary))
     lag = summary.get("lag", {})
     lines.append(f"trace lag: median {1e3 * lag.get('median_s', math.nan):.1f} ms, "
                  f"worst {1e3 * lag.get('worst_s', math.nan):.1f} ms over {lag.get('changes', 0)} changes")

@@ -54,6 +54,7 @@ import pandas as pd
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
 from flexcomm.real_backend.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
+from flexcomm.real_backend.testbed import GOODPUT_FACTOR
 
 DEFAULT_BANDWIDTHS = ("100Mbit/s", "1Gbit/s")
 DEFAULT_SIZES = VALIDATE_SIZES
@@ -74,13 +75,14 @@ FIT_WINDOW = 16
 TARGET_WORST = 0.25
 #: On a testbed, the summary also leaves out messages below this many tbf buckets (partly unshaped).
 BURST_MULTIPLE = 4
-GOODPUT_FACTOR = 0.956
-#: The predictions of every point: calibrated (window, all sizes), link parameters, simulator.
-KINDS = ("model", "model_global", "link", "sim")
+#: The predictions of every point: calibrated (window, all sizes), link parameters, simulator, and the naive
+#: baseline: the collective's bytes at the testbed's nominal tc rate, no latency (what a user would type).
+KINDS = ("model", "model_global", "link", "sim", "nominal")
 TABLE_COLUMNS = (
     "condition", "bandwidth", "collective", "algorithm", "implemented_as", "ranks", "bytes", "reps",
     "measured_s", "predicted_model_s", "predicted_model_global_s", "predicted_link_s", "predicted_sim_s",
-    "rel_err_model", "rel_err_model_global", "rel_err_link", "rel_err_sim", "compute_s", "codec_s", "measured_comm_s",
+    "predicted_nominal_s", "rel_error_model", "rel_error_model_global", "rel_error_link", "rel_error_sim",
+    "rel_error_nominal", "compute_s", "codec_s", "measured_comm_s",
     "predicted_comm_model_s", "predicted_comm_sim_s", "fit",
 )
 
@@ -316,8 +318,10 @@ def bench_rows(condition: dict[str, Any], bench: pd.DataFrame, simulate: _Simula
             if everywhere is None:  # fewer than 2 other sizes: alpha and beta need two, so fit them all
                 everywhere = local = _fit_params(group)
                 how = "in-sample (too few sizes to leave one out)"
-            model = model_global = link = sim = math.nan
+            model = model_global = link = sim = nominal = math.nan
             a, b = _coefficients(collective, algorithm, nbytes, ranks)
+            if condition.get("rate_Bps"):
+                nominal = float(predict(impl[0], impl[1], nbytes, ranks, 0.0, float(condition["rate_Bps"])).total)
             if local is not None:
                 model = a * local[0] + b * local[1]
             if everywhere is not None:
@@ -338,7 +342,7 @@ def bench_rows(condition: dict[str, Any], bench: pd.DataFrame, simulate: _Simula
                 "algorithm": algorithm, "implemented_as": "/".join(impl), "ranks": int(ranks), "bytes": int(nbytes),
                 "reps": len(points), "measured_s": measured, "predicted_model_s": model,
                 "predicted_model_global_s": model_global, "predicted_link_s": link, "predicted_sim_s": sim,
-                "fit": how,
+                "predicted_nominal_s": nominal, "fit": how,
             })
     return rows
 
@@ -356,6 +360,7 @@ def _condition_link(condition: dict[str, Any], profile: Any) -> tuple[float, flo
 def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """One row per strategy run under ``folder/ddp``: measured vs predicted median step time."""
     from flexcomm.costmodel.calibration import CalibrationProfile
+    from flexcomm.costmodel.collectives import predict
     from flexcomm.real_backend.ddp_train import build_cost_model
     from flexcomm.real_backend.hooks import parse_records, predict_records
 
@@ -386,14 +391,19 @@ def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> l
         else:  # no solo measurement: the compressor's own codec timings (PowerSGD's hook has none)
             local = compute + (float(steady["codec_s"].fillna(0.0).median()) if "codec_s" in steady else 0.0)
         codec = local - compute  # signed: two noisy medians on 2 cores can put solo below compute-only
-        comm_model, comm_sim = [], []
+        comm_model, comm_sim, comm_nominal = [], [], []
+        rate = condition.get("rate_Bps")
         for text in steady["records"].fillna(""):
             records = parse_records(text)
             if not records:  # builtin: DDP's own allreduce of the whole gradient
                 records = [("allreduce", "ring", int(summary["gradient_bytes"]))]
             comm_model.append(predict_records(model, records, ranks))
             comm_sim.append(sum(simulate(c, a, n, ranks, alpha, bandwidth) for c, a, n in records))
+            if rate:  # the naive baseline: the logged bytes at the nominal tc rate, no latency
+                comm_nominal.append(sum(float(predict(*IMPLEMENTED_AS.get((c, a), (c, a)), n, ranks, 0.0,
+                                                      float(rate)).total) for c, a, n in records))
         pm, ps = float(np.median(comm_model)), float(np.median(comm_sim))
+        nominal = local + float(np.median(comm_nominal)) if comm_nominal else math.nan
         measured_comm = float(steady["comm_s"].median()) if steady["comm_s"].notna().any() else math.nan
         rows.append({
             "condition": condition["name"], "bandwidth": condition.get("rate_Bps"), "collective": "ddp-step",
@@ -401,7 +411,8 @@ def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> l
             "bytes": int(np.nanmedian(steady["payload_bytes"])) if steady["payload_bytes"].notna().any()
             else int(summary["gradient_bytes"]),
             "reps": len(steady), "measured_s": measured, "predicted_model_s": local + pm,
-            "predicted_link_s": math.nan, "predicted_sim_s": local + ps, "compute_s": compute,
+            "predicted_link_s": math.nan, "predicted_sim_s": local + ps, "predicted_nominal_s": nominal,
+            "compute_s": compute,
             "codec_s": codec, "measured_comm_s": measured_comm, "predicted_comm_model_s": pm,
             "predicted_comm_sim_s": ps, "fit": "full calibration of this condition's benchmark",
         })
@@ -430,7 +441,7 @@ def analyze(out: str | Path, slugs: Sequence[str] | None = None) -> tuple[pd.Dat
         rows += ddp_rows(condition, cond_dir, simulate)
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     for kind in KINDS:
-        table[f"rel_err_{kind}"] = [_rel(p, m) for p, m in zip(table[f"predicted_{kind}_s"], table["measured_s"],
+        table[f"rel_error_{kind}"] = [_rel(p, m) for p, m in zip(table[f"predicted_{kind}_s"], table["measured_s"],
                                                                   strict=True)]
     return table, summarize(table, conditions)
 
@@ -469,19 +480,19 @@ def summarize(table: pd.DataFrame, conditions: Sequence[dict[str, Any]]) -> dict
             beyond = coll[coll["bytes"] >= entry["beyond_burst_min_bytes"]]
             entry["collectives_beyond_burst"] = {}
         for kind in KINDS:
-            stats = _stats(coll[f"rel_err_{kind}"])
+            stats = _stats(coll[f"rel_error_{kind}"])
             if rate and stats["points"]:
                 stats["meets_target"] = _meets(stats)
             entry["collectives_ge_1MiB"][kind] = stats
             if rate:
-                stats = _stats(beyond[f"rel_err_{kind}"])
+                stats = _stats(beyond[f"rel_error_{kind}"])
                 if stats["points"]:
                     stats["meets_target"] = _meets(stats)
                 entry["collectives_beyond_burst"][kind] = stats
-            if kind in ("model", "sim"):
-                entry["ddp_steps"][kind] = _stats(steps[f"rel_err_{kind}"])
+            if kind in ("model", "sim", "nominal"):
+                entry["ddp_steps"][kind] = _stats(steps[f"rel_error_{kind}"])
         for collective, group in coll.groupby("collective"):
-            entry["per_collective"][collective] = {k: _stats(group[f"rel_err_{k}"]) for k in KINDS}
+            entry["per_collective"][collective] = {k: _stats(group[f"rel_error_{k}"]) for k in KINDS}
         out["conditions"].append(entry)
     return out
 
@@ -518,13 +529,15 @@ def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
              f"{format_size(TARGET_MIN_BYTES)}: median |error| <= {TARGET_MEDIAN:.0%}, worst <= {TARGET_WORST:.0%}. "
              f"model = calibrated cost model fitted on the other sizes within {FIT_WINDOW}x of the predicted one "
              "(leave-one-size-out); model (all sizes) = the same fitted on every other size; link = beta from "
-             "0.956 x the tc rate with the calibrated latency (loopback: the ring allreduce's own fit); sim = the "
-             "discrete-event simulator on that link. DDP steps: the solo step (model, DDP and hook on a group of "
-             "one rank: compute + the hook's local work) + the logged communication priced by the full "
+             "1448/1514 x the tc rate (TCP/IP headers) with the calibrated latency (loopback: the ring allreduce's "
+             "own fit); sim = the discrete-event simulator on that link; naive = the baseline, the collective's "
+             "bytes at the nominal tc rate with no latency (testbed only). DDP steps: the solo step (model, DDP "
+             "and hook on a group of one rank: compute + the hook's local work) + the logged communication priced "
+             "by the full "
              "calibration (model) or simulated (sim).", "",
              "## Summary (median / worst |error|)", "",
-             "| condition | what | points | model | model (all sizes) | link | sim | target |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| condition | what | points | model | model (all sizes) | link | sim | naive | target |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for entry in summary["conditions"]:
         name = entry["condition"]
         c = entry["collectives_ge_1MiB"]
@@ -538,17 +551,20 @@ def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
             lines.append(f"| {name} | {collective} >= 1 MiB | {stats['model']['points']} | {_cells(stats)} | |")
         d = entry["ddp_steps"]
         lines.append(f"| {name} | DDP steps | {d['model']['points']} | {_cells(d)} | |")
+    lines += ["", "Against the naive baseline (median |error|, model vs naive):", "",
+              *(f"- {line}" for line in baseline_lines(summary))]
     lines += ["", "## Every point", "",
-              "| condition | collective | algorithm | ranks | bytes | measured (median) | model | link | sim | "
-              "err model | err model (all sizes) | err link | err sim |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| condition | collective | algorithm | ranks | bytes | measured (median) | model | link | sim | naive | "
+              "err model | err model (all sizes) | err link | err sim | err naive |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table.itertuples(index=False):
         algorithm = row.algorithm if row.implemented_as in ("", row.collective + "/" + row.algorithm) else (
             f"{row.algorithm} (runs {row.implemented_as})")
         lines.append(f"| {row.condition} | {row.collective} | {algorithm} | {row.ranks} | {format_size(row.bytes)} | "
                      f"{_time(row.measured_s)} | {_time(row.predicted_model_s)} | {_time(row.predicted_link_s)} | "
-                     f"{_time(row.predicted_sim_s)} | {_pct(row.rel_err_model)} | {_pct(row.rel_err_model_global)} | "
-                     f"{_pct(row.rel_err_link)} | {_pct(row.rel_err_sim)} |")
+                     f"{_time(row.predicted_sim_s)} | {_time(row.predicted_nominal_s)} | "
+                     f"{_pct(row.rel_error_model)} | {_pct(row.rel_error_model_global)} | "
+                     f"{_pct(row.rel_error_link)} | {_pct(row.rel_error_sim)} | {_pct(row.rel_error_nominal)} |")
     ddp = table[table["collective"] == "ddp-step"]
     if len(ddp):
         lines += ["", "## DDP steps: where the time goes", "",
@@ -570,7 +586,8 @@ RING_MIN_PT = 4.0
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
-    """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition."""
+    """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition; the naive
+    baseline in grey crosses on both panels."""
     from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
@@ -583,7 +600,10 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     collectives = sorted(table["collective"].unique()) if len(table) else []
     colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(collectives)}
     markers = dict(zip(sorted(table["condition"].unique()) if len(table) else [], "osD^v<>px", strict=False))
-    finite = table[["measured_s", "predicted_model_s", "predicted_sim_s"]].to_numpy(dtype=float).ravel()
+    if "predicted_nominal_s" not in table:  # a table written before the baseline was added
+        table = table.assign(predicted_nominal_s=math.nan)
+    finite = table[["measured_s", "predicted_model_s", "predicted_sim_s", "predicted_nominal_s"]].to_numpy(
+        dtype=float).ravel()
     finite = finite[np.isfinite(finite) & (finite > 0)]
     lo, hi = (finite.min() / 1.5, finite.max() * 1.5) if finite.size else (1e-4, 1.0)
     for ax, kind, title in ((axes[0], "model", "calibrated cost model (leave-one-size-out)"),
@@ -600,6 +620,10 @@ def plot(table: pd.DataFrame, path: Path) -> None:
             ax.scatter(ok["measured_s"], ok[f"predicted_{kind}_s"], facecolors="none", edgecolors=[colours[collective]],
                        marker=markers.get(condition, "o"), s=size, linewidths=RING_WIDTH_PT,
                        zorder=2 + collectives.index(collective), label=f"{collective}, {condition}")
+        naive = table[np.isfinite(table["predicted_nominal_s"]) & (table["predicted_nominal_s"] > 0)]
+        if len(naive):  # the baseline in the same panels: how much better than bytes at the tc rate each is
+            ax.scatter(naive["measured_s"], naive["predicted_nominal_s"], marker="x", s=18, linewidths=0.8,
+                       color="0.45", zorder=1, label="naive: bytes at the tc rate, no latency")
         ax.plot([lo, hi], [lo, hi], color="black", lw=1, label="y = x")
         ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.2,
                         label="+/-25%")
@@ -637,6 +661,30 @@ def _json(value: Any) -> Any:
     return str(value)
 
 
+def baseline_lines(summary: dict[str, Any]) -> list[str]:
+    """Per testbed condition and class of rows: does the calibrated model beat the naive baseline, by how much,
+    and where it does not (the comparison a reader needs before trusting the model's numbers)."""
+    lines = []
+    for entry in summary["conditions"]:
+        classes = {"collectives >= 1 MiB": entry["collectives_ge_1MiB"],
+                   **{f"{name} >= 1 MiB": stats for name, stats in entry["per_collective"].items()},
+                   "DDP steps": entry["ddp_steps"]}
+        parts, worse = [], []
+        for name, stats in classes.items():
+            model, naive = stats.get("model", {}).get("median_abs"), stats.get("nominal", {}).get("median_abs")
+            if model is None or naive is None:
+                continue
+            parts.append(f"{name} {_abs_pct(model)} vs {_abs_pct(naive)}")
+            if not model < naive:
+                worse.append(name)
+        if not parts:
+            continue
+        verdict = (f"the model is closer in {len(parts) - len(worse)} of {len(parts)} classes"
+                   + (f"; not for {', '.join(worse)}" if worse else ""))
+        lines.append(f"{entry['condition']}: {verdict} ({'; '.join(parts)})")
+    return lines
+
+
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     """A few lines for the terminal: per condition, median / worst |error| for >= 1 MiB and DDP steps."""
     lines = []
@@ -647,4 +695,4 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
                      f"|error|: " + ", ".join(parts) + f"; DDP steps model {_abs_pct(d['model']['median_abs'])}/"
                      f"{_abs_pct(d['model']['worst_abs'])}, sim {_abs_pct(d['sim']['median_abs'])}/"
                      f"{_abs_pct(d['sim']['worst_abs'])}")
-    return lines
+    return lines + baseline_lines(summary)

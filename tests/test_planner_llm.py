@@ -6,7 +6,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -118,21 +117,32 @@ def test_several_nics_speed_up_the_gradient_exchange() -> None:
 # --- Megatron's table --------------------------------------------------------------------------
 
 
-def test_reproduction_predicts_every_row_within_the_goals_with_leave_one_out_calibration(tmp_path: Path) -> None:
+def test_megatron_is_predicted_from_the_catalog_and_the_table_fitted_ceiling_is_labelled_as_a_fit(
+        tmp_path: Path) -> None:
+    """Issue 42: the number that leads is the unfitted one, bounded here; the leave-one-out ceiling is labelled
+    as fitted on this same table and reported as such, never as a prediction."""
     from flexcomm.experiments.reproductions import run_reproductions
     from flexcomm.experiments.reproductions.base import Settings
 
     outcome = run_reproductions(["megatron"], tmp_path, Settings(progress=False))["megatron"]
     table = pd.read_csv(tmp_path / "megatron.csv")
     assert len(table) == len(megatron.TABLE_1) and (tmp_path / "megatron.png").exists()
-    errors = table["rel_error"].abs()
-    assert errors.median() <= 0.05 and errors.max() <= 0.10  # the issue's goals; measured: 2.0 % and 3.7 %
+    unfitted = table["catalog_rel_error"]
+    # measured: +13.1 % to +18.6 %, median 14.1 % (2021's software reached less of the A100 than 2025's matmuls)
+    assert (unfitted > 0).all() and unfitted.abs().median() <= 0.20 and unfitted.abs().max() <= 0.25
+    # the naive baseline (the paper's FLOPs at the measured matmul rate) is further off than the planner, per row
+    assert (table["naive_rel_error"].abs() > unfitted.abs()).all()
+    # the unstated knobs are a spread with the prediction inside it, and the published number placed in it
+    assert (table["catalog_slowest_tflops"] <= table["catalog_tflops"]).all()
+    assert (table["catalog_tflops"] <= table["catalog_fastest_tflops"]).all()
+    assert set(table["published_place"]) <= {"inside", "slower than every plausible value",
+                                             "faster than every plausible value"}
+    # the calibration: fitted on the other rows of this table, said so
     assert table["gemm_ceiling_loo"].between(0.3, 1.0).all()
-    # the unfitted prediction is reported beside it, from the catalog's A100 (no constant from this paper)
-    assert table["catalog_tflops"].notna().all() and (table["catalog_tflops"] > 0).all()
-    assert not np.allclose(table["catalog_tflops"], table["predicted_tflops"])
+    assert (table["fitted_on"] == "the other rows of this table (leave one out)").all()
     assert (table["plans_per_s"] >= 1000).all()
-    assert "median |error|" in (tmp_path / "megatron.md").read_text() and outcome.findings
+    findings = "\n".join(outcome.findings)
+    assert findings.index("nothing fitted") < findings.index("Calibrated on this same table, not a prediction")
 
 
 # --- the CLI -----------------------------------------------------------------------------------
@@ -204,8 +214,11 @@ def test_korthikanti_reproduction_predicts_without_fitting(tmp_path: Path) -> No
     assert table["fits"].all()
     # the catalog's achievable fraction, not a fitted one: the same for every run, from the A100's MAMF
     assert table["gemm_ceiling"].nunique() == 1 and table["gemm_ceiling"].iloc[0] > 0.8
-    # measured: mean 6.5 %, worst 11.9 % (22B, present work); the guard is looser than the measurement
+    # measured: mean 5.7 %, worst 8.5 % (22B, present work), at the unstated micro-batch's median; the guard is
+    # looser than the measurement
     assert table["rel_error"].abs().max() <= 0.15
+    assert (table["naive_rel_error"].abs() > table["rel_error"].abs()).all()
+    assert ((table["fastest_s"] <= table["predicted_s"]) & (table["predicted_s"] <= table["slowest_s"])).all()
     # selective recomputation with sequence parallelism is faster than full recomputation, as published
     for label in table["model"].unique():
         runs = table[table["model"] == label].set_index("setting")

@@ -100,7 +100,7 @@ def test_validate_a_log_on_a_gpu_cluster_reports_nccls_choice(capsys: pytest.Cap
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
     assert {r["protocol"] for r in rows} <= {"ll", "ll128", "simple"} and all(r["algorithm"] for r in rows)
-    large = [abs(r["rel_err"]) for r in rows if r["bytes"] >= 1 << 20]
+    large = [abs(r["rel_error"]) for r in rows if r["bytes"] >= 1 << 20]
     assert report["summary"]["median_abs_error"] == pytest.approx(statistics.median(large))
     assert main(["validate", "--nccl-tests", str(CORPUS / f"{run}.txt"), "--cluster",
                  str(CORPUS / "clusters" / f"{run}.yaml"), "--algorithm", "nccl:ring/simple", "--json"]) == 0

@@ -45,7 +45,7 @@ def test_plan_names_everything_with_the_prefix_and_a_private_subnet() -> None:
     assert testbed.bridge_namespace == "fxc-ab12cd-br"
     assert testbed.addresses == ["10.213.171.1", "10.213.171.2", "10.213.171.3"]
     assert testbed.link_rate_Bps(2) == 10e6 / 8 and testbed.link_rate_Bps(0) == 100e6 / 8
-    assert testbed.effective_bandwidth_Bps == pytest.approx(0.956 * 10e6 / 8)
+    assert testbed.effective_bandwidth_Bps == pytest.approx(1448 / 1514 * 10e6 / 8)
     assert burst_bytes(100e6 / 8) == 64 * 1024 and burst_bytes(1e9 / 8) == 500_000
     # a slow testbed (<= 20 Mbit/s at its fastest) sizes one small bucket for every rate it takes
     assert burst_rate_for(200e6 / 8) == 0.0 and burst_rate_for(10e6 / 8) == 10e6 / 8
@@ -85,8 +85,8 @@ def test_allreduce_on_the_shaped_testbed_matches_the_bandwidth_term(tmp_path: Pa
     table = load_measurements(out)
     assert set(table["link_class"]) == {"inter"} and len(table) == 3
     measured = float(np.median(table["seconds"]))
-    predicted = float(predict("allreduce", "ring", 4 * 2**20, 2, 0.0, bandwidth).total)  # 2(N-1)/N M / (0.956 R)
-    assert predicted == pytest.approx(4 * 2**20 / (0.956 * 100e6 / 8))
+    predicted = float(predict("allreduce", "ring", 4 * 2**20, 2, 0.0, bandwidth).total)  # 2(N-1)/N M / (1448/1514 R)
+    assert predicted == pytest.approx(4 * 2**20 / (1448 / 1514 * 100e6 / 8))
     assert measured == pytest.approx(predicted, rel=0.30)
 
 

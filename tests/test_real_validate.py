@@ -42,10 +42,10 @@ def _check_outputs(out: Path, condition: str, strategies: list[str]) -> pd.DataF
     assert set(bench["collective"]) == COLLECTIVES
     assert sorted(set(bench["bytes"])) == [2**20, 2**21]
     for kind in ("model", "link", "sim"):
-        assert np.isfinite(bench[f"rel_err_{kind}"]).all(), kind
+        assert np.isfinite(bench[f"rel_error_{kind}"]).all(), kind
     ddp = rows[rows["collective"] == "ddp-step"]
     assert list(ddp["algorithm"]) == strategies
-    assert np.isfinite(ddp["rel_err_model"]).all() and np.isfinite(ddp["rel_err_sim"]).all()
+    assert np.isfinite(ddp["rel_error_model"]).all() and np.isfinite(ddp["rel_error_sim"]).all()
     assert (ddp["compute_s"] > 0).all()
     markdown = (out / "errors.md").read_text()
     assert "## Summary" in markdown and f"| {condition} | collectives >= 1 MiB | 8 |" in markdown
@@ -82,8 +82,29 @@ def test_tiny_testbed_validation_predicts_and_removes_its_testbed(tmp_path: Path
     bench = table[table["collective"] == "allreduce"]
     # structure only: how close the link prediction comes is a measurement (`flexcomm validate`, the docs'
     # validation table), and under CPU load it drifts, so no bound on it here
-    assert np.isfinite(bench["rel_err_link"]).all() and (bench["predicted_link_s"] > 0).all()
+    assert np.isfinite(bench["rel_error_link"]).all() and (bench["predicted_link_s"] > 0).all()
     assert (table["bandwidth"].dropna() == 125e6).all()
+    # the naive baseline stands beside every testbed row, DDP steps included, and the report compares them
+    assert (table["predicted_nominal_s"] > 0).all() and np.isfinite(table["rel_error_nominal"]).all()
+    assert "- 1Gbit/s: the model is closer in " in (out / "errors.md").read_text()
+
+
+def test_the_baseline_lines_name_the_classes_where_the_naive_guess_is_closer() -> None:
+    from flexcomm.real_backend.validate import baseline_lines
+
+    def stats(model: float, naive: float | None) -> dict:
+        return {"model": {"median_abs": model}, "nominal": {"median_abs": naive}}
+
+    summary = {"conditions": [
+        {"condition": "1Gbit/s", "collectives_ge_1MiB": stats(0.05, 0.03),
+         "per_collective": {"allgather": stats(0.1, 0.3), "broadcast": stats(0.02, 0.02)},
+         "ddp_steps": stats(0.08, 0.16)},
+        {"condition": "loopback", "collectives_ge_1MiB": stats(0.2, None), "per_collective": {},
+         "ddp_steps": stats(0.1, None)}]}
+    (line,) = baseline_lines(summary)  # loopback has no nominal rate: no baseline, no line
+    assert line.startswith("1Gbit/s: the model is closer in 2 of 4 classes; not for collectives >= 1 MiB, "
+                           "broadcast >= 1 MiB (")  # a tie is not a win
+    assert "allgather >= 1 MiB 10.0% vs 30.0%" in line
 
 
 def test_bad_validate_arguments_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +200,7 @@ def test_collectives_that_cost_the_same_all_show_in_the_figure(
     from flexcomm.real_backend.validate import plot
 
     rows = [{"collective": c, "condition": cond, "measured_s": t / speed, "predicted_model_s": 1.05 * t / speed,
-             "predicted_sim_s": 0.97 * t / speed}
+             "predicted_sim_s": 0.97 * t / speed, "predicted_nominal_s": 0.8 * t / speed}
             for c in ("allgather", "allreduce", "broadcast", "reduce-scatter")
             for cond, speed in (("100Mbit/s", 1.0), ("1Gbit/s", 10.0)) for t in (0.1, 0.2)]
     plot(pd.DataFrame(rows), tmp_path / "predicted_vs_measured.png")

@@ -151,8 +151,11 @@ def test_the_committed_c1_run_replays_to_its_committed_report(tmp_path: Path) ->
     fresh = json.loads(json.dumps(again.summary, default=trace_validate._jsonable))
     for label, entry in committed["strategies"].items():
         for mode in ("open", "closed"):
-            for key in ("steps", "median_abs_error", "total_error"):
+            for key in ("steps", "median_abs_error", "total_error", "naive_median_abs_error"):
                 assert fresh["strategies"][label][mode][key] == pytest.approx(entry[mode][key], rel=1e-9), (label, key)
+        # the naive baseline (logged bytes at the trace's rate, no latency) is further off on every strategy
+        assert entry["open"]["median_abs_error"] < entry["open"]["naive_median_abs_error"], label
+    assert "below the naive baseline's for 5 of 5 strategies" in (source / "errors.md").read_text()
     flexible = fresh["strategies"]["flexible"]
     assert flexible["beats_every_static"] and flexible["open"]["decision_agreement"] >= 0.9
     assert fresh["adaptive"]["moo_vs_its_ratio"]["no_slower"]

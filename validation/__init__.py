@@ -8,6 +8,7 @@ docs and tests, not package data (see ``README.md`` here).
 
 from __future__ import annotations
 
+import csv
 from importlib.resources import files
 from pathlib import Path
 
@@ -19,3 +20,10 @@ def data_path(*parts: str) -> Path:
         raise RuntimeError(f"flexcomm.validation is not installed as files on disk ({target!r}); reinstall it "
                            "from a wheel or a checkout")
     return target
+
+
+def reference_rows(name: str) -> list[dict[str, str]]:
+    """A published reference table of ``references/`` (``megatron-table1``, ``korthikanti-2023``, ...) as its
+    rows, each with its ``provenance`` (paper, table) and, where a value was fitted, what it was fitted on."""
+    with data_path("references", f"{name}.csv").open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))

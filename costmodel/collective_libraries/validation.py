@@ -32,9 +32,9 @@ class LogValidation:
 
     @property
     def summary(self) -> dict[str, Any]:
-        large = [abs(r["rel_err"]) for r in self.rows if r["bytes"] >= SUMMARY_MIN_BYTES]
-        baseline = [abs(r["baseline_rel_err"]) for r in self.rows
-                    if r["bytes"] >= SUMMARY_MIN_BYTES and r.get("baseline_rel_err") is not None]
+        large = [abs(r["rel_error"]) for r in self.rows if r["bytes"] >= SUMMARY_MIN_BYTES]
+        baseline = [abs(r["baseline_rel_error"]) for r in self.rows
+                    if r["bytes"] >= SUMMARY_MIN_BYTES and r.get("baseline_rel_error") is not None]
         return {
             "rows": len(self.rows), "rows_at_least_1MiB": len(large),
             "median_abs_error": statistics.median(large) if large else None,
@@ -137,7 +137,7 @@ def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: s
         baseline = datasheet_seconds(cluster, log.collective, row.bytes, cluster_ranks) if cluster is not None \
             else None
         rows.append({"line": row.line, "bytes": row.bytes, "measured_s": row.time_s, "predicted_s": predicted,
-                     "rel_err": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol,
+                     "rel_error": predicted / row.time_s - 1.0, "algorithm": algo, "protocol": protocol,
                      "baseline_s": baseline,
-                     "baseline_rel_err": None if baseline is None else baseline / row.time_s - 1.0, **extra})
+                     "baseline_rel_error": None if baseline is None else baseline / row.time_s - 1.0, **extra})
     return LogValidation(log, cluster_ranks, rows)

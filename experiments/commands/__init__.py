@@ -4,6 +4,7 @@ from flexcomm.experiments.commands import (
     bench_collectives,
     calibrate,
     clusters,
+    constants,
     controller,
     cost,
     launch,
@@ -20,5 +21,5 @@ from flexcomm.experiments.commands import (
     whatif,
 )
 
-COMMANDS = [cost, whatif, calibrate, clusters, launch, bench_collectives, testbed, train_ddp, validate, train_emulated,
-            simulate, reproduce, study, pareto, plan, place, controller]
+COMMANDS = [cost, whatif, calibrate, clusters, constants, launch, bench_collectives, testbed, train_ddp, validate,
+            train_emulated, simulate, reproduce, study, pareto, plan, place, controller]

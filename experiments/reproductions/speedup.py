@@ -123,7 +123,8 @@ def simulator_check(settings: Settings) -> pd.DataFrame:
 
 
 def findings(table: pd.DataFrame, check: pd.DataFrame) -> list[str]:
-    lines = []
+    lines = [f"The 'ViT' rows are priced with a fitted size ({MODELS['vit'].params / 1e6:.1f}M): "
+             f"{MODELS['vit'].params_source}."]
     at = table[table["network"] == "4ms/20G"]
     ours = []
     for (name, ratio), ms in TABLE_IV_STEPS.items():

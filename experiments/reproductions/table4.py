@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
-from flexcomm.experiments.reproduce import CALIBRATED, plot, reproduce_table_iv, summary, to_markdown
+from flexcomm.experiments.reproduce import (
+    ALL_VARIANTS,
+    CALIBRATED,
+    MODELS,
+    NAIVE,
+    plot,
+    reproduce_table_iv,
+    summary,
+    to_markdown,
+)
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings
 
 
@@ -16,6 +25,18 @@ def run(settings: Settings, out: Path) -> Outcome:
     figure = plot(table, out / "table4.png")
     lines = [f"{r.rows} rows, {r.variant}: median |error| {r.median_abs_error:.1%}, worst {r.worst_abs_error:.1%} "
              f"over {r.points} entries" for r in stats.itertuples()]
+    indexed = stats.set_index(["rows", "variant"])
+    for kind in ("dense", "sparse"):
+        naive = float(indexed.loc[(kind, NAIVE), "median_abs_error"])
+        beaten = [v for v in ALL_VARIANTS if v != NAIVE and indexed.loc[(kind, v), "median_abs_error"] < naive]
+        lines.append(f"Against the naive baseline ({NAIVE}, {naive:.1%} median on {kind} rows): "
+                     + (f"closer: {', '.join(beaten)}" if beaten else "no variant is closer")
+                     + (f"; not closer: {', '.join(v for v in ALL_VARIANTS if v != NAIVE and v not in beaten)}"
+                        if len(beaten) < len(ALL_VARIANTS) - 1 else "") + ".")
+    fitted = table[table["fitted_on_this_row"]]
+    if len(fitted):
+        lines.append("Left out of these statistics, as fits: " + "; ".join(
+            f"{r.model} {r.scheme} ({MODELS[r.model].params_source})" for r in fitted.itertuples()) + ".")
     sparse = table[table["scheme"] != "dense"]["implied_latency_terms"]
     cal = stats.set_index(["rows", "variant"]).loc[("sparse", CALIBRATED)]
     lines.append(f"The measured sparse steps leave room for {sparse.min():.1f}-{sparse.max():.1f} latencies of 4 ms "

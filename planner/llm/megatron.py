@@ -7,8 +7,10 @@ recomputation; achieved teraFLOP/s per GPU = F / (iteration time x GPUs) with th
 
 Why "as published" is a feature set: in 2021 Megatron recomputed every layer (``full``), had neither
 sequence parallelism nor selective recomputation (Korthikanti et al., 2022) nor a distributed optimizer;
-the published run is priced with those settings (micro-batch size and virtual stages are not in the table,
-so the best of them is taken). The free search may use every feature, so it is reported next to it.
+the published run is priced with those settings. Micro-batch size and virtual stages are not in the table: they
+are priced over every plausible value (:class:`KnobRange`), the median is the prediction and the spread is
+reported beside it (the fastest alone would bias every prediction towards "too fast"). The free search may use
+every feature, so it is reported next to it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from flexcomm.planner.llm.search import LLMSearchResult, search
 from flexcomm.planner.llm.timing import Hardware
 
 CLUSTER = "dgx-a100-80g"
+#: Sequence length and vocabulary of every Megatron-LM and Korthikanti run (Narayanan et al., SC'21, Table 1's
+#: caption; Korthikanti et al., MLSys 2023, Section 6).
 SEQ_LEN = 2048
 VOCAB = 51200
 
@@ -58,14 +62,16 @@ class MegatronRow(PublishedRun):
         return f"{self.billions:g}B"
 
 
-TABLE_1 = (
-    MegatronRow(24, 2304, 24, 1, 1, 32, 512, 1.7, 137),
-    MegatronRow(32, 3072, 30, 2, 1, 64, 512, 3.6, 138),
-    MegatronRow(32, 4096, 36, 4, 1, 128, 512, 7.5, 142),
-    MegatronRow(48, 6144, 40, 8, 1, 256, 1024, 18.4, 135),
-    MegatronRow(96, 12288, 80, 8, 8, 1536, 2304, 145.6, 148),
-    MegatronRow(128, 20480, 105, 8, 35, 2520, 2520, 529.6, 163),
-)
+def _table_1() -> tuple[MegatronRow, ...]:
+    """``validation/references/megatron-table1.csv`` (each row with its provenance)."""
+    from flexcomm.validation import reference_rows
+
+    return tuple(MegatronRow(int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]), int(r["pp"]),
+                             int(r["gpus"]), int(r["batch"]), float(r["billions"]), float(r["tflops_per_gpu"]))
+                 for r in reference_rows("megatron-table1"))
+
+
+TABLE_1 = _table_1()
 
 
 def row_cluster(row: MegatronRow) -> Cluster:
@@ -81,14 +87,60 @@ def pricer(row: MegatronRow, gemm_ceiling: float) -> LLMPricer:
 
 def as_published(result: LLMSearchResult) -> LLMPlanCost:
     """The fastest plan with 2021 Megatron's features: full recomputation, no sequence parallelism, ZeRO 0."""
+    return published_plans(result)[0]
+
+
+def published_plans(result: LLMSearchResult) -> list[LLMPlanCost]:
+    """Every plan with 2021 Megatron's features (full recomputation, no sequence parallelism, ZeRO 0), fastest
+    first: the values the table leaves unstated (micro-batch size, virtual stages) range over these; the ones
+    that fit in memory where any does."""
     old = [c for c in result.ranked if c.plan.recompute == "full" and not c.plan.sequence_parallel
            and c.plan.zero == 0]
-    return old[0]
+    return [c for c in old if c.fits] or old
 
 
-def published_cost(row: MegatronRow, gemm_ceiling: float) -> LLMPlanCost:
-    """The published (t, p) with the published features, priced (best micro-batch size and virtual stages)."""
-    return as_published(search(pricer(row, gemm_ceiling), tp=row.tp, pp=row.pp))
+@dataclass(frozen=True)
+class KnobRange:
+    """A published configuration priced over the knobs its source leaves unstated: the fastest, the median and
+    the slowest of the plausible values (the median is the prediction; the spread is reported beside it)."""
+
+    fastest: LLMPlanCost
+    median: LLMPlanCost
+    slowest: LLMPlanCost
+    count: int
+
+    @classmethod
+    def of(cls, costs: list[LLMPlanCost]) -> KnobRange:
+        ordered = sorted(costs, key=lambda c: c.step_s)
+        return cls(ordered[0], ordered[(len(ordered) - 1) // 2], ordered[-1], len(ordered))
+
+    def place(self, published_step_s: float) -> str:
+        """Where a published step falls: ``inside`` the priced spread, or faster / slower than all of it."""
+        if published_step_s < self.fastest.step_s:
+            return "faster than every plausible value"
+        if published_step_s > self.slowest.step_s:
+            return "slower than every plausible value"
+        return "inside"
+
+
+def published_cost(row: MegatronRow, gemm_ceiling: float | None) -> LLMPlanCost:
+    """The published (t, p) with the published features, priced at the median of the unstated micro-batch sizes
+    and virtual stages (:class:`KnobRange`)."""
+    return published_range(row, gemm_ceiling).median
+
+
+def published_range(row: MegatronRow, gemm_ceiling: float | None) -> KnobRange:
+    """The published (t, p) with the published features over its unstated micro-batch sizes and virtual stages."""
+    return KnobRange.of(published_plans(search(pricer(row, gemm_ceiling), tp=row.tp, pp=row.pp)))
+
+
+def naive_tflops_per_gpu(row: MegatronRow) -> float:
+    """The naive baseline: the paper's FLOPs at the device's measured matmul rate and nothing else (no memory-bound
+    work, no communication, no bubble): the A100's MAMF, whatever the row."""
+    from flexcomm.costmodel.devices import lookup
+
+    found = lookup(row_cluster(row).device.name)
+    return found.mamf.tflops if found is not None and found.mamf is not None else float("nan")
 
 
 def fit_ceiling(rows: list[MegatronRow]) -> float:

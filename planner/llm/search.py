@@ -17,7 +17,9 @@ from flexcomm.costmodel.units import format_size
 from flexcomm.planner.llm.memory import RECOMPUTE, model_state_bytes
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPlanCost, LLMPricer
 
+#: Micro-batch sizes the search tries (a design choice: powers of two up to 32).
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+#: Virtual (interleaved) stages per pipeline stage the search tries at most (a design choice).
 MAX_VIRTUAL_STAGES = 8
 
 
