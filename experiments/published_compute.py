@@ -15,11 +15,28 @@ with its 2-logit span head. The target (issue 30) is 20 %; misses are reported, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 import pandas as pd
 
-from flexcomm.experiments.published_training import TrainingRow
+
+class TrainingRow(Protocol):
+    """What this module reads of a published row (:class:`experiments.published_training.TrainingRow`); a
+    protocol, so the two modules need not import each other."""
+
+    hardware: str
+    titled: str
+    model: str
+    precision: str
+    gpus: int
+    batch: int
+    seq_len: int | None
+    throughput: float
+
+    @property
+    def mixed(self) -> bool: ...
 
 #: Published table hardware (as titled, lower case) -> catalog device.
 HARDWARE_DEVICES = {"16gb": "V100-SXM2-16GB", "32g": "V100-SXM2-32GB", "dgx-1": "V100-SXM2-32GB",
@@ -84,12 +101,10 @@ def predict_one_gpu(row: TrainingRow) -> dict[str, object]:
             "within_target": abs(predicted / row.throughput - 1) <= TARGET}
 
 
-def validate_compute(paths: str | Path | list[str | Path]) -> pd.DataFrame:
-    """Every 1-GPU row of ``paths`` predicted from the device catalog alone (an empty frame where none is)."""
-    from flexcomm.experiments.published_training import read_corpus
-
-    rows = [row for row in read_corpus(paths).rows if row.gpus == 1]
-    return pd.DataFrame([predict_one_gpu(row) for row in rows], columns=COMPUTE_COLUMNS)
+def validate_compute(rows: Iterable[TrainingRow]) -> pd.DataFrame:
+    """Every 1-GPU row of a corpus (``read_corpus(paths).rows``) predicted from the device catalog alone (an
+    empty frame where none is)."""
+    return pd.DataFrame([predict_one_gpu(row) for row in rows if row.gpus == 1], columns=COMPUTE_COLUMNS)
 
 
 def report_lines(frame: pd.DataFrame) -> list[str]:

@@ -153,9 +153,10 @@ def test_powersgd_on_a_large_matrix_is_bound_by_its_passes_over_it() -> None:
 
 def test_the_published_one_gpu_rows_are_predicted_from_the_catalog_alone() -> None:
     from flexcomm.experiments.published_compute import TARGET, validate_compute
+    from flexcomm.experiments.published_training import read_corpus
 
     path = Path(__file__).resolve().parents[1] / "validation" / "training-throughput" / "training-throughput.md"
-    frame = validate_compute(path)
+    frame = validate_compute(read_corpus(path).rows)
     assert len(frame) == 18 and np.isfinite(frame["predicted_throughput"]).all()
     assert set(frame["device"]) == {"A100-SXM4-80GB", "V100-SXM2-16GB", "V100-SXM2-32GB"}
     assert (frame["within_target"] == (frame["rel_error"].abs() <= TARGET)).all()

@@ -298,7 +298,7 @@ def run_published_training(args: argparse.Namespace) -> int:
               + ("closer" if model < linear else "NOT closer"))
     if skipped:
         print(f"{len(skipped)} tables not predicted (model, hardware or framework not priced; listed in training.md)")
-    compute = compute_module.validate_compute(paths)
+    compute = compute_module.validate_compute(corpus.rows)
     compute_lines = compute_module.report_lines(compute)
     write_csv_atomic(compute, out / "compute.csv")
     write_text_atomic(out / "compute.md", "\n".join(compute_lines) + "\n")
