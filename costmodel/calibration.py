@@ -115,7 +115,8 @@ def load_measurements(source: str | Path | pd.DataFrame) -> pd.DataFrame:
             text = read_text_bounded(path, "measurements", "CSV file")  # bounded: no FIFO, no 10 GB file
             raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise InputError("measurements", str(path), f"a readable CSV file ({exc})") from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError("measurements", str(path), f"a readable CSV file ({first})") from None
         raw.columns = [str(c).strip() for c in raw.columns]
     else:
         raw = source.copy()

@@ -166,7 +166,8 @@ _FORMS: dict[str, str] = {
     "sockets": "CPU sockets per node, an integer 1-8",
     "nvls": "true or false (NVLink SHARP on NVSwitch, compute capability >= 90)",
     "collnet": "true or false (SHARP in the InfiniBand switches with NCCL's CollNet plugin)",
-    "nvlink_domain": "GPUs sharing one NVLink domain across nodes, e.g. 72 for GB200 NVL72",
+    "nvlink_domain": "GPUs sharing one NVLink domain across nodes, e.g. 72 for GB200 NVL72 (at most 576, the "
+                     "NVLink Switch System's largest)",
     "library": "one of 'nccl', 'rccl'",
     "node_devices": "a list of {nodes: [2, 3], device: {name: V100, peak_flops: 125TFLOP/s, memory: 32GiB}} entries",
 }
@@ -742,6 +743,13 @@ def pcie_GBps(spec: str) -> float:
     return int(match.group(2)) * PCI_GEN_FACTOR[int(match.group(1))] / 80.0
 
 
+#: Vendors as people write them (the device catalog's ``vendor``).
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "google": "Google"}
+#: The largest NVLink domain one can build: NVIDIA's NVLink Switch System connects up to 576 GPUs in one
+#: NVLink domain (NVIDIA GB200 NVL72 product brief and "NVLink and NVLink Switch" page: "up to 576 GPUs").
+MAX_NVLINK_DOMAIN = 576
+
+
 class GpuFabric(_Model):
     """What NCCL's topology detection would find inside a node: GPU generation, NVLink, PCIe, CPU.
 
@@ -768,7 +776,7 @@ class GpuFabric(_Model):
     nvls: bool = False  # NVLink SHARP (NVSwitch multicast, Hopper and later)
     collnet: bool = False  # SHARP in the InfiniBand switches, with NCCL's CollNet plugin
     #: GPUs in one NVLink domain (multi-node NVLink, GB200 NVL72: 72); None: the node's GPUs
-    nvlink_domain: int | None = Field(default=None, ge=1)
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_NVLINK_DOMAIN)
     library: Literal["nccl", "rccl"] = "nccl"
     #: the library's release (``2.20.3``, ``2.28``): its tuner constants, algorithms and channel limits
     #: (:mod:`costmodel.collective_libraries.versions`); None: the newest modelled
@@ -902,10 +910,33 @@ class Cluster(_Model):
                                  f"at most {MAX_RANKS.value:,} ranks in all, here {self.nodes:,} nodes x "
                                  f"{self.devices_per_node:,} (set {MAX_RANKS.env} to raise the limit)")
         last = self.nodes - 1
+        placed: dict[int, int] = {}
         for i, entry in enumerate(self.node_devices):
             for node in entry.nodes:
                 if not 0 <= node <= last:
                     raise _SubfieldError(f"node_devices.{i}.nodes", node, f"a node index 0..{last}")
+                if node in placed:
+                    raise _SubfieldError(f"node_devices.{i}.nodes", node, f"a node not already given a device "
+                                         f"(node_devices.{placed[node]} gives node {node} one)")
+                placed[node] = i
+        return self
+
+    @model_validator(mode="after")
+    def _library_drives_the_devices(self) -> Cluster:
+        """NCCL drives NVIDIA GPUs and RCCL AMD's: a catalog device of the other vendor under this
+        ``gpu_fabric.library`` is a contradiction, refused (an H100 priced with RCCL's tuner was accepted)."""
+        from flexcomm.costmodel.devices import lookup
+
+        if self.gpu_fabric is None:
+            return self
+        wants = {"nccl": "nvidia", "rccl": "amd"}[self.gpu_fabric.library]
+        for field, device in (("device.name", self.device),
+                              *((f"node_devices.{i}.device.name", e.device) for i, e in enumerate(self.node_devices))):
+            known = lookup(device.name)
+            if known is not None and known.vendor != wants:
+                raise _SubfieldError(field, device.name, f"a device {self.gpu_fabric.library.upper()} drives "
+                                     f"({VENDOR_NAMES[wants]} GPUs) under gpu_fabric.library: "
+                                     f"{self.gpu_fabric.library}; {known.name} is {VENDOR_NAMES[known.vendor]}'s")
         return self
 
     @model_validator(mode="after")
@@ -996,8 +1027,11 @@ class Cluster(_Model):
         path = Path(path)
         if path.suffix.lower() not in (".yaml", ".yml", ".json"):
             raise InputError("cluster", str(path), "a cluster file ending in .yaml, .yml or .json")
-        return check_topology(cls.from_dict(_resolve_extends(read_document(path, "cluster", "cluster file"),
-                                                             path.parent, 0)))
+        from flexcomm.costmodel.devices import warnings_if_valid
+
+        with warnings_if_valid():  # a file refused by its topology gets the refusal alone
+            return check_topology(cls.from_dict(_resolve_extends(read_document(path, "cluster", "cluster file"),
+                                                                 path.parent, 0)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-safe dict in SI units (keys ``bandwidth_Bps``, ``latency_s``, ``memory_bytes``)."""
@@ -1321,6 +1355,21 @@ def _load_embedded(name: str) -> Cluster:
 _MAX_EXTENDS = 8
 
 
+def _another_device(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """The base's ``device`` as an ``extends`` child may build on: nothing of it when the child names another
+    device (an H100's 989 TFLOP/s must not become a V100's), and not its ``peak_flops`` when the child changes
+    only the precision (bf16's rate is not fp8's); the catalog fills what the child leaves out, as it does for
+    a file written out whole."""
+    mine, theirs = child.get("device"), base.get("device")
+    if not (isinstance(mine, dict) and isinstance(theirs, dict)):
+        return base
+    if "name" in mine and str(mine["name"]) != str(theirs.get("name")):
+        return {**base, "device": {}}
+    if "precision" in mine and "peak_flops" not in mine and mine["precision"] != theirs.get("precision", "bf16"):
+        return {**base, "device": {k: v for k, v in theirs.items() if k != "peak_flops"}}
+    return base
+
+
 def _deep_merge(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in child.items():
@@ -1393,7 +1442,7 @@ def _resolve_extends(data: Any, folder: Path, depth: int) -> Any:
                          f"relative to {folder}")
     if not isinstance(base, dict):
         raise InputError("cluster.extends", spec, "a cluster file holding a mapping")
-    return _deep_merge(base, child)
+    return _deep_merge(_another_device(base, child), child)
 
 
 def load_cluster(spec: str | Path | Cluster) -> Cluster:

@@ -19,7 +19,8 @@ import difflib
 import functools
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ class CatalogDevice:
     source: str
     aliases: tuple[str, ...]
     mamf: Mamf | None = None
+    #: who makes it (``nvidia``, ``amd``, ``google``): which collective library can drive it (NCCL, RCCL)
+    vendor: str = "nvidia"
 
     def peak(self, precision: str = DEFAULT_PRECISION) -> float:
         if precision not in PRECISIONS:
@@ -89,7 +92,7 @@ def catalog() -> dict[str, CatalogDevice]:
             name, {p: float(v) * 1e12 for p, v in entry["peak"].items()}, parse_size(entry["memory"], "memory"),
             parse_bandwidth(entry["bandwidth"], "bandwidth"), entry.get("units"),
             parse_size(entry["l2"], "l2") if "l2" in entry else None, entry["link"], entry["source"],
-            tuple(entry.get("aliases", ())), _mamf(entry.get("mamf")))
+            tuple(entry.get("aliases", ())), _mamf(entry.get("mamf")), str(entry["vendor"]))
     return out
 
 
@@ -131,11 +134,17 @@ def fill(data: dict[str, Any], field_names: Mapping[str, tuple[str, ...]] | None
     if not isinstance(data, dict) or data.get("name") is None:
         return data  # no name: the model says what is missing
     data = {k: v for k, v in data.items() if v is not None}  # a key set to null is a key left out
+    if not str(data["name"]).strip():
+        raise InputError("device.name", data["name"], "a device's name: a catalog device (such as "
+                         f"{', '.join(list(catalog())[:3])}) or one that states its peak_flops and memory")
     stated = {k for k in data if k not in ("name", "precision", "sources")}
     sources = {k: "file" for k in stated}
     device = lookup(str(data["name"]))
     precision = str(data.get("precision", DEFAULT_PRECISION))
+    if precision not in PRECISIONS:
+        raise InputError("device.precision", precision, "a precision, one of " + ", ".join(PRECISIONS))
     if device is not None:
+        device.peak(precision)  # a precision the datasheet rates (no fp8 on a V100), even where peak_flops is stated
         wanted = {"peak_flops": lambda: device.peak(precision), "memory_bytes": lambda: device.memory_bytes,
                   "memory_bandwidth_Bps": lambda: device.memory_bandwidth_Bps, "sms": lambda: device.units}
         for field, value in wanted.items():
@@ -146,8 +155,6 @@ def fill(data: dict[str, Any], field_names: Mapping[str, tuple[str, ...]] | None
             if got is not None:
                 data[names[0]] = got
                 sources[names[0]] = f"catalog {device.name}: {device.source}"
-    elif precision not in PRECISIONS:
-        raise InputError("device.precision", precision, "a precision, one of " + ", ".join(PRECISIONS))
     elif "peak_flops" not in data:
         name = str(data["name"])
         raise InputError("device.name", name, f"a catalog device (closest: {', '.join(closest(name))}) or a "
@@ -164,12 +171,38 @@ def fill(data: dict[str, Any], field_names: Mapping[str, tuple[str, ...]] | None
     return data
 
 
+#: Warnings held back while a file is still being checked (None: print at once); see :func:`warnings_if_valid`.
+_DEFERRED: list[tuple[str, str]] | None = None
+
+
+@contextmanager
+def warnings_if_valid() -> Iterator[None]:
+    """Hold device warnings back until the block ends without an error: a file that is then refused gets the
+    refusal alone, one line, not a warning about a device it will never price and then the error."""
+    global _DEFERRED
+    outer, _DEFERRED = _DEFERRED, []
+    held = _DEFERRED
+    try:
+        yield
+    except BaseException:
+        for name, _ in held:
+            _WARNED.discard(name)
+        raise
+    finally:
+        _DEFERRED = outer
+    for _, line in held:
+        print(line, file=sys.stderr)
+
+
 def warn_if_assumed(name: str, bandwidth_Bps: float | None, sources: dict[str, str]) -> None:
     """The one warning line for a device priced with the conservative bandwidth (once per name a process)."""
     if not sources.get("memory_bandwidth", "").startswith("conservative") or name in _WARNED:
         return
     _WARNED.add(name)
-    print(f"flexcomm: warning: device.name: {name!r} is not in the device catalog and its file gives no "
-          f"memory_bandwidth; assuming {(bandwidth_Bps or 0) / 1e9:.0f} GB/s (peak / "
-          f"{CONSERVATIVE_RIDGE_FLOP_PER_BYTE:g}); closest catalog devices: {', '.join(closest(name))}",
-          file=sys.stderr)
+    line = (f"flexcomm: warning: device.name: {name!r} is not in the device catalog and its file gives no "
+            f"memory_bandwidth; assuming {(bandwidth_Bps or 0) / 1e9:.0f} GB/s (peak / "
+            f"{CONSERVATIVE_RIDGE_FLOP_PER_BYTE:g}); closest catalog devices: {', '.join(closest(name))}")
+    if _DEFERRED is not None:
+        _DEFERRED.append((name, line))
+    else:
+        print(line, file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from flexcomm.costmodel.errors import InputError
 
@@ -79,11 +80,19 @@ MAX_BENCH_BYTES = Limit("FLEXCOMM_MAX_BENCH_BYTES", _physical_memory_bytes() // 
 #: Bytes of a log, CSV, profile or trace read whole (nccl-tests logs, measurement CSVs, network traces,
 #: calibration profiles): real ones are kilobytes to a few megabytes, and parsing 16 MiB takes seconds.
 MAX_FILE_BYTES = Limit("FLEXCOMM_MAX_FILE_BYTES", 16 * 2**20, "bytes")
+#: A file of a run flexcomm wrote and reads back (a train-ddp run's steps.csv and exchanges.csv, summaries,
+#: a validation folder's tables): ~300 bytes per bucket exchange, so 64 MiB is ~200,000 exchanges.
+MAX_RUN_FILE_BYTES = Limit("FLEXCOMM_MAX_RUN_FILE_BYTES", 64 * 2**20, "bytes")
 #: A training checkpoint read whole before torch unpickles it (model, optimizer, residuals): the workloads
 #: train here are megabytes; a quarter of this machine's memory leaves room for the model it is loaded into.
 MAX_CHECKPOINT_BYTES = Limit("FLEXCOMM_MAX_CHECKPOINT_BYTES", _physical_memory_bytes() // 4, "bytes")
-#: A torch.profiler Chrome trace (after gunzip): tens of MB for a few steps; json.loads takes ~5x its size.
-MAX_PROFILER_TRACE_BYTES = Limit("FLEXCOMM_MAX_PROFILER_TRACE_BYTES", 512 * 2**20, "bytes")
+#: A torch.profiler Chrome trace (after gunzip): tens of MB for a few steps (the public GPU traces of
+#: ../shared/data/traces: 10-35 MB). It is parsed as a stream (~50 MB/s here), so this bounds the time.
+MAX_PROFILER_TRACE_BYTES = Limit("FLEXCOMM_MAX_PROFILER_TRACE_BYTES", 256 * 2**20, "bytes")
+#: Events of one trace, every kind: 109,123 in the largest public trace (HTA's 8 x A100 rank, 35 MB, 74,937
+#: of them complete events kept at ~1.5 KB each with their args); 300,000 keep a trace under ~500 MB of memory
+#: and ~5 s, and a file of empty events is refused after a fraction of a second.
+MAX_TRACE_EVENTS = Limit("FLEXCOMM_MAX_TRACE_EVENTS", 300_000, "events in one trace")
 #: Table rows of one nccl-tests log: a sweep has ~30 sizes (-f 2), a few thousand with a fine -i step; each
 #: row is priced by `validate`, ~40 us apiece.
 MAX_LOG_ROWS = Limit("FLEXCOMM_MAX_LOG_ROWS", 10_000, "table rows of one nccl-tests log")
@@ -108,32 +117,47 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe), w
           (stat.S_ISSOCK, "a socket"))
 
 
-def _not_regular(field: str, path: str, what: str, mode: int) -> InputError:
+def not_regular(field: str, path: str, what: str, mode: int) -> InputError:
+    """The one-line error for a path that is not a regular file, naming what it is instead."""
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return InputError(field, path, f"a regular {what}; this is {kind}")
 
 
-def read_bytes_bounded(path: str | os.PathLike, field: str, what: str = "file",
-                       limit: Limit = MAX_FILE_BYTES) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them, else a one-line InputError.
+def open_regular(path: str | os.PathLike, field: str, what: str = "file",
+                 limit: Limit = MAX_FILE_BYTES) -> BinaryIO:
+    """The regular file ``path`` opened for reading, its kind checked before and after opening and its size
+    against ``limit``; anything else is a one-line InputError naming ``field``.
 
-    Why one reader: a FIFO blocks ``open`` forever, ``/dev/zero`` never ends and a directory raises an odd
-    OSError, so the file's kind is checked *before* it is opened (and again on the open descriptor, opened
-    non-blocking, in case it was swapped in between), and no more than ``limit`` + 1 bytes are ever read
-    (``/proc`` files report size 0; a file may grow while read)."""
+    Why: a FIFO blocks ``open`` forever, ``/dev/zero`` never ends and a directory raises an odd OSError, so the
+    file's kind is checked *before* it is opened (and again on the open descriptor, opened non-blocking, in
+    case it was swapped in between)."""
     name = os.fspath(path)
     try:
         mode = os.stat(name).st_mode
         if not stat.S_ISREG(mode):
-            raise _not_regular(field, name, what, mode)
+            raise not_regular(field, name, what, mode)
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InputError(field, name, f"a readable {what} ({exc.strerror or exc.__class__.__name__})") from None
-    with os.fdopen(fd, "rb") as handle:
+    handle = os.fdopen(fd, "rb")
+    try:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise _not_regular(field, name, what, info.st_mode)
+            raise not_regular(field, name, what, info.st_mode)
         limit.check(field, info.st_size, name)
+    except InputError:
+        handle.close()
+        raise
+    return handle
+
+
+def read_bytes_bounded(path: str | os.PathLike, field: str, what: str = "file",
+                       limit: Limit = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular`), at most ``limit`` of them, else a one-line
+    InputError: no more than ``limit`` + 1 bytes are ever read (``/proc`` files report size 0; a file may grow
+    while read)."""
+    name = os.fspath(path)
+    with open_regular(path, field, what, limit) as handle:
         cap = limit.value
         try:
             data = handle.read(cap + 1)

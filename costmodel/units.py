@@ -86,6 +86,11 @@ def parse_size(value: str | float | int, field: str = "size") -> float:
     return _finite_nonnegative(_no_underflow(number, match, field, value, expected), field, value, expected)
 
 
+#: The slowest link a price is made for: 1 bit/s (1e-300 bit/s priced a 1 GiB allreduce at infinity, after a
+#: numpy overflow warning, and exited 0).
+MIN_BANDWIDTH_BPS = 0.125
+
+
 def parse_bandwidth(value: str | float | int, field: str = "bandwidth") -> float:
     """Bytes per second from ``10Gbit/s``, ``1.25GB/s``, ``100Mbps`` or a plain number of bytes/s."""
     expected = "a positive bandwidth such as 10Gbit/s, 1.25GB/s or 100Mbps"
@@ -101,6 +106,9 @@ def parse_bandwidth(value: str | float | int, field: str = "bandwidth") -> float
                                match, field, value, expected)
     if not math.isfinite(number) or number <= 0:
         raise InputError(field, value, expected)
+    if number < MIN_BANDWIDTH_BPS:
+        raise InputError(field, value, "a bandwidth of at least 1bit/s (slower prices every collective in "
+                         "centuries and overflows to infinity)")
     return number
 
 

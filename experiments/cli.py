@@ -146,6 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _holding_output_folder(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """Every command that writes into an output folder (``--out DIR``) holds it for the run: a second run on
+    the same folder is one line, exit 2 (two `simulate` runs on one folder both exited 0, the second's files
+    over the first's). An ``--out`` naming a file (a CSV, a JSON) is not a folder to hold."""
+    from flexcomm.costmodel.atomic import output_folder_lock
+
+    out = getattr(args, "out", None)
+    if isinstance(out, str) and out and not Path(out).suffix:
+        return output_folder_lock(out)
+    return contextlib.nullcontext()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args: argparse.Namespace | None = None
@@ -153,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _refuse_empty_values(parser, args)
         _check_ratios(parser, args)
-        return int(args.handler(args) or 0)
+        with _holding_output_folder(args):
+            return int(args.handler(args) or 0)
     except InputError as error:
         if error.field == "arguments":
             print(f"flexcomm: error: {error.expected}", file=sys.stderr)

@@ -148,7 +148,7 @@ def _hardware_of(text: str) -> str | None:
 
 
 def _number(text: str, field: str, where: str) -> float:
-    match = re.search(r"[-+]?\d[\d,]*(?:\.\d+)?", text)
+    match = re.search(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?", text)  # 1e308 is not 1
     if match is None:
         raise InputError(f"{where}: {field}", text, "a number")
     value = float(match.group(0).replace(",", ""))

@@ -23,6 +23,7 @@ node is a tensor-producing op.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import time
@@ -160,12 +161,18 @@ def trace(name: str, *, batch_size: int = 32, device: str = "meta",
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         example = spec.input_of(opts, batch, dev)
-    try:
-        return fx.symbolic_trace(module), example
-    except Exception as exc:  # noqa: BLE001 (a user's module: what stopped the tracer, in one line)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError("model", name, f"a module torch.fx can trace (it stopped at: {first}); measured "
-                         "per-op times stand in for the FLOP model with --op-times") from exc
+    with _running_model(name, "a module torch.fx can trace (measured per-op times stand in for the FLOP model "
+                              "with --op-times)"):
+        traced = fx.symbolic_trace(module)
+    return traced, example
+
+
+def _running_model(name: str, expected: str) -> contextlib.AbstractContextManager[None]:
+    """Tracing or running a model's forward: a user's model runs fenced (one line for anything it raises, what
+    it prints kept out of stdout: :func:`workloads.user_model.fenced`), and so does any error of tracing."""
+    from flexcomm.workloads.user_model import fenced
+
+    return fenced(str(name), expected)
 
 
 def _tensor_bytes(value: Any) -> int:
@@ -244,7 +251,7 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
     gm, example = trace(name, batch_size=batch_size, **options)
     counter = FlopCounterMode(display=False)
     recorder = _Recorder(gm, counter)
-    with torch.no_grad(), counter:
+    with torch.no_grad(), counter, _running_model(name, "a model whose forward runs on its example input"):
         recorder.run(example)
     _, opts = _resolve(name, options)
     graph = nx.DiGraph(name=str(name).strip().lower(), batch_size=batch_size, options=opts)
@@ -352,7 +359,7 @@ def measure_op_times(name: str, *, batch_size: int = 8, repeats: int = 8, max_pa
     if count > max_parameters:
         raise InputError("model", name, f"a model of at most {max_parameters:.0e} parameters to time on the CPU")
     timer = _Timer(gm)
-    with torch.no_grad():
+    with torch.no_grad(), _running_model(name, "a model whose forward runs on its example input"):
         timer.run(example)
         timer.times.clear()
         for _ in range(repeats):
@@ -378,15 +385,11 @@ def load_op_times(path: str) -> tuple[int, dict[str, float], float | None]:
 
     The file: ``{"batch_size": 8, "peak_flops": "1TFLOP/s", "ops": {"conv1": 0.0012, ...}}``.
     """
-    import json
-    from pathlib import Path
-
+    from flexcomm.costmodel.bounded_stream import read_json_bounded
+    from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES
     from flexcomm.costmodel.units import parse_flops
 
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError("op-times", path, f"a readable JSON file ({exc})") from None
+    data = read_json_bounded(path, "op-times", "JSON file", MAX_DOCUMENT_BYTES)
     if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         raise InputError("op-times", path, 'a JSON object {"batch_size": N, "peak_flops": ..., "ops": {op: seconds}}')
     batch = _check_batch(data.get("batch_size"))

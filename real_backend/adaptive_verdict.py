@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.bounded_stream import read_csv_bounded
 from flexcomm.costmodel.units import format_percent
 
 #: Goals of the comparison (issue 33): adaptive within 3 % of the per-phase best static scheme; simulated
@@ -159,9 +160,10 @@ def verdict(summary: dict[str, Any], replay: pd.DataFrame, folder: Path, warmup:
             continue
         run = folder / "ddp" / label
         if (run / "exchanges.csv").exists() and (run / "steps.csv").exists():
-            exchanges = pd.read_csv(run / "exchanges.csv")
+            exchanges = read_csv_bounded(run / "exchanges.csv", "folder", "train-ddp exchanges.csv")
             if "mechanism_s" in exchanges:
-                out["mechanism"][label] = mechanism_cost(pd.read_csv(run / "steps.csv"), exchanges, warmup)
+                steps = read_csv_bounded(run / "steps.csv", "folder", "train-ddp steps.csv")
+                out["mechanism"][label] = mechanism_cost(steps, exchanges, warmup)
                 out["mechanism"][label].update({f"switch_{k}": v for k, v in switch_cost(exchanges).items()})
         out["gains"][label] = gains_agree(entry)
     out["moo_vs_its_ratio"] = moo_against_its_ratio(strategies)

@@ -31,6 +31,30 @@ class BucketLayouts:
         self._index = {id(p): i for i, p in enumerate(parameters)}
         self.layouts: dict[int, Layout] = {}
         self._pieces: dict[tuple[int, int], torch.Tensor] = {}  # (parameter, owner rank) -> its residual
+        self._orders: dict[Layout, torch.Tensor] = {}  # a bucket layout -> its positions in parameter order
+
+    def canonical(self, layout: Layout) -> tuple[Layout, torch.Tensor | None]:
+        """``layout`` in the model's parameter order, and the positions of the bucket's buffer that give it
+        (None when the bucket is in that order already).
+
+        Why: Top-k breaks ties between equal magnitudes by position, so a bucket exchanged in declaration order
+        (a process's first iteration) and the same values in DDP's rebuilt order can keep different elements: a
+        run resumed at step 9 kept a different one of 5 equal values and was no longer the uninterrupted run.
+        The compressor always sees a bucket in parameter order; its buffer is gathered into it and the result
+        scattered back."""
+        ordered = tuple(sorted(layout))
+        if ordered == layout:
+            return layout, None
+        perm = self._orders.get(layout)
+        if perm is None:
+            offsets, at = {}, 0
+            for parameter, numel in layout:
+                offsets[parameter] = at
+                at += numel
+            perm = torch.cat([torch.arange(offsets[p], offsets[p] + n) for p, n in ordered]) if ordered else \
+                torch.zeros(0, dtype=torch.long)
+            self._orders[layout] = perm
+        return ordered, perm
 
     def layout_of(self, parameters: Iterable[torch.Tensor]) -> Layout:
         """The layout of a bucket holding ``parameters`` (``GradBucket.parameters()``), in that order."""

@@ -62,11 +62,13 @@ def _continuous(r0: pd.DataFrame, r1: pd.DataFrame, s_ckpt: int) -> bool:
 def measure(log_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """The measured and predicted time lost of the first lost rank of an elastic run (seconds)."""
     log_dir, out = Path(log_dir), Path(out)
+    from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
+
     try:
-        launcher = json.loads((log_dir / "elastic.json").read_text())
-        rounds = launcher["rounds"]
-        steps = pd.read_csv(out / "steps.csv")
-    except (OSError, ValueError, KeyError) as exc:
+        launcher = read_json_bounded(log_dir / "elastic.json", "report", "elastic.json")
+        rounds = launcher["rounds"]  # type: ignore[index]
+        steps = read_csv_bounded(out / "steps.csv", "report", "steps.csv")
+    except (ValueError, KeyError, TypeError) as exc:
         raise InputError("report", str(log_dir), f"an elastic run's elastic.json and steps.csv ({exc})") from None
     if len(rounds) < 2:
         raise InputError("report", str(log_dir), "an elastic run in which a rank was lost (one round only)")

@@ -9,9 +9,11 @@ one) and appends every step to ``DIR/steps.csv`` (attempt, world size, step, mea
 seconds, seconds since the job began), so the loss curve runs on across rounds.
 
 With a compression strategy (``--strategy topk-ar --ratio 0.01``; the hooks of
-:mod:`real_backend.hooks`), every rank also writes ``DIR/compressor-rank{r}.pt``: its error-feedback
-memory and step counters (:meth:`compression.base.Compressor.state_dict`), before rank 0 writes the
-model, so a model checkpoint of step N always has the residuals of step N beside it. A resumed rank r
+:mod:`real_backend.hooks`), every rank also writes ``DIR/compressor-rank{r}-step{N}.pt``: its error-feedback
+memory and step counters (:meth:`compression.base.Compressor.state_dict`), and ``random-rank{r}-step{N}.pt``
+(its generators), before rank 0 writes the model; the model checkpoint, renamed last, is the manifest that
+commits step N's files (older steps' files are removed only after it), so a kill at any moment leaves a model
+checkpoint with the residuals of its own step beside it. A resumed rank r
 loads rank r's file when it is of that step and scheme; the memory of a rank that was lost (or of a
 file from another step) is gone, and a ``residuals 3/3`` row after ``resumed`` says how many ranks got
 theirs back. ``flexible`` restarts its network estimate (the world size may have
@@ -79,17 +81,37 @@ def _save(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def compressor_path(out: Path, rank: int) -> Path:
-    return out / f"compressor-rank{rank}.pt"
+def compressor_path(out: Path, rank: int, step: int) -> Path:
+    """Rank ``rank``'s residuals of checkpoint ``step``: a file per step, so a kill between the ranks' writes
+    and the model checkpoint's rename leaves the residuals of the step the checkpoint still names."""
+    return out / f"compressor-rank{rank}-step{step}.pt"
 
 
-def random_state_path(out: Path, rank: int) -> Path:
-    return out / f"random-rank{rank}.pt"
+def random_state_path(out: Path, rank: int, step: int) -> Path:
+    return out / f"random-rank{rank}-step{step}.pt"
+
+
+def _rank_state_files(out: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every rank's per-step residuals and generator files in ``out``."""
+    found = []
+    for path in [*out.glob("compressor-rank*-step*.pt"), *out.glob("random-rank*-step*.pt")]:
+        match = re.fullmatch(r"(?:compressor|random)-rank\d+-step(\d+)\.pt", path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return found
+
+
+def forget_other_steps(out: Path, step: int) -> None:
+    """Once checkpoint ``step`` is committed (its rename done), the other steps' rank files are of no use: the
+    checkpoint is the manifest that says which step's files belong to it."""
+    for other, path in _rank_state_files(out):
+        if other != step:
+            path.unlink(missing_ok=True)
 
 
 def _restore_random_state(out: Path, rank: int, step: int) -> bool:
     """This rank's generators as they were at checkpoint ``step``; False when that rank saved none for it."""
-    path = random_state_path(out, rank)
+    path = random_state_path(out, rank, step)
     if not path.exists():
         return False
     state = load_state(path, what="random-state file")
@@ -133,7 +155,7 @@ def check_strategy(strategy: str, ratio: float | None) -> None:
 def _restore_compressor(hook, out: Path, rank: int, step: int) -> bool:  # noqa: ANN001 (a HookState)
     """Load rank ``rank``'s residuals of checkpoint step ``step`` and the bucket layouts they were written in;
     False when there are none to load."""
-    path = compressor_path(out, rank)
+    path = compressor_path(out, rank, step)
     if not path.exists():
         return False
     state = load_state(path, what="residuals file")
@@ -219,11 +241,14 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                            "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
                            "event": ""})
             if (step + 1) % args.checkpoint_every == 0:
-                # every rank's own state first: a model checkpoint implies its residuals and generators
-                _save(random_state_path(out, rank), random_state(step + 1))
+                # every rank's own state of this step first, in files of this step; then the model checkpoint,
+                # renamed last, commits them all: a kill anywhere before leaves the previous checkpoint and its
+                # step's files untouched (they are removed only after the rename)
+                _save(random_state_path(out, rank, step + 1), random_state(step + 1))
                 if hook is not None:
-                    _save(compressor_path(out, rank), {**hook.compressor.state_dict(rank), "step": step + 1,
-                                                       "layouts": hook.layouts.state_dict()})
+                    residuals = {**hook.compressor.state_dict(rank), "step": step + 1,
+                                 "layouts": hook.layouts.state_dict()}
+                    _save(compressor_path(out, rank, step + 1), residuals)
                 dist.barrier()
                 if rank == 0:
                     _save(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -231,6 +256,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                                        "numel": sum(p.numel() for p in model.parameters())})
                     log.write({"attempt": attempt, "world_size": world, "step": step + 1, "loss": float("nan"),
                                "step_s": 0.0, "since_start_s": time.time() - t0, "event": "checkpoint"})
+                    forget_other_steps(out, step + 1)
                 dist.barrier()
     except InputError:
         raise

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth
 from flexcomm.real_backend.validate import GOODPUT_FACTOR, parse_bandwidths
@@ -135,7 +136,7 @@ def hook_medians(path: Path) -> tuple[float, float]:
 
     if not path.exists():
         return math.nan, math.nan
-    log = pd.read_csv(path).iloc[DEFAULT_WARMUP_STEPS:]
+    log = read_csv_bounded(path, "out", "train-ddp steps.csv").iloc[DEFAULT_WARMUP_STEPS:]
     comm, codec = (log[column].dropna() for column in ("comm_s", "codec_s"))
     return (float(comm.median()) if len(comm) else math.nan, float(codec.median()) if len(codec) else math.nan)
 
@@ -148,7 +149,8 @@ def codec_rates(out: Path, numel: int, ratio: float, rank_counts: list[int], see
 
     path = out / "codec_rate.json"
     key = {"numel": numel, "ratio": ratio}
-    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    kept = read_json_bounded(path, "out", "codec_rate.json") if path.exists() else {}
+    kept = kept if isinstance(kept, dict) else {}
     rates = {int(p): float(r) for p, r in kept.get("elements_per_s", {}).items()} if kept.get("key") == key else {}
     missing = [p for p in rank_counts if p not in rates]
     for p in missing:

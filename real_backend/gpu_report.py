@@ -10,15 +10,15 @@ Run: ``python -m flexcomm.real_backend.gpu_report OUT_DIR`` (writes ``OUT_DIR/re
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import read_text_bounded
 from flexcomm.costmodel.units import format_percent
 
 
@@ -30,7 +30,7 @@ def collectives_section(folder: Path) -> list[str]:
     path = folder / "nccl_collectives.csv"
     if not path.exists():
         return ["NCCL collectives: not measured (no nccl_collectives.csv)."]
-    frame = pd.read_csv(path)
+    frame = read_csv_bounded(path, "folder", "nccl_collectives.csv")
     lines = ["| collective | ranks | largest size | median time | bus bandwidth |", "|---|---|---|---|---|"]
     for (collective, ranks), group in frame.groupby(["collective", "ranks"]):
         largest = group[group["bytes"] == group["bytes"].max()]
@@ -47,8 +47,8 @@ def validation_section(folder: Path) -> list[str]:
     lines = ["| nccl-tests log | rows >= 1 MiB | median abs error | worst |", "|---|---|---|---|"]
     for report in reports:
         try:
-            summary = json.loads(report.read_text())["summary"]
-        except (OSError, ValueError, KeyError):
+            summary = read_json_bounded(report, "folder", "validation JSON")["summary"]  # type: ignore[index]
+        except (InputError, KeyError, TypeError):
             lines.append(f"| {report.stem} | unreadable | - | - |")
             continue
         median, worst = (format_percent(summary.get(k)) for k in ("median_abs_error", "worst_abs_error"))
@@ -58,7 +58,8 @@ def validation_section(folder: Path) -> list[str]:
 
 
 def hooks_section(folder: Path) -> list[str]:
-    summaries = {p.parent.name: json.loads(p.read_text()) for p in sorted((folder / "ddp").glob("*/summary.json"))}
+    summaries = {p.parent.name: read_json_bounded(p, "folder", "DDP summary")
+                 for p in sorted((folder / "ddp").glob("*/summary.json"))}
     if not summaries:
         return ["DDP hooks on NCCL: not measured (no ddp/*/summary.json)."]
     builtin = summaries.get("builtin", {}).get("median_step_s", math.nan)
@@ -75,7 +76,7 @@ def topk_section(folder: Path) -> list[str]:
     path = folder / "topk.json"
     if not path.exists():
         return ["Top-k on the GPU: not measured (no topk.json)."]
-    result = json.loads(path.read_text())
+    result = read_json_bounded(path, "folder", "topk.json")
     lines = [f"Top-k on {result.get('device', '?')}:", "", "| elements | ratio | topk | kthvalue | sampled threshold |",
              "|---|---|---|---|---|"]
     for row in result.get("selection", []):
@@ -89,11 +90,10 @@ def compute_section(folder: Path) -> list[str]:
     path = folder / "gpu_compute.csv"
     if not path.exists():
         return ["Compute model: not measured (no gpu_compute.csv)."]
-    import pandas as pd
 
     from flexcomm.real_backend.gpu_compute_corpus import summary_lines
 
-    frame = pd.read_csv(path)
+    frame = read_csv_bounded(path, "folder", "gpu_compute.csv")
     device = frame["device"].iloc[0] if len(frame) else "?"
     catalog = frame["catalog_device"].fillna("").iloc[0] if len(frame) else ""
     return [f"On {device} (catalog: {catalog or 'none: no predictions'}):", "", *summary_lines(frame)]
@@ -101,8 +101,8 @@ def compute_section(folder: Path) -> list[str]:
 
 def report(folder: str | Path) -> str:
     folder = Path(folder)
-    environment = (folder / "environment.txt").read_text().strip() if (folder / "environment.txt").exists() else ""
-    status = (folder / "status.txt").read_text().strip() if (folder / "status.txt").exists() else ""
+    environment, status = ((read_text_bounded(folder / name, "folder", name, errors="replace").strip()
+                            if (folder / name).exists() else "") for name in ("environment.txt", "status.txt"))
     parts = ["# GPU check", "", "```", environment or "(no environment.txt)", "```", "",
              "Steps (name, exit status, seconds):", "", "```", status or "(no status.txt)", "```", "",
              "## NCCL collectives", "", *collectives_section(folder), "", *validation_section(folder), "",

@@ -362,8 +362,17 @@ def compression_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures
     after = (lambda: _housekeeping(state)) if last and isinstance(state.compressor, FlexibleCompressor) else None
 
     def exchange() -> torch.Tensor:
-        state.layouts.align(state.compressor.residuals, key, layout)
-        return _exchange_bucket(state, buffer, key, last)
+        # a lossy compressor sees the bucket in parameter order (what it keeps must not depend on DDP's layout);
+        # a lossless one (dense) is order-blind, so its bucket is not copied
+        ordered, perm = state.layouts.canonical(layout) if state.compressor.lossy else (layout, None)
+        state.layouts.align(state.compressor.residuals, key, ordered)
+        if perm is None:
+            return _exchange_bucket(state, buffer, key, last)
+        index = perm.to(buffer.device)
+        aggregate = _exchange_bucket(state, buffer[index], key, last)
+        result = torch.empty_like(buffer)
+        result[index] = aggregate
+        return result
 
     if state.engine is not None:
         return state.engine.submit(exchange, buffer.device, after=after)

@@ -30,7 +30,6 @@ module replays that log on the same trace with a calibration and no measured tim
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -379,18 +378,21 @@ class LoggedRun:
 
     @classmethod
     def load(cls, folder: str | Path, label: str) -> LoggedRun:
+        from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
+
         folder = Path(folder)
-        try:
-            summary = json.loads((folder / label / "summary.json").read_text(encoding="utf-8"))
-            run = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-            steps = pd.read_csv(folder / label / "steps.csv")
-            exchanges = pd.read_csv(folder / label / "exchanges.csv")
-        except (OSError, ValueError) as error:
-            raise InputError("run", str(folder / label), f"a finished train-ddp run ({error})") from None
+        summary = read_json_bounded(folder / label / "summary.json", "run", "train-ddp summary")
+        run = read_json_bounded(folder / "run.json", "run", "train-ddp run.json")
+        steps = read_csv_bounded(folder / label / "steps.csv", "run", "train-ddp steps.csv")
+        exchanges = read_csv_bounded(folder / label / "exchanges.csv", "run", "train-ddp exchanges.csv")
         probes_path = folder / label / "moo_probes.csv"
-        probes = pd.read_csv(probes_path) if probes_path.exists() else None
-        return cls(label, summary["strategy"], summary.get("ratio"), int(summary["ranks"]),
-                   float(summary["solo_step_s"]), steps, exchanges, probes, run, folder)
+        probes = read_csv_bounded(probes_path, "run", "MOO probes CSV") if probes_path.exists() else None
+        try:
+            return cls(label, summary["strategy"], summary.get("ratio"), int(summary["ranks"]),
+                       float(summary["solo_step_s"]), steps, exchanges, probes, run, folder)
+        except (KeyError, TypeError, ValueError) as error:
+            raise InputError("run", str(folder / label), f"a finished train-ddp run (summary.json: {error!r})") \
+                from None
 
     def prior(self) -> Any:
         """The cost model the run's hooks took their prior from (the same arguments, so the same numbers)."""

@@ -314,15 +314,17 @@ def run_trace_validation(
 def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
                   failures: Sequence[str] = ()) -> TraceValidation:
     """Replay every logged run of ``folder`` and write the report (re-runnable on a finished folder)."""
+    from flexcomm.costmodel.bounded_stream import read_json_bounded
+    from flexcomm.costmodel.limits import read_text_bounded
     from flexcomm.real_backend.net_trace import parse_trace
     from flexcomm.real_backend.trace_replay import LoggedRun, TraceCalibration, TraceTimeline, replay_run
 
     folder = Path(folder)
     try:
-        calibration = TraceCalibration.from_dict(json.loads((folder / "calibration.json").read_text()))
-        run_info = json.loads((folder / "ddp" / "run.json").read_text())
-        trace_text = (folder / "trace.csv").read_text()
-    except (OSError, ValueError, KeyError) as error:
+        calibration = TraceCalibration.from_dict(read_json_bounded(folder / "calibration.json", "folder"))
+        run_info = read_json_bounded(folder / "ddp" / "run.json", "folder")
+        trace_text = read_text_bounded(folder / "trace.csv", "folder", "trace CSV")
+    except (ValueError, KeyError, TypeError) as error:
         raise InputError("folder", str(folder), f"a finished `validate --network-trace` folder ({error})") from None
     trace = parse_trace(trace_text, "trace.csv", int(run_info["ranks"]))
     timeline = TraceTimeline(trace, calibration)
@@ -342,7 +344,7 @@ def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
     summary.update(trace=trace.name, ranks=int(run_info["ranks"]), duration_s=trace.duration_s,
                    calibration=calibration.to_dict())
     check_path = folder / "network_check.json"
-    check = json.loads(check_path.read_text()) if check_path.exists() else {}
+    check = read_json_bounded(check_path, "folder") if check_path.exists() else {}
     if check:
         summary["network_check"] = check
     if len(replay):
@@ -365,9 +367,15 @@ def _jsonable(value: Any) -> Any:
 
 
 def _read_lag(path: Path) -> list[dict[str, Any]]:
+    from flexcomm.costmodel.limits import read_text_bounded
+
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        return [json.loads(line) for line in read_text_bounded(path, "folder", "trace log").splitlines()
+                if line.strip()]
+    except ValueError as error:
+        raise InputError("folder", str(path), f"a trace log of JSON lines ({error})") from None
 
 
 def _ratio_steps(real: pd.Series, sim: pd.Series, candidates: Sequence[float]) -> pd.Series:

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
 from flexcomm.real_backend.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
@@ -295,7 +296,7 @@ def _rel(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def bench_rows(condition: dict[str, Any], bench: pd.DataFrame, simulate: _Simulator) -> list[dict[str, Any]]:
+def bench_rows(condition: dict[str, Any], bench: pd.DataFrame | Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """Every (collective, algorithm, ranks, bytes) point: measured median and the three predictions."""
     from flexcomm.costmodel.calibration import load_measurements
     from flexcomm.costmodel.collectives import predict
@@ -367,7 +368,7 @@ def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> l
     ddp = folder / "ddp"
     if not (ddp / "run.json").is_file():
         return []
-    run = json.loads((ddp / "run.json").read_text(encoding="utf-8"))
+    run = read_json_bounded(ddp / "run.json", "out", "train-ddp run.json")
     profile = CalibrationProfile.load(folder / "profile.json") if (folder / "profile.json").is_file() else None
     alpha, bandwidth = _condition_link(condition, profile)
     ranks = int(run["ranks"])
@@ -379,8 +380,8 @@ def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> l
         summary_path, steps_path = ddp / label / "summary.json", ddp / label / "steps.csv"
         if not (summary_path.is_file() and steps_path.is_file()):
             continue
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        steps = pd.read_csv(steps_path, keep_default_na=True)
+        summary = read_json_bounded(summary_path, "out", "train-ddp summary")
+        steps = read_csv_bounded(steps_path, "out", "train-ddp steps.csv", keep_default_na=True)
         steady = steps.iloc[int(summary.get("warmup_steps", 0)):] if len(steps) > summary.get("warmup_steps", 0) \
             else steps
         measured = float(steady["step_s"].median())
@@ -431,11 +432,11 @@ def analyze(out: str | Path, slugs: Sequence[str] | None = None) -> tuple[pd.Dat
         cond_dir = folder / slug
         if not (cond_dir / "condition.json").is_file():
             continue
-        condition = json.loads((cond_dir / "condition.json").read_text(encoding="utf-8"))
+        condition = read_json_bounded(cond_dir / "condition.json", "out", "condition.json")
         conditions.append(condition)
         if (cond_dir / "bench.csv").is_file() and (cond_dir / "bench.csv").stat().st_size > 0:
             try:
-                rows += bench_rows(condition, pd.read_csv(cond_dir / "bench.csv"), simulate)
+                rows += bench_rows(condition, cond_dir / "bench.csv", simulate)  # read bounded, checked
             except InputError:
                 pass  # an empty or half-written benchmark: reported as missing below
         rows += ddp_rows(condition, cond_dir, simulate)

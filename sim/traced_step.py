@@ -73,6 +73,11 @@ def _layout(step: TracedStep) -> tuple[int, ...]:
 def step_profile(trace: ProfilerTrace) -> StepProfile:
     """Medians of the steps with the most common bucket layout (ties: the later layout, DDP's rebuilt one)."""
     usable = [s for s in trace.steps if _layout(s)]
+    for step in usable:
+        empty = [c for c in step.bucket_exchanges() if c.nbytes == 0]
+        if empty:
+            raise InputError(trace.path, f"step {step.number}: a gradient allreduce of 0 bytes",
+                             "DDP buckets that hold gradients (a bucket is never empty)")
     if not usable:
         raise InputError(trace.path, "no gradient allreduce issued during a backward pass",
                          "a trace of DistributedDataParallel training (its buckets' allreduces run in the backward)")

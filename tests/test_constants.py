@@ -40,7 +40,10 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
         "real_backend.bench.MAX_SIZES", "real_backend.delayline.MAX_QUEUED_BYTES", "real_backend.testbed.MAX_RANKS",
         "sim.dynamics.MAX_JITTER_SIGMA", "sim.dynamics.RATE_WINDOW", "sim.scenario._MAX_ITERATIONS",
         "sim.scenario_plots.MAX_LINKS", "workloads.idx.MAX_NDIM", "real_backend.gpu_kit.LIMIT_BYTES",
-        "sim.network._MAX_PATHS", "compression.comm.HISTORY_LENGTH"),
+        "sim.network._MAX_PATHS", "compression.comm.HISTORY_LENGTH", "costmodel.bounded_stream.CHUNK_BYTES",
+        "costmodel.cluster.MAX_NVLINK_DOMAIN", "costmodel.units.MIN_BANDWIDTH_BPS",
+        "workloads.profiler_trace.MAX_COLLECTIVE_BYTES", "workloads.user_model.MESSAGE_CHARS",
+        "real_backend.kill_resume.RUN_TIMEOUT_S"),
     "report thresholds and validation targets": (
         "costmodel.collective_libraries.validation.SUMMARY_MIN_BYTES",
         "real_backend.adaptive_verdict.GOAL_PHASE_MARGIN",

@@ -289,3 +289,135 @@ def test_torch_backed_commands_refuse_options_before_importing_torch(tmp_path: P
         assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("flexcomm: error: "), (argv, err)
         assert not torch, f"{' '.join(argv)} imported torch to refuse: {err}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"], "a refused command created files"
+
+
+#: A cluster written with ``extends`` meets the checks a cluster written out whole meets (issue 44, item 3):
+#: (the child's lines, the field refused, what the one line says).
+EXTENDS_REFUSED = [
+    ("extends: dgx-h100\ndevice: {name: NoSuchGPU}\n", "cluster.device", "a catalog device (closest:"),
+    ("extends: dgx-h100\ndevice: {name: ''}\n", "cluster.device", "a device's name"),
+    ("extends: dgx-h100\ndevice: {precision: fp3}\n", "cluster.device", "a precision, one of"),
+    ("extends: dgx1-v100\ndevice: {precision: fp8}\n", "cluster.device", "V100-SXM2-32GB's datasheet rates"),
+    ("extends: dgx-h100\ngpu_fabric: {library: rccl, gcn_arch: gfx942, intra: xgmi, xgmi_links_per_gpu: 7}\n",
+     "cluster.device.name", "a device RCCL drives (AMD GPUs)"),
+    ("extends: dgx-h100\ndevice: {name: MI300X}\n", "cluster.device.name", "a device NCCL drives (NVIDIA GPUs)"),
+    ("extends: dgx-h100\ngpu_fabric: {nvlink_domain: 1000000}\n", "cluster.gpu_fabric.nvlink_domain", "at most 576"),
+    ("extends: 4x4-a100-v100\nnode_devices:\n  - {nodes: [2, 3], device: {name: V100-32GB}}\n"
+     "  - {nodes: [3], device: {name: A100-40GB}}\n", "cluster.node_devices.1.nodes", "a node not already given"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "expected"), EXTENDS_REFUSED,
+                         ids=["unknown", "empty-name", "fp3", "fp8-on-v100", "h100-rccl", "mi300x-nccl",
+                              "domain-1e6", "node-twice"])
+def test_extends_meets_the_checks_of_a_file_written_out_whole(text: str, field: str, expected: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "child.yaml"
+    path.write_text(text)
+    line = refusal(capsys, "clusters", str(path))
+    assert line.startswith(f"flexcomm: error: {field}: ") and expected in line, line
+
+
+def test_another_device_under_extends_is_that_device_not_the_base_with_its_name(tmp_path: Path) -> None:
+    """``extends: dgx-h100`` with a V100 is priced as a V100 (it was "V100's 989 TFLOP/s"), the same as a file that
+    names the V100 whole; a precision alone takes that precision's datasheet rate, not bf16's."""
+    child = tmp_path / "v100.yaml"
+    child.write_text("extends: dgx-h100\ndevice: {name: V100-SXM2-32GB}\n")
+    v100 = Cluster.from_file(child).device
+    assert (v100.peak_flops, v100.memory_bytes, v100.sms) == (125e12, 32 * 2**30, 80)
+    fp8 = tmp_path / "fp8.yaml"
+    fp8.write_text("extends: dgx-h100\ndevice: {precision: fp8}\n")
+    assert Cluster.from_file(fp8).device.peak_flops == 1979e12  # H100 SXM datasheet, dense fp8
+
+
+# --- nonsense that used to be accepted (issue 44, item 6): one line, exit 2 ------------------------------------
+
+CORPUS = Path(__file__).resolve().parents[1] / "validation" / "nccl-tests"
+CSV_LOG = CORPUS / "aws-p5-2n16g-allgather-efa-csv.txt"
+
+
+def test_a_log_of_another_vendors_gpus_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    amd = str(CORPUS / "amd-mi350x-8g-allreduce-mpi.txt")
+    line = refusal(capsys, "validate", "--nccl-tests", amd, "--cluster", str(CORPUS / "clusters" /
+                                                                          "a100-40g-1n8g-allreduce-testfixture.yaml"))
+    assert "a cluster of the log's AMD GPUs (the log names AMD Instinct MI350X)" in line
+    nvidia = str(CORPUS / "a100-40g-1n8g-allreduce-testfixture.txt")
+    line = refusal(capsys, "validate", "--nccl-tests", nvidia, "--cluster", str(CORPUS / "clusters" /
+                                                                             "_amd-mi300x.yaml"))
+    assert "a cluster of the log's NVIDIA GPUs" in line
+
+
+def test_collective_cannot_override_what_the_log_says(capsys: pytest.CaptureFixture[str]) -> None:
+    line = refusal(capsys, "validate", "--nccl-tests", str(CSV_LOG), "--collective", "allreduce", "--cluster",
+                   str(CORPUS / "clusters" / "aws-p5-2n16g-allgather-efa-csv.yaml"))
+    assert line.startswith("flexcomm: error: collective: got 'allreduce'; expected the log's own collective, "
+                           "allgather")
+
+
+def test_a_csv_row_whose_busbw_is_not_its_algbw_times_the_bus_factor_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = CSV_LOG.read_text().replace("2,16,64,1000,false,213.80,200.43", "2,16,64,1000,false,213.80,100.43")
+    path = tmp_path / "edited.txt"
+    path.write_text(text)
+    line = refusal(capsys, "calibrate", str(path))
+    assert "got 'busbw 100.43 GB/s'; expected algbw x 0.9375 = 200 GB/s" in line and "from its GPUs column" in line
+
+
+def test_calibrate_reads_the_csv_transcriptions_validate_reads(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(CSV_LOG), "-o", str(tmp_path / "p.json")]) == 0
+    assert "allgather" in capsys.readouterr().out and (tmp_path / "p.json").exists()
+
+
+def test_an_exponent_in_a_published_throughput_cell_is_not_read_as_its_mantissa(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.md"
+    path.write_text("## BERT pre-training\n### Pre-training NVIDIA DGX A100 (8x A100 80GB)\n\n"
+                    "| GPUs | Batch size / GPU (TF32 and FP16) | Accumulation steps (TF32 and FP16) | Sequence length "
+                    "| Throughput - TF32 (sequences/sec) | Throughput - mixed precision (sequences/sec) |\n"
+                    "|---|---|---|---|---|---|\n| 8 | 128 and 256 | 64 and 32 | 128 | 1e308 | 4591 |\n")
+    line = refusal(capsys, "validate", "--published-training", str(path), "--out", str(tmp_path / "o"))
+    assert "got '1e308'; expected a number a table could print (at most 1e15)" in line
+
+
+@pytest.mark.parametrize(("argv", "start"), [
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--execution-trace", "et.json"],
+     "execution-trace: got 'et.json'; expected --execution-trace only with --from-trace"),
+    (["simulate", "--from-trace", "{trace}", "--bandwidth", "1Gbit/s", "--trace", "t.json"],
+     "trace: got 't.json'; expected no --trace with --from-trace"),
+    (["simulate", "--from-trace", "{trace}", "--bandwidth", "1Gbit/s", "--jitter", "0.1"],
+     "jitter: got 0.1; expected no --jitter with --from-trace"),
+    (["cost", "--cluster", "dgx-h100", "--ranks", "16", "--size", "1GiB", "--algorithm", "nccl", "--nccl-version",
+      "2.20.3.4.5"], "nccl-version: got '2.20.3.4.5'"),
+    (["cost", "--ranks", "8", "--size", "1GiB", "--latency", "1us", "--bandwidth", "1e-300bit/s"],
+     "bandwidth: got '1e-300bit/s'; expected a bandwidth of at least 1bit/s"),
+], ids=["execution-trace-alone", "trace-with-from-trace", "jitter-with-from-trace", "nccl-version", "bandwidth"])
+def test_an_option_that_would_be_ignored_or_overflow_is_refused(argv: list[str], start: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    trace = Path(__file__).resolve().parents[1] / "validation" / "from-trace" / "mlp-3ranks-200mbit.trace.json.gz"
+    line = refusal(capsys, *[a.replace("{trace}", str(trace)) for a in argv])
+    assert line.startswith(f"flexcomm: error: {start}"), line
+
+
+def test_a_second_run_on_an_output_folder_in_use_is_refused(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from flexcomm.costmodel.atomic import output_folder_lock
+
+    out = tmp_path / "run"
+    with output_folder_lock(out):  # another run, holding it
+        line = refusal(capsys, "simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1",
+                       "--out", str(out))
+    assert "expected an output folder no other flexcomm run is writing to" in line
+    assert main(["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--iterations", "1",
+                 "--out", str(out)]) == 0  # free again once that run ends
+    assert (out / "summary.json").exists()
+
+
+def test_a_refused_file_gets_its_refusal_alone_not_a_warning_first(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("name: w\nnodes: 2\ndevices_per_node: 1\ndevice: {name: MyGPU, peak_flops: 100TFLOP/s, "
+                    "memory: 16GiB}\nintra_link: {latency: 1us, bandwidth: 10GB/s}\n"
+                    "inter_link: {latency: 1us, bandwidth: 10Gbit/s}\ntopology: {kind: torus, dims: [3, 3]}\n")
+    line = refusal(capsys, "cost", "--cluster", str(path), "--ranks", "2", "--size", "1MiB")
+    assert line.startswith("flexcomm: error: topology.dims") and "warning" not in line

@@ -54,7 +54,7 @@ def test_a_crafted_checkpoint_is_refused_by_the_launcher_and_runs_nothing(tmp_pa
 
 def test_crafted_residuals_and_random_state_files_run_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    for name in ("compressor-rank0.pt", "random-rank0.pt"):
+    for name in ("compressor-rank0-step2.pt", "random-rank0-step2.pt"):
         torch.save({"step": 2, "residuals": _Payload(marker)}, tmp_path / name)
         with pytest.raises(InputError, match="weights-only"):
             load_state(tmp_path / name)

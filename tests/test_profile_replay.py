@@ -200,6 +200,10 @@ def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
             event["args"]["Input Dims"] = [[[True]], [], []]
     odd_info = kineto([STEP, STEP])
     odd_info["distributedInfo"] = {"backend": "gloo", "rank": "r0", "world_size": True}
+    huge = kineto([{**STEP, "buckets": [(3_000.0, 2_000 * 2**40, 60_000.0)]}])  # 8,000 TiB of float32
+    empty_bucket = kineto([{**STEP, "buckets": [(3_000.0, 0, 60_000.0)]}])
+    outside = kineto([STEP])
+    outside["distributedInfo"]["rank"] = 7  # in a world of 3
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     damaged = tmp_path / "damaged.json.gz"
@@ -207,8 +211,8 @@ def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     return {
         "no step": (write(tmp_path, {"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur": 2}]}, "a.json"),
                     "no ProfilerStep#N event"),
-        "truncated": (write(tmp_path, text[: len(text) // 2], "b.json"), "truncated at line 1"),
-        "not json": (write(tmp_path, "hello\n", "c.json"), "not JSON at line 1, column 1"),
+        "truncated": (write(tmp_path, text[: len(text) // 2], "b.json"), "truncated JSON (it ends early)"),
+        "not json": (write(tmp_path, "hello\n", "c.json"), "not JSON (lexical error: invalid char in json text)"),
         "out of order": (write(tmp_path, out_of_order, "d.json"), "out of order"),
         "no size": (write(tmp_path, no_size, "e.json"), "(gloo:all_reduce) without a size"),
         "negative": (write(tmp_path, {"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": -3}]}, "f.json"),
@@ -216,8 +220,12 @@ def _bad(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "no ddp": (write(tmp_path, kineto([{**STEP, "buckets": []}]), "g.json"), "no gradient allreduce"),
         "a boolean size": (write(tmp_path, bool_dims, "h.json"), "without a size"),
         "odd distributedInfo": (write(tmp_path, odd_info, "i.json"), "(gloo:all_reduce) without a group size"),
-        "deep": (deep, "nested too deeply"),
-        "damaged gzip": (damaged, "a damaged gzip file"),
+        "deep": (deep, "JSON nested at most 100 levels"),
+        "a collective larger than any GPU": (write(tmp_path, huge, "j.json"), "(gloo:all_reduce) of "
+                                             "8,796,093,022,208,000 bytes"),
+        "an empty gradient bucket": (write(tmp_path, empty_bucket, "k.json"), "a gradient allreduce of 0 bytes"),
+        "a rank outside its world": (write(tmp_path, outside, "l.json"), "distributedInfo rank 7 in a world of 3"),
+        "damaged gzip": (damaged, "a gzip trace file that inflates"),
     }
 
 

@@ -9,8 +9,11 @@ the same run).
 
 from __future__ import annotations
 
+import gzip
+import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -76,11 +79,48 @@ CASES = [
 ]
 
 
+#: Profiler traces that once blew memory or read on silently (bytes, written by the fixture).
+TRACE_FILES = {
+    "empties.json.gz": gzip.compress(b'{"traceEvents": [' + b"{}," * 400_000 + b"{}]}"),
+    "zeros.json.gz": gzip.compress(b"\0" * 20_000_000),
+    "two-members.json.gz": gzip.compress(b'{"traceEvents": []}') + gzip.compress(b"{}"),
+    "trailing.json.gz": gzip.compress(b'{"traceEvents": []}') + b"garbage",
+    "deep.json": b"[" * 100_000 + b"]" * 100_000,
+}
+TRACE_CASES = [
+    (["simulate", "--from-trace", "{dir}/empties.json.gz"], "from-trace: got '{dir}/empties.json.gz'; expected at "
+     "most 300,000 events in one trace"),
+    (["simulate", "--from-trace", "{dir}/zeros.json.gz"], "{dir}/zeros.json.gz: got 'not JSON"),
+    (["simulate", "--from-trace", "{dir}/spaces.json.gz"], "from-trace: got '{dir}/spaces.json.gz'; expected at "
+     "most 268,435,456 bytes once decompressed"),
+    (["simulate", "--from-trace", "{dir}/two-members.json.gz"], "from-trace: got '{dir}/two-members.json.gz'; "
+     "expected one gzip stream"),
+    (["simulate", "--from-trace", "{dir}/trailing.json.gz"], "from-trace: got '{dir}/trailing.json.gz'; "
+     "expected one gzip stream"),
+    (["simulate", "--from-trace", "{dir}/deep.json"], "from-trace: got '{dir}/deep.json'; expected JSON nested "
+     "at most 100"),
+    (["simulate", "--from-trace", "/dev/zero"], "from-trace: got '/dev/zero'; expected a regular trace file; "
+     "this is a character device"),
+    (["simulate", "--from-trace", "{dir}/fifo.json"], "from-trace: got '{dir}/fifo.json'; expected a regular "
+     "trace file; this is a FIFO"),
+    (["simulate", "--from-trace", "{dir}/empties.json.gz", "--execution-trace", "{dir}/deep.json"],
+     "execution-trace: got '{dir}/deep.json'; expected JSON nested at most 100"),
+]
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("bad-inputs")
     for name, text in FILES.items():
         (folder / name).write_text(text)
+    for name, data in TRACE_FILES.items():
+        (folder / name).write_bytes(data)
+    deflate = zlib.compressobj(9, wbits=31)  # 260 MiB of spaces (valid JSON whitespace), written a MiB at a time
+    with open(folder / "spaces.json.gz", "wb") as handle:
+        for _ in range(260):
+            handle.write(deflate.compress(b" " * 2**20))
+        handle.write(deflate.flush())
+    os.mkfifo(folder / "fifo.json")
     return folder
 
 
@@ -93,6 +133,18 @@ def test_bad_input_is_one_line_exit_2_and_bounded(argv: list[str], field: str, i
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"flexcomm: error: {field.replace('{dir}', str(inputs))}"), lines[0]
     assert 0 < rss < MAX_RSS_BYTES, f"peak memory {rss / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize(("argv", "message"), TRACE_CASES, ids=[a[-1].rsplit("/", 1)[-1] for a, _ in TRACE_CASES])
+def test_a_bad_trace_is_one_line_in_bounded_memory(argv: list[str], message: str, inputs: Path) -> None:
+    """gzip bombs, empty events, a second gzip member, deep nesting, devices and FIFOs: refused while read as
+    a stream, under 500 MB (600 MB of gzipped empty events once took 1.7 GB and a MemoryError traceback)."""
+    args = [a.replace("{dir}", str(inputs)) for a in argv]
+    code, err, rss = run_cli_measured(args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("flexcomm: error: " + message.replace("{dir}", str(inputs))), lines[0]
+    assert len(lines[0]) < 300 and 0 < rss < MAX_RSS_BYTES, (len(lines[0]), f"{rss / 2**20:.0f} MiB")
 
 
 def test_nothing_is_created_by_a_refused_study(inputs: Path) -> None:

@@ -26,7 +26,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.experiments.cli import main
 from flexcomm.experiments.study.journal import JOURNAL
-from flexcomm.experiments.study.runner import _lock, run_study
+from flexcomm.experiments.study.runner import LOCK, run_study
 from flexcomm.experiments.study.spec import build_spec, load_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -317,14 +317,12 @@ def test_a_directory_holding_another_study_is_refused(tmp_path: Path, capsys: py
 
 
 def test_two_runs_cannot_share_a_directory(tmp_path: Path) -> None:
+    from flexcomm.costmodel.atomic import output_folder_lock
+
     (tmp_path / "out").mkdir()
-    held = _lock(tmp_path / "out")
-    try:
-        with pytest.raises(InputError) as info:
-            run_study(build_spec(MODEL_STUDY), tmp_path / "out", workers=0, progress=False, figures=False)
-        assert info.value.field == "out"
-    finally:
-        held.close()
+    with output_folder_lock(tmp_path / "out", name=LOCK), pytest.raises(InputError) as info:
+        run_study(build_spec(MODEL_STUDY), tmp_path / "out", workers=0, progress=False, figures=False)
+    assert info.value.field == "out" and "no other `flexcomm study`" in str(info.value)
 
 
 # --- emulated training, locally and on Dask -------------------------------------------------------

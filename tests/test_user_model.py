@@ -58,6 +58,41 @@ class Branchy(nn.Module):
 
 def branchy():
     return Branchy(), (16,)
+
+
+def exits():
+    import sys
+    sys.exit(3)
+
+
+def interrupted():
+    raise KeyboardInterrupt
+
+
+def verbose_failure():
+    raise ValueError("x" * 2_000_000)
+
+
+def chatty():
+    print("loading weights...")
+    return nn.Linear(8, 4)
+
+
+class Raising(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        raise RuntimeError("forward broke")
+
+
+def raising_forward():
+    return Raising()
+
+
+def wrong_example():
+    return nn.Linear(8, 4), torch.randn(3, 5)
 '''
 
 
@@ -148,3 +183,33 @@ def test_a_study_names_a_factory_as_its_workload(models: Path, tmp_path: Path) -
         from flexcomm.experiments.study.spec import load_spec
 
         load_spec(spec)
+
+
+@pytest.mark.parametrize(("factory", "words"), [
+    ("exits", "a factory that runs (it called sys.exit(3))"),
+    ("interrupted", "a factory that runs (it raised KeyboardInterrupt)"),
+    ("verbose_failure", "(2,000,000 characters)"),
+    ("raising_forward", "a model whose forward runs on its example input (it raised RuntimeError: forward broke)"),
+    ("wrong_example", "a model whose forward runs on its example input (it raised RuntimeError: mat1 and mat2"),
+])
+def test_the_users_code_runs_fenced_in_simulate(models: Path, capsys: pytest.CaptureFixture[str], factory: str,
+                                                words: str) -> None:
+    """SystemExit, KeyboardInterrupt, a 2 MB message, a raising forward, a bad example: each is one readable line
+    and exit 2 (SystemExit used to end flexcomm with exit 0 and nothing written; a forward's error was a traceback)."""
+    code = main(["simulate", "--cluster", "8x1-10gbe", "--workload", f"{models}:{factory}", "--iterations", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"flexcomm: error: model: got '{models}:{factory}'") and words in err and len(err) < 400
+
+
+def test_sys_exit_named_as_the_factory_is_refused_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", "8x1-10gbe", "--workload", "sys:exit", "--iterations", "1"]) == 2
+    assert "expected a factory that runs (it called sys.exit(None))" in capsys.readouterr().err
+
+
+def test_what_a_factory_prints_stays_out_of_json(models: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--cluster", "8x1-10gbe", "--workload", f"{models}:chatty", "--iterations", "1",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["config"]["workload"] == "chatty"  # the whole of stdout is the JSON answer
+    assert "loading weights" not in out and "printed 1 line(s) to stdout; left out of flexcomm's output" in err

@@ -20,17 +20,21 @@ Times are seconds from the start of their step. Torch-free: a trace is read wher
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
-import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.bounded_stream import open_bounded
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_PROFILER_TRACE_BYTES, read_bytes_bounded
+from flexcomm.costmodel.limits import MAX_PROFILER_TRACE_BYTES, MAX_RANKS, MAX_TRACE_EVENTS
+
+TRACE_FORMAT = "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)"
+#: The largest buffer one rank's collective can name: 4 TiB, over ten times the largest GPU memory (B300:
+#: 288 GB), so a size past it is a damaged or crafted trace, not a measurement (one sized 7,280 TiB was read).
+MAX_COLLECTIVE_BYTES = 4 * 2**40
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 #: The process group's span of a collective: ``gloo:all_reduce``, ``nccl:_allgather_base`` ...
@@ -128,36 +132,51 @@ class ProfilerTrace:
     device: str
 
 
-def _gunzip_bounded(raw: bytes, path: Path) -> bytes:
-    """Decompress a .json.gz trace to at most the trace limit (a few KB of gzip can expand to gigabytes)."""
-    limit = MAX_PROFILER_TRACE_BYTES
-    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip framing
-    try:
-        out = inflate.decompress(raw, limit.value + 1)
-        if len(out) > limit.value:
-            raise InputError("from-trace", str(path), f"at most {limit.value:,} {limit.what} once decompressed "
-                             f"(set {limit.env} to raise the limit)")
-        if not inflate.eof:
-            raise EOFError("the gzip stream ends early")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(str(path), "a damaged gzip file", f"a whole .json.gz trace ({exc})") from None
+def _json_error(path: Path, exc: Exception, expected: str) -> InputError:
+    """ijson's (yajl's) multi-line messages as one line: truncated input, or not JSON at all."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    if "premature eof" in text.lower() or isinstance(exc, EOFError):
+        return InputError(str(path), "truncated JSON (it ends early)", expected)
+    return InputError(str(path), f"not JSON ({text[:120].rstrip('.')})", expected)
+
+
+def _stream_items(path: Path, prefix: str, field: str, expected: str) -> Iterator[Any]:
+    """The items of the JSON array at ``prefix`` (``traceEvents.item``), parsed from a bounded stream one at a
+    time: a trace of hundreds of megabytes is never held whole, and a gzip bomb stops at the trace limit."""
+    import ijson
+
+    with open_bounded(path, field, "trace file", MAX_PROFILER_TRACE_BYTES, json_nesting=True) as stream:
+        try:
+            yield from ijson.items(stream, prefix, use_float=True)
+        except ijson.JSONError as exc:
+            raise _json_error(path, exc, expected) from None
+
+
+def _first_value(path: Path, key: str, field: str, expected: str) -> Any:
+    """The top-level ``key``'s value (``distributedInfo``), None where the document has none; the stream ends
+    at the value, so a trace that writes it first (Kineto does) is not read twice."""
+    return next(_stream_items(path, key, field, expected), None)
+
+
+def _events(path: Path) -> list[_Event]:
+    """The complete (``ph: X``) events of the trace; at most :data:`MAX_TRACE_EVENTS` events of any kind read."""
+    out: list[_Event] = []
+    cap = MAX_TRACE_EVENTS.value
+    seen = False
+    for index, event in enumerate(_stream_items(path, "traceEvents.item", "from-trace", TRACE_FORMAT)):
+        seen = True
+        if index >= cap:
+            MAX_TRACE_EVENTS.check("from-trace", index + 1, str(path))
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        ts = _number(event, "ts", index, path)
+        dur = _number(event, "dur", index, path)
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        out.append(_Event(index, str(event.get("name", "")), str(event.get("cat", "")), event.get("tid"), ts,
+                          ts + dur, args))
+    if not seen:
+        raise InputError(str(path), "no traceEvents list", TRACE_FORMAT)
     return out
-
-
-def _load_json(path: Path) -> Any:
-    raw = read_bytes_bounded(path, "from-trace", "trace file", MAX_PROFILER_TRACE_BYTES)  # regular, bounded
-    if raw[:2] == b"\x1f\x8b":
-        raw = _gunzip_bounded(raw, path)
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        where = "truncated" if exc.pos >= len(text.rstrip()) else "not JSON"
-        raise InputError(str(path), f"{where} at line {exc.lineno}, column {exc.colno} ({exc.msg})",
-                         "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)") from None
-    except RecursionError:
-        raise InputError(str(path), "JSON nested too deeply to read",
-                         "the Chrome-trace JSON torch.profiler writes (export_chrome_trace)") from None
 
 
 def _dims_numel(dims: Any) -> int | None:
@@ -201,21 +220,6 @@ class _Event:
     args: dict[str, Any]
 
 
-def _events(document: Any, path: Path) -> list[_Event]:
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise InputError(str(path), "no traceEvents list", "the Chrome-trace JSON torch.profiler writes")
-    out = []
-    for index, event in enumerate(document["traceEvents"]):
-        if not isinstance(event, dict) or event.get("ph") != "X":
-            continue
-        ts = _number(event, "ts", index, path)
-        dur = _number(event, "dur", index, path)
-        args = event.get("args") if isinstance(event.get("args"), dict) else {}
-        out.append(_Event(index, str(event.get("name", "")), str(event.get("cat", "")), event.get("tid"), ts,
-                          ts + dur, args))
-    return out
-
-
 def _steps(events: list[_Event], path: Path) -> list[_Event]:
     """The CPU ``ProfilerStep#N`` spans in time order (a CUDA trace repeats each as ``gpu_user_annotation``,
     and the Chrome-trace format does not promise file order)."""
@@ -234,11 +238,17 @@ def _steps(events: list[_Event], path: Path) -> list[_Event]:
     return steps
 
 
-def _group(document: dict[str, Any]) -> tuple[str, int, int]:
-    info = document.get("distributedInfo")
+def _group(path: Path) -> tuple[str, int, int]:
+    """(backend, world size, rank) from ``distributedInfo``; a rank outside its world is refused."""
+    info = _first_value(path, "distributedInfo", "from-trace", TRACE_FORMAT)
     if isinstance(info, dict) and _count(info.get("world_size")) and info["world_size"] >= 1:
         rank = info.get("rank")
-        return str(info.get("backend", "")), int(info["world_size"]), int(rank) if _count(rank) else 0
+        world = int(info["world_size"])
+        MAX_RANKS.check(f"{path} distributedInfo world_size", world)
+        if _count(rank) and rank >= world:
+            raise InputError(str(path), f"distributedInfo rank {rank} in a world of {world}",
+                             "a rank below the world size")
+        return str(info.get("backend", "")), world, int(rank) if _count(rank) else 0
     return "", 0, 0
 
 
@@ -251,12 +261,11 @@ def read_execution_trace(path: str | Path) -> dict[int, tuple[int, int]]:
     its record-function id -> (elements, bytes per element) of its first tensor, so a Kineto trace recorded
     without shapes still has its collectives' sizes (Kineto names the same id ``Record function id``)."""
     path = Path(path)
-    document = _load_json(path)
-    if not isinstance(document, dict) or not isinstance(document.get("nodes"), list):
-        raise InputError(str(path), "no nodes list", "the execution trace torch.profiler.ExecutionTraceObserver "
-                         "writes")
+    expected = "the execution trace torch.profiler.ExecutionTraceObserver writes"
     sizes: dict[int, tuple[int, int]] = {}
-    for index, node in enumerate(document["nodes"]):
+    seen = False
+    for index, node in enumerate(_stream_items(path, "nodes.item", "execution-trace", expected)):
+        seen = True
         if not isinstance(node, dict) or not str(node.get("name", "")).startswith("c10d::"):
             continue
         raw_attrs = node.get("attrs")
@@ -274,6 +283,8 @@ def read_execution_trace(path: str | Path) -> dict[int, tuple[int, int]]:
         elif node.get("name") != "c10d::barrier":
             raise InputError(str(path), f"node #{index} ({node.get('name')}) without an rf_id and a tensor",
                              "c10d nodes as ExecutionTraceObserver writes them")
+    if not seen:
+        raise InputError(str(path), "no nodes list", expected)
     return sizes
 
 
@@ -314,6 +325,11 @@ def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: di
     if not _count(size) or size < 1:
         raise InputError(str(path), f"event #{event.index} ({event.name}) without a group size",
                          "a trace with distributedInfo (torch >= 2.1 writes it) or record_param_comms' Group size")
+    MAX_RANKS.check(f"{path} event #{event.index} ({event.name}) group size", int(size))
+    if int(numel) * element > MAX_COLLECTIVE_BYTES:
+        raise InputError(str(path), f"event #{event.index} ({event.name}) of {int(numel) * element:,} bytes",
+                         f"a collective of at most {MAX_COLLECTIVE_BYTES:,} bytes (4 TiB: more than any GPU's "
+                         "memory)")
     return kind, int(numel), element, int(size)
 
 
@@ -351,10 +367,9 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
     one :class:`InputError` naming the file and the event."""
     path = Path(path)
     sizes = read_execution_trace(execution_trace) if execution_trace is not None else {}
-    document = _load_json(path)
-    events = _events(document, path)
+    events = _events(path)
     step_events = _steps(events, path)
-    backend, world, rank = _group(document)
+    backend, world, rank = _group(path)
     thread = step_events[0].tid
     spans = [e for e in events if (m := _GROUP_SPAN.match(e.name)) and m.group(2).lower() not in NOT_COLLECTIVES]
     use_spans = bool(spans)

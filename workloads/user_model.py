@@ -14,10 +14,13 @@ import, a file that does not exist, no such factory, a factory that raises or re
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,8 +62,48 @@ class UserModel:
         """Per-layer parameters and forward FLOPs per sample, counted as the zoo's workloads are."""
         from flexcomm.costmodel.compute import layers_from_torch
 
-        return layers_from_torch(self.module, self.example, name=self.name,
-                                 description=f"{self.reference} (counted by torch.utils.flop_counter)")
+        with fenced(self.reference, "a model whose forward runs on its example input"):
+            spec = layers_from_torch(self.module, self.example, name=self.name,
+                                     description=f"{self.reference} (counted by torch.utils.flop_counter)")
+        return spec
+
+
+#: Characters of a user's exception message kept in the one line (a factory once raised 2 MB of text).
+MESSAGE_CHARS = 160
+
+
+def _what_happened(exc: BaseException) -> str:
+    """A user's exception as a short phrase: its type and the first line of its message, cut to a readable
+    length; ``SystemExit`` and ``KeyboardInterrupt`` said as what they are."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"[:MESSAGE_CHARS]
+    if isinstance(exc, KeyboardInterrupt):
+        return "it raised KeyboardInterrupt"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > MESSAGE_CHARS:
+        text = text[:MESSAGE_CHARS] + f"... ({len(str(exc)):,} characters)"
+    return f"it raised {type(exc).__name__}" + (f": {text}" if text else "")
+
+
+@contextmanager
+def fenced(reference: str, expected: str) -> Iterator[None]:
+    """Run a user's code (their module's import, factory, forward) so that nothing it does ends or garbles
+    flexcomm: an exception, ``SystemExit`` or ``KeyboardInterrupt`` raised inside becomes one
+    :class:`InputError` naming the reference (``expected`` says what it should have done), and what it prints
+    goes to a buffer, not to flexcomm's stdout (a ``--json`` answer stays JSON), with one note on stderr."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    except InputError:
+        raise  # flexcomm's own check on what the code returned
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 (the user's code: reported in one line)
+        raise InputError("model", reference, f"{expected} ({_what_happened(exc)})") from None
+    finally:
+        lines = printed.getvalue().splitlines()
+        if lines:
+            print(f"flexcomm: note: model {reference} printed {len(lines):,} line(s) to stdout; left out of "
+                  "flexcomm's output", file=sys.stderr)
 
 
 def _import(reference: str, where: str) -> Any:
@@ -75,17 +118,15 @@ def _import(reference: str, where: str) -> Any:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 (the user's code: any failure is reported, in one line)
+            with fenced(reference, f"a file that imports ({where})"):
+                spec.loader.exec_module(module)
+        except InputError:
             sys.modules.pop(name, None)
-            raise InputError("model", reference, f"a file that imports ({where}: {type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+            raise
         return module
-    try:
-        return importlib.import_module(where)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError("model", reference, f"a module path that imports ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    with fenced(reference, "a module path that imports"):
+        module = importlib.import_module(where)
+    return module
 
 
 def load_factory(reference: str) -> Callable[[], Any]:
@@ -125,11 +166,8 @@ def _inferred_example(module: nn.Module, reference: str) -> torch.Tensor:
 def build_user_model(reference: str) -> UserModel:
     """Call the factory and check what it returns (see the module doc)."""
     factory = load_factory(reference)
-    try:
+    with fenced(reference, "a factory that runs"):
         built = factory()
-    except Exception as exc:  # noqa: BLE001 (the user's code)
-        raise InputError("model", reference, f"a factory that runs (it raised {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
     module, example = (built if isinstance(built, tuple) and len(built) == 2 else (built, None))
     if not isinstance(module, nn.Module):
         raise InputError("model", reference, "a factory returning an nn.Module, or (module, example input or shape) "

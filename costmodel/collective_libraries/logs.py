@@ -384,6 +384,10 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
         raise InputError(f"{name} line {header_line}", "a header without rows", "at least one table row"
                          + (f" of more than 0 bytes ({zero_rows} rows of 0 B)" if zero_rows else ""))
     evidence = declared or named  # a declaration decides; binaries on a command line only when none is made
+    if forced is not None and len(evidence) == 1 and forced not in evidence:
+        (said, line_said), = evidence.items()
+        raise InputError("collective", collective, f"the log's own collective, {said} (line {line_said}), or "
+                         "no --collective: it names its test")
     if len(evidence) > 1 and forced is None:
         (a, la), (b, lb) = sorted(evidence.items(), key=lambda kv: kv[1])[:2]
         raise InputError(f"{name} line {lb}", b, f"the collective named on line {la} ({a}): a log holds one "
@@ -402,7 +406,28 @@ def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl
                          "column names several: split the file)")
     else:
         _count_ranks(log, ranks_seen, threads)
+    _check_bus_factor(log, name)
     return log
+
+
+def _check_bus_factor(log: NcclTestsLog, name: str) -> None:
+    """nccl-tests prints ``busbw = algbw x`` the collective's bus factor on the log's ranks; a row that says
+    otherwise (beyond the printed digits) was edited or mangled, or the ranks are not the log's: refused.
+    Only where the ranks come from the log's own listing (Rank lines, a GPUs column, nThread x nGpus): read off
+    busbw / algbw the check cannot fail, and off size / count it would only test that inference."""
+    if log.ranks is None or not log.ranks_from.startswith(("Rank lines", "GPUs column", "nThread x nGpus")):
+        return
+    factor = bus_factor(log.collective, log.ranks)
+    for row in log.rows:
+        for algbw, busbw in ((row.algbw_Bps, row.busbw_Bps), (row.in_place_algbw_Bps, row.in_place_busbw_Bps)):
+            if not algbw or not busbw:
+                continue
+            expected = algbw * factor  # both printed to 0.01 GB/s: algbw's rounding grows by the factor
+            if abs(busbw - expected) > 0.0051e9 * (1 + factor) + 0.02 * expected:
+                raise InputError(f"{name} line {row.line}", f"busbw {busbw / 1e9:g} GB/s",
+                                 f"algbw x {factor:.4g} = {expected / 1e9:.3g} GB/s, nccl-tests' bus factor for "
+                                 f"{log.collective} on the log's {log.ranks} ranks (from its {log.ranks_from}): a "
+                                 "mangled or edited row")
 
 
 def _count_ranks(log: NcclTestsLog, ranks_seen: set[int], threads: tuple[int, int] | None) -> None:
@@ -507,7 +532,9 @@ def looks_like_nccl_tests(path: str) -> bool:
             head = handle.read(_SNIFF_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return False
-    return any(_HEADER.match(_clean(line)) for line in head.splitlines()[:5000])
+    # the text table's header, or the CSV transcription's (size(MB), ..., algbw) that parse_nccl_tests reads too
+    return any(_HEADER.match(_clean(line)) or (_CSV_HEADER.match(line) is not None and "," in line)
+               for line in head.splitlines()[:5000])
 
 
 def to_measurements(log: NcclTestsLog, ranks: int | None = None, algorithm: str | None = None,

@@ -100,10 +100,49 @@ def stated_version(log: NcclTestsLog, cluster: Any) -> str | None:
     return log.nccl_version if log.nccl_version is not None and _modelled(log.nccl_version, cluster) else None
 
 
+def log_vendor(log: NcclTestsLog) -> tuple[str, str] | None:
+    """(vendor, what says so) of the GPUs a log ran on: its device names (Rank lines, ``gpu_model:``) where the
+    catalog knows them, else an RCCL release it states; None when it says neither."""
+    from flexcomm.costmodel.devices import lookup
+
+    for name in log.devices:
+        known = lookup(name)
+        if known is not None:
+            return known.vendor, name
+    if log.nccl_version is not None and "rccl" in log.nccl_version.lower():
+        return "amd", log.nccl_version
+    return None
+
+
+def cluster_vendor(cluster: Any) -> str | None:
+    """The vendor of a cluster's GPUs: its catalog device's, else its fabric library's (NCCL: NVIDIA, RCCL: AMD)."""
+    from flexcomm.costmodel.devices import lookup
+
+    known = lookup(cluster.device.name)
+    if known is not None:
+        return known.vendor
+    fabric = getattr(cluster, "gpu_fabric", None)
+    return None if fabric is None else {"nccl": "nvidia", "rccl": "amd"}[fabric.library]
+
+
+def check_same_vendor(log: NcclTestsLog, cluster: Any) -> None:
+    """An RCCL log priced on an NVIDIA cluster (or the reverse) compares two kinds of hardware: refused."""
+    from flexcomm.costmodel.cluster import VENDOR_NAMES
+
+    ran, evidence = log_vendor(log) or (None, "")
+    here = cluster_vendor(cluster)
+    if ran is not None and here is not None and ran != here:
+        raise InputError("cluster", f"{cluster.name} ({cluster.device.name})", f"a cluster of the log's "
+                         f"{VENDOR_NAMES[ran]} GPUs (the log names {evidence}); pass the cluster file of that run")
+
+
 def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: str | None = None) -> LogValidation:
     """Price each row with ``model`` (a :class:`costmodel.model.CostModel`) on ``cluster_ranks`` ranks.
 
-    A log whose own rank count disagrees with the cluster is refused: the comparison would be of two runs."""
+    A log whose own rank count disagrees with the cluster, or whose GPUs are another vendor's, is refused: the
+    comparison would be of two runs."""
+    if getattr(model, "cluster", None) is not None:
+        check_same_vendor(log, model.cluster)
     if log.ranks is not None and log.ranks != cluster_ranks:
         raise InputError("cluster", f"{cluster_ranks} ranks", f"a cluster of the log's {log.ranks} ranks (from its "
                          f"{log.ranks_from}); pass the cluster file of that run")

@@ -85,7 +85,8 @@ def parse_version(text: object, field: str = "nccl_version") -> NcclVersion:
     if isinstance(text, bool) or text is None:
         raise InputError(field, text, _FORM)
     raw = str(text).strip()
-    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[-+.][\w.+-]*)?", raw)
+    # a package release (-1) and a build tag (+cuda12.9) may follow; more dotted parts (2.20.3.4.5) may not
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:-\d+)?(?:\+[\w.]+)?", raw)
     if match:
         version = NcclVersion(int(match[1]), int(match[2]), int(match[3] or 0))
     elif re.fullmatch(r"\d{5}", raw):  # NCCL_VERSION_CODE: major*10000 + minor*100 + patch

@@ -219,10 +219,47 @@ def run_scenario_file(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``--from-trace`` reads besides its own group (:mod:`experiments.commands.simulate_trace`); any other
+#: option given with it would be silently ignored, so it is refused.
+FROM_TRACE_OPTIONS = {"from_trace", "execution_trace", "traced_on", "bandwidth", "latency", "host_cores",
+                      "compress_throughput", "cluster", "algorithm", "compute_jitter", "iterations", "json", "out",
+                      "ranks", "ratio", "scheme", "seed", "straggler", "no_progress"}
+#: ``--from-trace``'s own options: meaningless without it.
+TRACE_ONLY_OPTIONS = ("execution_trace", "traced_on", "bandwidth", "latency", "host_cores", "compress_throughput")
+
+
+def _given(args: argparse.Namespace) -> list[str]:
+    """The options this run sets to other than their defaults, as their dests, in the parser's order."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    actions = [a for a in parser._subparsers._group_actions[0].choices["simulate"]._actions if a.dest != "help"]
+    return [a.dest for a in actions if getattr(args, a.dest, a.default) != a.default]
+
+
+def refuse_ignored_options(args: argparse.Namespace) -> None:
+    """An option the chosen mode would not read is one line, not silently dropped (``--trace`` with
+    ``--from-trace`` wrote nothing; ``--execution-trace`` without it did nothing)."""
+    given = _given(args)
+    if args.from_trace:
+        # --workload, --scenario and --llm-plan are refused by run_from_trace with their own reason
+        ignored = [d for d in given if d not in FROM_TRACE_OPTIONS | {"workload", "scenario", "llm_plan"}]
+        if ignored:
+            flag = "--" + ignored[0].replace("_", "-")
+            raise InputError(flag.lstrip("-"), getattr(args, ignored[0]), f"no {flag} with --from-trace (the "
+                             "replay of a traced step does not read it; docs/simulator.md, 'Replaying a profiled "
+                             "step', lists what it does)")
+        return
+    stray = [d for d in given if d in TRACE_ONLY_OPTIONS]
+    if stray:
+        flag = "--" + stray[0].replace("_", "-")
+        raise InputError(flag.lstrip("-"), getattr(args, stray[0]), f"{flag} only with --from-trace TRACE.json")
+
+
 def run(args: argparse.Namespace) -> int:
     from flexcomm._running import simulate
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
+    refuse_ignored_options(args)
     if args.from_trace:
         from flexcomm.experiments.commands.simulate_trace import run_from_trace
 

@@ -7,10 +7,10 @@ reader, and neither should import the other for that.
 from __future__ import annotations
 
 import csv
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from flexcomm.costmodel.atomic import cut_torn_tail
 from flexcomm.costmodel.errors import InputError
 
 JOURNAL = "results.csv"
@@ -21,14 +21,8 @@ def read_journal(path: Path, columns: Sequence[str]) -> dict[str, dict[str, str]
     """Rows of ``results.csv`` by point id, after cutting off a torn last line (no trailing newline)."""
     if not path.exists():
         return {}
+    cut_torn_tail(path)
     data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        keep = data.rfind(b"\n") + 1
-        with open(path, "r+b") as handle:
-            handle.truncate(keep)
-            handle.flush()
-            os.fsync(handle.fileno())
-        data = data[:keep]
     if not data:
         return {}
     lines = data.decode("utf-8").splitlines()

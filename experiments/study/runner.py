@@ -11,7 +11,6 @@ runs out of one directory.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -21,9 +20,9 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from flexcomm.costmodel.atomic import AppendingCsv, write_text_atomic
+from flexcomm.costmodel.atomic import AppendingCsv, output_folder_lock, write_text_atomic
 from flexcomm.costmodel.errors import InputError, RunStoppedError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.experiments.study.batching import MAX_BATCH, BatchSizer, windowed
@@ -56,16 +55,6 @@ class StudyRun:
     @property
     def total(self) -> int:
         return len(self.spec.points)
-
-
-def _lock(out: Path) -> IO:
-    handle = open(out / LOCK, "w")  # closed by the caller (releases the lock)
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise InputError("out", str(out), "a study directory no other `flexcomm study` is running in") from None
-    return handle
 
 
 def _claim(spec: StudySpec, out: Path) -> None:
@@ -144,12 +133,8 @@ def run_study(
     try:
         if session is not None:
             session.connect()  # before anything exists in out: an unreachable scheduler leaves nothing behind
-        out.mkdir(parents=True, exist_ok=True)
-        lock = _lock(out)
-        try:
+        with output_folder_lock(out, name=LOCK, what="`flexcomm study`"):
             return _run_locked(spec, out, started, workers, session, max_points, batch, progress, figures)
-        finally:
-            lock.close()
     finally:
         if session is not None:
             session.close()
