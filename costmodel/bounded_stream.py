@@ -134,7 +134,6 @@ def open_bounded(path: str | os.PathLike, field: str, what: str = "file", limit:
         handle.close()
 
 
-
 def read_json_bounded(path: str | os.PathLike, field: str, what: str = "JSON file",
                       limit: Limit = MAX_RUN_FILE_BYTES) -> object:
     """A JSON document from a regular file of at most ``limit`` bytes (a run's summary, a profile, a lock):
@@ -149,12 +148,14 @@ def read_json_bounded(path: str | os.PathLike, field: str, what: str = "JSON fil
 
 
 def read_csv_bounded(path: str | os.PathLike, field: str, what: str = "CSV file",
-                     limit: Limit = MAX_RUN_FILE_BYTES, **options: object) -> pd.DataFrame:
+                     limit: Limit = MAX_RUN_FILE_BYTES, encoding_errors: str = "replace",
+                     **options: object) -> pd.DataFrame:
     """A CSV table from a regular file of at most ``limit`` bytes, read as :func:`read_json_bounded` reads
-    JSON (``options`` go to :func:`pandas.read_csv`)."""
+    JSON (``encoding_errors="strict"`` refuses bytes that are not UTF-8; ``options`` go to
+    :func:`pandas.read_csv`)."""
     import pandas as pd
 
-    text = read_text_bounded(path, field, what, limit, errors="replace")
+    text = read_text_bounded(path, field, what, limit, errors=encoding_errors)
     try:
         return pd.read_csv(io.StringIO(text), **options)  # type: ignore[arg-type]
     except (ValueError, pd.errors.ParserError) as exc:

@@ -31,7 +31,6 @@ Decisions, and why:
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -46,10 +45,11 @@ from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
 from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.bounded_stream import read_csv_bounded
 from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
 from flexcomm.costmodel.documents import parse_document
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, read_text_bounded
+from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES, MAX_FILE_BYTES, read_text_bounded
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -111,12 +111,9 @@ def load_measurements(source: str | Path | pd.DataFrame) -> pd.DataFrame:
         path = Path(source)
         if not path.is_file():
             raise InputError("measurements", str(path), "an existing CSV file")
-        try:
-            text = read_text_bounded(path, "measurements", "CSV file")  # bounded: no FIFO, no 10 GB file
-            raw = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError("measurements", str(path), f"a readable CSV file ({first})") from None
+        # bounded (no FIFO, no 10 GB file), UTF-8, and a parse error in one line
+        raw = read_csv_bounded(path, "measurements", "CSV file", MAX_FILE_BYTES, encoding_errors="strict",
+                               dtype=str, keep_default_na=False, skipinitialspace=True)
         raw.columns = [str(c).strip() for c in raw.columns]
     else:
         raw = source.copy()

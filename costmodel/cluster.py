@@ -745,6 +745,8 @@ def pcie_GBps(spec: str) -> float:
 
 #: Vendors as people write them (the device catalog's ``vendor``).
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "google": "Google"}
+#: The vendor whose GPUs each collective library drives (``gpu_fabric.library``).
+LIBRARY_VENDOR = {"nccl": "nvidia", "rccl": "amd"}
 #: The largest NVLink domain one can build: NVIDIA's NVLink Switch System connects up to 576 GPUs in one
 #: NVLink domain (NVIDIA GB200 NVL72 product brief and "NVLink and NVLink Switch" page: "up to 576 GPUs").
 MAX_NVLINK_DOMAIN = 576
@@ -929,7 +931,7 @@ class Cluster(_Model):
 
         if self.gpu_fabric is None:
             return self
-        wants = {"nccl": "nvidia", "rccl": "amd"}[self.gpu_fabric.library]
+        wants = LIBRARY_VENDOR[self.gpu_fabric.library]
         for field, device in (("device.name", self.device),
                               *((f"node_devices.{i}.device.name", e.device) for i, e in enumerate(self.node_devices))):
             known = lookup(device.name)

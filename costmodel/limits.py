@@ -117,7 +117,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe), w
           (stat.S_ISSOCK, "a socket"))
 
 
-def not_regular(field: str, path: str, what: str, mode: int) -> InputError:
+def _not_regular(field: str, path: str, what: str, mode: int) -> InputError:
     """The one-line error for a path that is not a regular file, naming what it is instead."""
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return InputError(field, path, f"a regular {what}; this is {kind}")
@@ -135,7 +135,7 @@ def open_regular(path: str | os.PathLike, field: str, what: str = "file",
     try:
         mode = os.stat(name).st_mode
         if not stat.S_ISREG(mode):
-            raise not_regular(field, name, what, mode)
+            raise _not_regular(field, name, what, mode)
         fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InputError(field, name, f"a readable {what} ({exc.strerror or exc.__class__.__name__})") from None
@@ -143,7 +143,7 @@ def open_regular(path: str | os.PathLike, field: str, what: str = "file",
     try:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
-            raise not_regular(field, name, what, info.st_mode)
+            raise _not_regular(field, name, what, info.st_mode)
         limit.check(field, info.st_size, name)
     except InputError:
         handle.close()

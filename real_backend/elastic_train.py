@@ -93,12 +93,8 @@ def random_state_path(out: Path, rank: int, step: int) -> Path:
 
 def _rank_state_files(out: Path) -> list[tuple[int, Path]]:
     """(step, path) of every rank's per-step residuals and generator files in ``out``."""
-    found = []
-    for path in [*out.glob("compressor-rank*-step*.pt"), *out.glob("random-rank*-step*.pt")]:
-        match = re.fullmatch(r"(?:compressor|random)-rank\d+-step(\d+)\.pt", path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return found
+    named = ((re.fullmatch(r"(?:compressor|random)-rank\d+-step(\d+)\.pt", path.name), path) for path in out.iterdir())
+    return [(int(match.group(1)), path) for match, path in named if match]
 
 
 def forget_other_steps(out: Path, step: int) -> None:

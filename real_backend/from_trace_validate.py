@@ -165,18 +165,17 @@ def codec_rates(out: Path, numel: int, ratio: float, rank_counts: list[int], see
 def naive_step_s(profile: Any, ranks: int, rate_Bps: float, strategy: str, ratio: float, compute_scale: float) -> float:
     """The naive baseline: the traced compute (scaled as the replay scales it) with nothing hidden, plus the
     strategy's bytes per bucket at the nominal tc rate with no latency and no codec (what one works out by hand)."""
-    from flexcomm.costmodel.collectives import predict as price
+    from flexcomm.real_backend.hooks import nominal_records_seconds
 
     compute = (profile.forward_s + profile.backward_s + profile.after_s) * compute_scale
-    seconds = 0.0
+    records = []
     for nbytes in profile.bucket_bytes:
         kept = max(1, int(ratio * nbytes // VALUE_BYTES))
-        records = {"builtin": [("allreduce", "ring", nbytes)],
-                   "topk-ag": [("allgather", "ring", kept * (VALUE_BYTES + INDEX_BYTES))],
-                   "topk-ar": [("broadcast", "binomial", kept * INDEX_BYTES),
-                               ("allreduce", "ring", kept * VALUE_BYTES)]}[strategy]
-        seconds += sum(float(price(c, a, n, ranks, 0.0, rate_Bps).total) for c, a, n in records)
-    return compute + seconds
+        records += {"builtin": [("allreduce", "ring", nbytes)],
+                    "topk-ag": [("allgather", "ring", kept * (VALUE_BYTES + INDEX_BYTES))],
+                    "topk-ar": [("broadcast", "binomial", kept * INDEX_BYTES),
+                                ("allreduce", "ring", kept * VALUE_BYTES)]}[strategy]
+    return compute + nominal_records_seconds(records, ranks, rate_Bps)
 
 
 def with_naive_baseline(table: pd.DataFrame, profile: Any, ratio: float) -> pd.DataFrame:

@@ -149,6 +149,14 @@ def predict_records(model: CostModel | None, records: Sequence[tuple[str, str, i
     return float(sum(price(model, c, a, n, world_size) for c, a, n in records))
 
 
+def nominal_records_seconds(records: Sequence[tuple[str, str, int]], world_size: int, rate_Bps: float) -> float:
+    """The naive baseline's seconds for a sequence of (collective, algorithm, bytes) calls: each call's bytes at
+    ``rate_Bps`` by its formula, no latency (what one works out by hand from a link's nominal rate)."""
+    from flexcomm.costmodel.collectives import predict
+
+    return float(sum(predict(c, a, n, world_size, 0.0, rate_Bps).total for c, a, n in records))
+
+
 def powersgd_records(bucket: dist.GradBucket, state: PowerSGDState, iteration: int,
                      algorithm: str = "ring") -> list[CollectiveRecord]:
     """The allreduces torch's ``powerSGD_hook`` issues for ``bucket`` at ``iteration`` (sizes only).

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.real_backend.checkpoints import load_state
+from flexcomm.real_backend.elastic_train import CHECKPOINT
 
 #: The run each kill interrupts: Top-k over Allreduce with error feedback (residuals and generators to
 #: restore), two ranks, a checkpoint every 4 of 60 steps.
@@ -107,16 +109,14 @@ def last_losses(folder: Path) -> dict[int, float]:
 
 def _checkpoint_step(folder: Path) -> int:
     """The step of ``folder``'s model checkpoint (-1 without one)."""
-    import torch
-
-    path = folder / "checkpoint.pt"
-    return int(torch.load(path, weights_only=True)["step"]) if path.exists() else -1
+    path = folder / CHECKPOINT
+    return int(load_state(path)["step"]) if path.exists() else -1
 
 
 def _same_model(a: Path, b: Path) -> bool:
     import torch
 
-    left, right = (torch.load(p / "checkpoint.pt", weights_only=True)["model"] for p in (a, b))
+    left, right = (load_state(p / CHECKPOINT)["model"] for p in (a, b))
     return left.keys() == right.keys() and all(torch.equal(left[k], right[k]) for k in left)
 
 

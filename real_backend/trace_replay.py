@@ -411,12 +411,12 @@ def _records_of(text: str) -> list[tuple[str, str, int, str]]:
 def _nominal_seconds(buckets: pd.DataFrame | None, world: int, rate_Bps: float) -> float:
     """The naive baseline's communication: the step's logged collectives, their bytes at the trace's rate when
     the step starts, no latency and no change of rate during the step (what a user would work out by hand)."""
-    from flexcomm.costmodel.collectives import predict
+    from flexcomm.real_backend.hooks import nominal_records_seconds, parse_records
 
     if buckets is None:
         return 0.0
-    return float(sum(predict(c, a, n, world, 0.0, rate_Bps).total
-                     for text in buckets["collectives"] for c, a, n, _ in _records_of(text)))
+    return nominal_records_seconds([r for text in buckets["collectives"] for r in parse_records(text)], world,
+                                   rate_Bps)
 
 
 def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", in_flight: int | None = None,

@@ -361,9 +361,8 @@ def _condition_link(condition: dict[str, Any], profile: Any) -> tuple[float, flo
 def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """One row per strategy run under ``folder/ddp``: measured vs predicted median step time."""
     from flexcomm.costmodel.calibration import CalibrationProfile
-    from flexcomm.costmodel.collectives import predict
     from flexcomm.real_backend.ddp_train import build_cost_model
-    from flexcomm.real_backend.hooks import parse_records, predict_records
+    from flexcomm.real_backend.hooks import nominal_records_seconds, parse_records, predict_records
 
     ddp = folder / "ddp"
     if not (ddp / "run.json").is_file():
@@ -401,8 +400,8 @@ def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> l
             comm_model.append(predict_records(model, records, ranks))
             comm_sim.append(sum(simulate(c, a, n, ranks, alpha, bandwidth) for c, a, n in records))
             if rate:  # the naive baseline: the logged bytes at the nominal tc rate, no latency
-                comm_nominal.append(sum(float(predict(*IMPLEMENTED_AS.get((c, a), (c, a)), n, ranks, 0.0,
-                                                      float(rate)).total) for c, a, n in records))
+                comm_nominal.append(nominal_records_seconds(
+                    [(*IMPLEMENTED_AS.get((c, a), (c, a)), n) for c, a, n in records], ranks, float(rate)))
         pm, ps = float(np.median(comm_model)), float(np.median(comm_sim))
         nominal = local + float(np.median(comm_nominal)) if comm_nominal else math.nan
         measured_comm = float(steady["comm_s"].median()) if steady["comm_s"].notna().any() else math.nan

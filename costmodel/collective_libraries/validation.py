@@ -116,13 +116,14 @@ def log_vendor(log: NcclTestsLog) -> tuple[str, str] | None:
 
 def cluster_vendor(cluster: Any) -> str | None:
     """The vendor of a cluster's GPUs: its catalog device's, else its fabric library's (NCCL: NVIDIA, RCCL: AMD)."""
+    from flexcomm.costmodel.cluster import LIBRARY_VENDOR
     from flexcomm.costmodel.devices import lookup
 
     known = lookup(cluster.device.name)
     if known is not None:
         return known.vendor
     fabric = getattr(cluster, "gpu_fabric", None)
-    return None if fabric is None else {"nccl": "nvidia", "rccl": "amd"}[fabric.library]
+    return None if fabric is None else LIBRARY_VENDOR[fabric.library]
 
 
 def check_same_vendor(log: NcclTestsLog, cluster: Any) -> None:
