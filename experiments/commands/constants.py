@@ -38,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['name']:<{width}s}  {row['value']} {row['unit']}  [{row['kind']}{fitted}]  {row['source']}")
     counts = ", ".join(f"{sum(1 for r in rows if r['kind'].split()[0] == k)} {k}" for k in kinds
                        if any(r["kind"].split()[0] == k for r in rows))
-    print(f"{len(rows)} numbers: {counts}")
+    print(f"{len(rows)} number{'' if len(rows) == 1 else 's'}: {counts}")
     return 0
