@@ -56,7 +56,7 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.4))
+    fig, ax = plt.subplots(figsize=(9, 5.4))
     x = np.arange(len(table))
     w = 0.18
     ax.bar(x - 2 * w, table["published_s"], w, label="published (Table 5)", color="#444444")
@@ -76,8 +76,9 @@ def _plot(table: pd.DataFrame, path: Path) -> Path:
     ax.set_ylabel("iteration time (s, log scale)")
     ax.set_title("Korthikanti et al. (2022) on DGX A100: iteration time, published vs predicted", fontsize=9)
     top = float(table[["published_s", "predicted_s", "megatron_fitted_s"]].max().max())
-    ax.set_ylim(0.5 * float(table[["published_s", "naive_s", "fastest_s"]].min().min()), top * 6)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0.5 * float(table[["published_s", "naive_s", "fastest_s"]].min().min()), top * 3)
+    # below the axes: inside it covered the error labels of the tallest bars
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     return finish_figure(fig, path)
 
