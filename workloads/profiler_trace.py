@@ -19,6 +19,7 @@ Times are seconds from the start of their step. Torch-free: a trace is read wher
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import re
@@ -41,6 +42,11 @@ _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _GROUP_SPAN = re.compile(r"^(gloo|nccl|ucc|mpi):(\w+)$")
 _LAUNCH = re.compile(r"^c10d::(\w+)$")
 _BACKWARD = "autograd::engine::evaluate_function"
+#: The GPU-side copy of a CPU annotation (``nccl:all_reduce`` drawn again over the GPU stream): not a collective.
+GPU_ANNOTATION = "gpu_user_annotation"
+#: Where a CPU-side ``ProfilerStep#N`` lives: ``user_annotation`` (torch >= 1.10), ``Operator`` (the Kineto format of
+#: 2021: ``cat`` ``Operator``/``Runtime``/``Kernel``), none at all in hand-made traces.
+STEP_CATEGORIES = ("user_annotation", "Operator", "cpu_op", "")
 _COPY_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 
 #: Collective names as torch's process groups and record_param_comms spell them -> flexcomm's.
@@ -53,7 +59,10 @@ COLLECTIVE_NAMES: dict[str, str] = {
     "reduce_scatter": "reduce-scatter", "_reduce_scatter_base": "reduce-scatter",
     "reduce_scatter_tensor_coalesced": "reduce-scatter", "reduce_scatter_tensor": "reduce-scatter",
     "broadcast": "broadcast", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
+    "all_gather_base": "allgather", "allgather_base": "allgather", "all_gather_into_tensor_coalesced": "allgather",
+    "reduce_scatter_base": "reduce-scatter",
     "all_to_all": "alltoall", "alltoall": "alltoall", "alltoall_base": "alltoall", "all_to_all_single": "alltoall",
+    "all_to_allv": "alltoall", "alltoallv": "alltoall", "all_to_all_base": "alltoall",
     "barrier": "barrier", "send": "send", "recv": "recv", "recv_any_source": "recv",
 }
 
@@ -71,6 +80,10 @@ ELEMENT_BYTES: dict[str, int] = {
 NOT_COLLECTIVES = frozenset({"wait", "init", "coalesced", "start_coalescing", "end_coalescing", "split", "abort",
                              "shutdown", "comm_split"})
 
+#: What records a collective's size: the profiler's shapes (``record_param_comms`` writes them from torch 2.1 on
+#: whatever ``record_shapes`` says; older torch needs it), else the execution trace of the same run.
+SIZE_HINT = ("collectives with their sizes and dtypes: profile with record_shapes=True (torch < 2.1; newer torch "
+             "writes them in record_param_comms) or give --execution-trace")
 PROFILE_HINT = ("torch.profiler.profile(..., schedule=torch.profiler.schedule(wait=1, warmup=1, active=3), "
                 "record_shapes=True) and prof.step() after each training step")
 
@@ -173,7 +186,7 @@ def _events(path: Path) -> list[_Event]:
         dur = _number(event, "dur", index, path)
         args = event.get("args") if isinstance(event.get("args"), dict) else {}
         out.append(_Event(index, str(event.get("name", "")), str(event.get("cat", "")), event.get("tid"), ts,
-                          ts + dur, args))
+                          ts + dur, args, event.get("pid")))
     if not seen:
         raise InputError(str(path), "no traceEvents list", TRACE_FORMAT)
     return out
@@ -218,12 +231,13 @@ class _Event:
     ts: float
     end: float
     args: dict[str, Any]
+    pid: Any = None
 
 
 def _steps(events: list[_Event], path: Path) -> list[_Event]:
     """The CPU ``ProfilerStep#N`` spans in time order (a CUDA trace repeats each as ``gpu_user_annotation``,
     and the Chrome-trace format does not promise file order)."""
-    steps = sorted((e for e in events if _STEP.match(e.name) and e.cat in ("user_annotation", "")),
+    steps = sorted((e for e in events if _STEP.match(e.name) and e.cat in STEP_CATEGORIES),
                    key=lambda e: e.ts)
     if not steps:
         raise InputError(str(path), "no ProfilerStep#N event", "a trace of training steps: profile with "
@@ -252,76 +266,150 @@ def _group(path: Path) -> tuple[str, int, int]:
     return "", 0, 0
 
 
+def collective_kind(raw: str) -> str | None:
+    """flexcomm's name of a collective as torch spells it (``_all_gather_base``, ``allreduce_``, ``all_to_allv``),
+    None where torch's name is not one."""
+    text = str(raw).strip().lower()
+    return COLLECTIVE_NAMES.get(text) or COLLECTIVE_NAMES.get(text.strip("_"))
+
+
 def _launch_kind(event: _Event) -> str | None:
-    return COLLECTIVE_NAMES.get(_LAUNCH.match(event.name).group(1).rstrip("_").lower())
+    return collective_kind(_LAUNCH.match(event.name).group(1))
+
+
+ET_FORMAT = "the execution trace torch.profiler.ExecutionTraceObserver writes (schema 1.0.x or 1.1.x)"
+
+
+def _et_node_size(node: dict[str, Any]) -> tuple[int | None, list[Any] | None]:
+    """(rf_id, first tensor) of an execution-trace node in either schema: 1.0.x keeps ``rf_id`` and a list of
+    tensors at the top (``inputs: [[id, storage, offset, elements, bytes per element, device], ...]``), 1.1.x
+    puts ``rf_id`` among ``attrs`` and the tensors under ``inputs.values``."""
+    raw_attrs = node.get("attrs")
+    attrs = {a.get("name"): a.get("value") for a in (raw_attrs if isinstance(raw_attrs, list) else [])
+             if isinstance(a, dict)}
+    rf_id = attrs.get("rf_id", node.get("rf_id"))
+    inputs = node.get("inputs")
+    values = inputs.get("values") if isinstance(inputs, dict) else inputs
+    tensor = values[0] if isinstance(values, list) and values else None
+    while isinstance(tensor, list) and tensor and isinstance(tensor[0], list):
+        tensor = tensor[0]
+    return (int(rf_id) if _count(rf_id) else None), tensor if isinstance(tensor, list) else None
+
+
+def execution_trace_pid(path: str | Path) -> int | None:
+    """The process an execution trace was recorded in (its top-level ``pid``), None where it names none."""
+    pid = _first_value(Path(path), "pid", "execution-trace", ET_FORMAT)
+    return int(pid) if _count(pid) else None
 
 
 def read_execution_trace(path: str | Path) -> dict[int, tuple[int, int]]:
-    """``torch.profiler.ExecutionTraceObserver``'s file (the input Chakra converts): for every ``c10d::`` op,
-    its record-function id -> (elements, bytes per element) of its first tensor, so a Kineto trace recorded
-    without shapes still has its collectives' sizes (Kineto names the same id ``Record function id``)."""
+    """``torch.profiler.ExecutionTraceObserver``'s file (the input Chakra converts), schema 1.0.x or 1.1.x: for
+    every ``c10d::`` op, its record-function id -> (elements, bytes per element) of its first tensor, so a Kineto
+    trace recorded without shapes still has its collectives' sizes (Kineto names the same id ``Record function
+    id``)."""
     path = Path(path)
-    expected = "the execution trace torch.profiler.ExecutionTraceObserver writes"
     sizes: dict[int, tuple[int, int]] = {}
     seen = False
-    for index, node in enumerate(_stream_items(path, "nodes.item", "execution-trace", expected)):
+    for index, node in enumerate(_stream_items(path, "nodes.item", "execution-trace", ET_FORMAT)):
         seen = True
         if not isinstance(node, dict) or not str(node.get("name", "")).startswith("c10d::"):
             continue
-        raw_attrs = node.get("attrs")
-        attrs = {a.get("name"): a.get("value") for a in (raw_attrs if isinstance(raw_attrs, list) else [])
-                 if isinstance(a, dict)}
-        inputs = node.get("inputs")
-        values = inputs.get("values") if isinstance(inputs, dict) else None
-        tensor = values[0] if isinstance(values, list) and values else None
-        while isinstance(tensor, list) and tensor and isinstance(tensor[0], list):
-            tensor = tensor[0]
+        rf_id, tensor = _et_node_size(node)
         # a tensor is [tensor id, storage id, offset, elements, bytes per element, device]
-        if _count(attrs.get("rf_id")) and isinstance(tensor, list) and len(tensor) >= 5 \
-                and all(_count(v) for v in tensor[3:5]):
-            sizes[int(attrs["rf_id"])] = (int(tensor[3]), int(tensor[4]))
+        if rf_id is not None and tensor is not None and len(tensor) >= 5 and all(_count(v) for v in tensor[3:5]):
+            sizes[rf_id] = (int(tensor[3]), int(tensor[4]))
         elif node.get("name") != "c10d::barrier":
             raise InputError(str(path), f"node #{index} ({node.get('name')}) without an rf_id and a tensor",
                              "c10d nodes as ExecutionTraceObserver writes them")
     if not seen:
-        raise InputError(str(path), "no nodes list", expected)
+        raise InputError(str(path), "no nodes list", ET_FORMAT)
     return sizes
 
 
-def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: dict[int, tuple[int, int]],
-                path: Path) -> tuple[str, int, int, int]:
-    """(kind, numel, element bytes, group size) of a process-group span or a record_param_comms op; the size
-    from the event, else the op that issued it, else the execution trace's record of that op."""
+def check_execution_trace(trace_path: str | Path, events: list[_Event], et_path: str | Path,
+                          sizes: dict[int, tuple[int, int]]) -> None:
+    """Refuse an execution trace of another run: its process must be the trace's and the record-function ids
+    of the trace's collective ops must be among its own (one line naming both files otherwise)."""
+    pid = execution_trace_pid(et_path)
+    cpu_pids = {e.pid for e in events if _STEP.match(e.name) and e.cat in STEP_CATEGORIES}
+    if pid is not None and cpu_pids and pid not in cpu_pids:
+        raise InputError(str(et_path), f"an execution trace of process {pid}; {trace_path} is process "
+                         f"{sorted(cpu_pids)[0]}", "the execution trace of the same rank and process as the trace")
+    named = {int(e.args["Record function id"]) for e in events if _LAUNCH.match(e.name)
+             and _count(e.args.get("Record function id")) and e.args.get("Record function id")}
+    if named and sizes and not named & set(sizes):
+        raise InputError(str(et_path), f"none of {trace_path}'s {len(named)} collective ops (record-function "
+                         "ids) in it", "the execution trace of the same run as the trace")
+
+
+def _record_fields(record: _Event) -> tuple[str, Any, int | None, Any]:
+    """(collective name, elements, element bytes, group size) as record_param_comms writes them; allgather's
+    ``In msg nelems`` is each rank's part, reduce-scatter's the whole vector: flexcomm's own conventions."""
+    numel = record.args.get("In msg nelems")
+    out_numel = record.args.get("Out msg nelems")
+    if not _count(numel) or (numel == 0 and _count(out_numel)):
+        numel = out_numel if _count(out_numel) else None
+    size = record.args.get("Group size")
+    ranks = record.args.get("Process Group Ranks")
+    if not _count(size) and isinstance(ranks, str) and ranks.startswith("["):
+        size = ranks.count(",") + 1 if ranks.strip("[] ") else None
+    return (str(record.args.get("Collective name", "")).strip(), numel, _element_bytes(record.args.get("dtype")),
+            size)
+
+
+def _span_numel(kind: str | None, dims: Any) -> int | None:
+    """Elements of a span's tensors as flexcomm counts them: allgather takes each rank's part (the smallest
+    tensor of ``_allgather_base(output, input)``), reduce-scatter the whole vector (the largest), others the
+    first tensor."""
+    if not isinstance(dims, list) or not dims:
+        return None
+    if kind in ("allgather", "reduce-scatter") and len(dims) > 1:
+        numels = [n for n in (_dims_numel([d]) for d in dims) if n]
+        if numels:
+            return min(numels) if kind == "allgather" else max(numels)
+    return _dims_numel(dims)
+
+
+def collective_size(event: _Event, issuer: _Event | None, record: _Event | None, group_size: int,
+                    sizes: dict[int, tuple[int, int]], path: Path,
+                    required: bool = True) -> tuple[str, int | None, int, int]:
+    """(kind, numel, element bytes, group size) of a process-group span or a record_param_comms op. The size
+    from record_param_comms where it has one (``record``: the one around a span), else the span's ``Input
+    Dims``, else the c10d op that issued it, else the execution trace's record of that op; ``required`` False
+    gives numel None for a collective without one instead of refusing the trace."""
+    element: int | None
     if event.name == "record_param_comms":
-        raw = str(event.args.get("Collective name", "")).strip()
-        numel = event.args.get("In msg nelems")
-        out_numel = event.args.get("Out msg nelems")
-        size = event.args.get("Group size", group_size)
-        element = _element_bytes(event.args.get("dtype"))
-        if not _count(numel) and _count(out_numel):
-            numel = out_numel
+        raw, numel, element, size = _record_fields(event)
     else:
         raw = _GROUP_SPAN.match(event.name).group(2)
-        numel = _dims_numel(event.args.get("Input Dims"))
+        kind = collective_kind(raw)
+        numel = _span_numel(kind, event.args.get("Input Dims"))
         size = group_size
         element = _element_bytes(event.args.get("Input type"))
+        if record is not None:
+            _, r_numel, r_element, r_size = _record_fields(record)
+            if _count(r_numel) and r_element is not None:
+                numel, element = r_numel, r_element
+            size = r_size if _count(r_size) and r_size else size
         if (numel is None or element is None) and issuer is not None:
-            numel = _dims_numel(issuer.args.get("Input Dims"))
+            numel = _span_numel(kind, issuer.args.get("Input Dims"))
             element = element or 4 if numel is not None else None  # a TensorList names no dtype: fp32 gradients
             rf_id = issuer.args.get("Record function id")
             recorded = sizes.get(rf_id) if _count(rf_id) else None
             if recorded is not None:
                 numel, element = recorded
-    kind = COLLECTIVE_NAMES.get(raw.lower())
+    kind = collective_kind(raw)
     if kind is None:
         raise InputError(str(path), f"event #{event.index} ({event.name}) collective {raw!r}",
                          "a collective torch's process groups name: " + ", ".join(sorted(set(COLLECTIVE_NAMES))))
+    if not _count(size) or size < 1:
+        size = group_size
     if kind == "barrier":
         return kind, 0, 1, int(size or 0)
     if not _count(numel) or element is None:
-        raise InputError(str(path), f"event #{event.index} ({event.name}) without a size",
-                         "collectives with their sizes and dtypes: profile with record_shapes=True (or give "
-                         "--execution-trace)")
+        if not required:
+            return kind, None, element or 1, int(size or 0)
+        raise InputError(str(path), f"event #{event.index} ({event.name}) without a size", SIZE_HINT)
     if not _count(size) or size < 1:
         raise InputError(str(path), f"event #{event.index} ({event.name}) without a group size",
                          "a trace with distributedInfo (torch >= 2.1 writes it) or record_param_comms' Group size")
@@ -333,11 +421,21 @@ def _collective(event: _Event, issuer: _Event | None, group_size: int, sizes: di
     return kind, int(numel), element, int(size)
 
 
+def enclosing(inner: _Event, outer: list[_Event], starts: list[float]) -> _Event | None:
+    """The last event of ``outer`` (sorted by start, ``starts`` their starts) on ``inner``'s thread that holds it
+    (starts at or before it and ends at or after it): record_param_comms around a process group's span."""
+    k = bisect.bisect_right(starts, inner.ts)
+    for candidate in reversed(outer[max(0, k - 8):k]):
+        if candidate.tid == inner.tid and candidate.end >= inner.end - 1.0:
+            return candidate
+    return None
+
+
 def _issuer(span: _Event, unused: list[_Event]) -> _Event | None:
     """The c10d op that issued a process-group span: of its kind, started before it, and of its element count
     where both name one (gloo runs two worker threads, so two buckets' spans can start in either order); else
     the earliest of its kind."""
-    kind = COLLECTIVE_NAMES.get(_GROUP_SPAN.match(span.name).group(2).lower())
+    kind = collective_kind(_GROUP_SPAN.match(span.name).group(2))
     candidates = [e for e in unused if e.ts <= span.ts and _launch_kind(e) == kind]
     numel = _dims_numel(span.args.get("Input Dims"))
     same = [e for e in candidates if numel is not None and _dims_numel(e.args.get("Input Dims")) == numel]
@@ -368,15 +466,20 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
     path = Path(path)
     sizes = read_execution_trace(execution_trace) if execution_trace is not None else {}
     events = _events(path)
+    if execution_trace is not None:
+        check_execution_trace(path, events, execution_trace, sizes)
     step_events = _steps(events, path)
     backend, world, rank = _group(path)
     thread = step_events[0].tid
-    spans = [e for e in events if (m := _GROUP_SPAN.match(e.name)) and m.group(2).lower() not in NOT_COLLECTIVES]
+    spans = [e for e in events if (m := _GROUP_SPAN.match(e.name)) and m.group(2).lower() not in NOT_COLLECTIVES
+             and e.cat != GPU_ANNOTATION]
     use_spans = bool(spans)
     issued = spans if use_spans else [
         e for e in events if e.name == "record_param_comms"
         and str(e.args.get("Collective name", "")).strip().lower() not in NOT_COLLECTIVES]
     launches = sorted((e for e in events if e.tid == thread and _LAUNCH.match(e.name)), key=lambda e: e.ts)
+    records = sorted((e for e in events if e.name == "record_param_comms"), key=lambda e: e.ts)
+    record_starts = [e.ts for e in records]
     backward = [e for e in events if e.name.startswith(_BACKWARD)]
     on_thread = sorted((e for e in events if e.tid == thread and not _STEP.match(e.name)), key=lambda e: e.ts)
     device = "cuda" if any(e.cat == "kernel" for e in events) else "cpu"
@@ -392,7 +495,8 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
                 issuer = _issuer(event, unused)
                 if issuer is not None:
                     unused.remove(issuer)
-            kind, numel, element, size = _collective(event, issuer, world, sizes, path)
+            record = enclosing(event, records, record_starts) if use_spans else None
+            kind, numel, element, size = collective_size(event, issuer, record, world, sizes, path)
             launch = issuer.ts if issuer is not None else event.ts
             span = (event.end - event.ts) / 1e6 if use_spans else math.nan
             collectives.append(TracedCollective(kind, numel, element, size, (launch - start) / 1e6, span))

@@ -223,9 +223,10 @@ def run_scenario_file(args: argparse.Namespace) -> int:
 #: option given with it would be silently ignored, so it is refused.
 FROM_TRACE_OPTIONS = {"from_trace", "execution_trace", "traced_on", "bandwidth", "latency", "host_cores",
                       "compress_throughput", "cluster", "algorithm", "compute_jitter", "iterations", "json", "out",
-                      "ranks", "ratio", "scheme", "seed", "straggler", "no_progress"}
+                      "ranks", "ratio", "scheme", "seed", "straggler", "no_progress", "traced_device"}
 #: ``--from-trace``'s own options: meaningless without it.
-TRACE_ONLY_OPTIONS = ("execution_trace", "traced_on", "bandwidth", "latency", "host_cores", "compress_throughput")
+TRACE_ONLY_OPTIONS = ("execution_trace", "traced_on", "bandwidth", "latency", "host_cores", "compress_throughput",
+                      "traced_device")
 
 
 def _given(args: argparse.Namespace) -> list[str]:

@@ -17,8 +17,11 @@ from flexcomm.experiments.commands.common import print_json
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "your own job from a PyTorch profiler trace (--from-trace; docs/simulator.md, 'Replaying a profiled step')")
-    group.add_argument("--from-trace", metavar="TRACE.json", help="a torch.profiler Chrome trace (.json or .json.gz) "
-                       "of DDP training steps, recorded with a schedule and record_shapes=True")
+    group.add_argument("--from-trace", metavar="TRACE.json|DIR", nargs="+", help="a torch.profiler Chrome trace "
+                       "(.json or .json.gz) of training steps recorded with a schedule; on GPUs, one per rank or "
+                       "a directory of them (HolisticTraceAnalysis's layout) for the whole job")
+    group.add_argument("--traced-device", metavar="DEVICE", help="GPU traces: the catalog device the trace ran on "
+                       "where its deviceProperties name none the catalog knows")
     group.add_argument("--execution-trace", metavar="ET.json", help="the same run's ExecutionTraceObserver file: "
                        "collective sizes where the trace has no shapes")
     group.add_argument("--traced-on", metavar="RATE[,LATENCY]|CLUSTER", help="where the trace was recorded, e.g. "
@@ -108,17 +111,26 @@ def _pct(predicted: float, measured: float) -> str:
 
 
 def run_from_trace(args: argparse.Namespace) -> int:
+    from flexcomm.experiments.commands.simulate_gpu_trace import run_gpu_trace
     from flexcomm.sim.profile_replay import LINK_SCHEMES, host_compute_scale, predicted_step_s, replay
     from flexcomm.sim.traced_step import step_profile
     from flexcomm.sim.training import parse_straggler
     from flexcomm.workloads.profiler_trace import read_profiler_trace
 
     if args.workload or args.scenario or args.llm_plan:
-        raise InputError("from-trace", args.from_trace, "a trace alone as the workload (drop --workload, "
+        raise InputError("from-trace", " ".join(args.from_trace), "a trace alone as the workload (drop --workload, "
                          "--scenario, --llm-plan)")
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
-    trace = read_profiler_trace(args.from_trace, args.execution_trace)
+    done = run_gpu_trace(args)
+    if done is not None:
+        return done
+    if len(args.from_trace) > 1 or Path(args.from_trace[0]).is_dir():
+        raise InputError("from-trace", " ".join(args.from_trace), "one host-only trace (the CPU path replays one "
+                         "rank; several ranks or a directory are read for GPU jobs)")
+    if args.traced_device:
+        raise InputError("traced-device", args.traced_device, "a GPU trace (this one has no GPU activity)")
+    trace = read_profiler_trace(args.from_trace[0], args.execution_trace)
     profile = step_profile(trace)
     world = profile.world_size
     traced = traced_setting(args.traced_on, world) if args.traced_on else None
@@ -164,6 +176,11 @@ def run_from_trace(args: argparse.Namespace) -> int:
                             "compression_s": summary["median_compression_s"],
                             "exposed_comm_s": summary["median_exposed_comm_s"], "comm_s": summary["median_comm_s"],
                             "sim_events": summary["sim_events"]}
+    return emit_report(args, report, report_lines)
+
+
+def emit_report(args: argparse.Namespace, report: dict[str, Any], lines: Any) -> int:
+    """``replay.json`` in ``--out``, then the report as JSON (``--json``) or as the lines ``lines`` makes."""
     if args.out:
         from flexcomm.costmodel.atomic import write_text_atomic
 
@@ -172,7 +189,7 @@ def run_from_trace(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    for line in report_lines(report):
+    for line in lines(report):
         print(line)
     return 0
 

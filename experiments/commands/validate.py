@@ -73,6 +73,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "validation/gpu-compute, written by real_backend/gpu_check.sh on a lent GPU) against the "
                         "engines' predictions, per section; write gpu_compute.md to --out (default "
                         "results/gpu-compute)")
+    corpus.add_argument("--gpu-traces", nargs="?", const="", metavar="DIR",
+                        help="reproduce the GPU step of every public torch.profiler trace of DIR (default: the "
+                        "project's validation/gpu-traces, with settings.csv naming where each is taken to have run) "
+                        "through the NCCL model, beside the naive baseline; write gpu_traces.csv and gpu_traces.md to "
+                        "--out (default results/gpu-traces)")
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
     traced = parser.add_argument_group("real ranks under a changing network (root; results/validate-trace)")
     traced.add_argument("--network-trace", metavar="c1|c2|FILE",
@@ -341,7 +346,24 @@ def run_gpu_compute(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_gpu_traces(args: argparse.Namespace) -> int:
+    """``validate --gpu-traces [DIR]``: public GPU traces reproduced where they ran, beside the naive baseline."""
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.sim.gpu_trace_validate import report_lines, validate_gpu_traces
+
+    frame = validate_gpu_traces(args.gpu_traces or None)
+    out = Path("results/gpu-traces" if args.out == "results/validate" else args.out)
+    lines = report_lines(frame)
+    write_csv_atomic(frame, out / "gpu_traces.csv")
+    write_text_atomic(out / "gpu_traces.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out}/gpu_traces.csv, {out}/gpu_traces.md")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.gpu_traces is not None:
+        return run_gpu_traces(args)
     if args.gpu_compute is not None:
         return run_gpu_compute(args)
     if args.published_training is not None:
