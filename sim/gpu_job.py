@@ -78,13 +78,13 @@ class Settings:
     traced_device: str | None = None
 
 
-def _replay_with(trace: GpuTrace, cluster: Any, pricer: Callable[[Any], Any], world: int | None,
-                 compute: list[np.ndarray] | None) -> tuple[gr.ReplayedTrace, list[gr.PricedCall]]:
+def _durations(trace: GpuTrace, cluster: Any, pricer: Callable[[Any], Any], world: int | None,
+               compute: list[np.ndarray] | None) -> tuple[list[np.ndarray], list[gr.PricedCall]]:
     calls = gr.price_calls(trace, pricer(cluster), world)
     durations = gr.call_durations(trace, gr.prices_by_step(trace, calls))
     if compute is not None:
         durations = gr.merge_durations(durations, trace, compute)
-    return gr.replay(trace, durations), calls
+    return durations, calls
 
 
 def _largest_group(trace: GpuTrace, world: int | None) -> int:
@@ -93,45 +93,158 @@ def _largest_group(trace: GpuTrace, world: int | None) -> int:
     return max(groups, default=1)
 
 
-def replay_rank(trace: GpuTrace, settings: Settings) -> RankReplay:
-    """Measure one rank's trace, reproduce it where it ran, replay it on the target."""
-    traced_durations = [np.array([a.duration_us for a in s.activities], dtype=float) for s in trace.steps]
-    measured = gr.replay(trace, traced_durations)
-    notes = []
-    if trace.unlinked_kernels:
-        notes.append(f"{trace.unlinked_kernels} NCCL kernels with no collective op around their launch: kept")
-    out: dict[str, Any] = {}
+def _global_calls(trace: GpuTrace) -> dict[tuple[int, int], int]:
+    """(step number, n) -> call index of the step's n-th call over the whole job (group of the world's size):
+    the key under which every rank holds the same collective (SPMD: every rank issues them in one order)."""
+    out = {}
+    for step in trace.steps:
+        n = 0
+        for c, call in enumerate(step.calls):
+            if call.group_size == trace.world_size and trace.world_size > 1:
+                out[(step.number, n)] = c
+                n += 1
+    return out
+
+
+def _call_kernels(trace: GpuTrace) -> dict[tuple[int, int], list[int]]:
+    """(step index, call) -> indices of its NCCL kernels, in launch order."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for k, step in enumerate(trace.steps):
+        for i, a in enumerate(step.activities):
+            if a.kind == "nccl":
+                out.setdefault((k, a.call), []).append(i)
+    return out
+
+
+def clock_offsets_us(traces: Sequence[GpuTrace]) -> list[float]:
+    """Each rank's clock against the first's: a collective ends on every rank at once (the last byte reaches
+    all), so the median difference of the traced ends of the same collectives is the difference of the clocks."""
+    keys = [_global_calls(t) for t in traces]
+    kernels = [_call_kernels(t) for t in traces]
+    index = [{s.number: k for k, s in enumerate(t.steps)} for t in traces]
+
+    def end(r: int, key: tuple[int, int]) -> float | None:
+        c = keys[r].get(key)
+        k = index[r].get(key[0])
+        if c is None or k is None or (k, c) not in kernels[r]:
+            return None
+        return max(traces[r].steps[k].activities[i].end_us for i in kernels[r][(k, c)])
+
+    offsets = [0.0]
+    for r in range(1, len(traces)):
+        diffs = [e - e0 for key in keys[0] if (e := end(r, key)) is not None and (e0 := end(0, key)) is not None]
+        offsets.append(float(np.median(diffs)) if diffs else 0.0)
+    return offsets
+
+
+def couple(traces: Sequence[GpuTrace], durations: Sequence[list[np.ndarray]], offsets: Sequence[float],
+           repriced: Sequence[set[tuple[int, int]]] | None = None,
+           rounds: int = 20) -> tuple[list[gr.ReplayedTrace], bool]:
+    """Replay every rank so that each job-wide collective moves data only once the last rank has reached it:
+    replay, take the latest arrival of each collective over the ranks, replay again with those joins, until
+    no join moves by more than a microsecond (the joins only grow, so it settles; False where it had not after
+    ``rounds``). Only collectives re-priced on every rank (``repriced``: (step index, call) per rank) are
+    joined: one kept at its traced time already holds its wait for the others."""
+    keys = [_global_calls(t) for t in traces]
+    kernels = [_call_kernels(t) for t in traces]
+    index = [{s.number: k for k, s in enumerate(t.steps)} for t in traces]
+    shared = set(keys[0]).intersection(*keys[1:]) if len(traces) > 1 else set()
+    if repriced is not None:
+        shared = {key for key in shared
+                  if all((index[r][key[0]], keys[r][key]) in repriced[r] for r in range(len(traces)))}
+    joins: list[dict[tuple[int, int], float]] = [{} for _ in traces]
+    settled = True
+    for round_ in range(rounds if shared else 1):
+        times = [gr.replay_timeline(t, d, j) for t, d, j in zip(traces, durations, joins, strict=True)]
+        moved = 0.0
+        for key in shared:
+            arrivals = []
+            for r in range(len(traces)):
+                k, c = index[r][key[0]], keys[r][key]
+                arrivals.append(times[r][k].starts_us[kernels[r][(k, c)][0]] - offsets[r])  # rank 0's clock
+            latest = max(arrivals)
+            for r in range(len(traces)):
+                k, c = index[r][key[0]], keys[r][key]
+                target = latest + offsets[r]
+                before = joins[r].get((k, c))
+                moved = max(moved, math.inf if before is None else abs(target - before))
+                joins[r][(k, c)] = target
+        if moved <= 1.0:
+            break
+        settled = round_ < rounds - 1
+    return [gr.replay(t, d, j or None) for t, d, j in zip(traces, durations, joins, strict=True)], settled
+
+
+def _repriced(traces: Sequence[GpuTrace], priced: list[tuple[Any, list[gr.PricedCall]]]) -> list[set[tuple[int, int]]]:
+    """Per rank, the (step index, call) of the collectives re-priced (the joins apply to those)."""
+    return [set(gr.prices_by_step(t, calls)) for t, (_, calls) in zip(traces, priced, strict=True)]
+
+
+def _compute_for(trace: GpuTrace, settings: Settings) -> tuple[list[np.ndarray] | None, str]:
+    from flexcomm.costmodel import devices
+
+    old = catalog_device(trace, settings.traced_device)
+    new = devices.lookup(settings.target.device.name)
+    if new is None:
+        return None, f"compute kept: {settings.target.device.name} is not in the device catalog"
+    if new.name == old.name:
+        return None, f"compute as traced ({old.name})"
+    return gr.compute_factors(trace, old, new)
+
+
+def replay_ranks(traces: Sequence[GpuTrace], settings: Settings) -> list[RankReplay]:
+    """Measure every rank, reproduce the job where it ran, replay it on the target; ranks of one job are
+    coupled at every job-wide collective (:func:`couple`)."""
+    traces = list(traces)
+    notes: list[list[str]] = [[] for _ in traces]
+    for r, trace in enumerate(traces):
+        if trace.unlinked_kernels:
+            notes[r].append(f"{trace.unlinked_kernels} NCCL kernels with no collective op around their launch: kept")
+        if trace.unlaunched:
+            notes[r].append(f"{trace.unlaunched} GPU activities whose launch call the trace lost, placed after the "
+                            "launch with the nearest lower correlation id")
+        if trace.dropped:
+            notes[r].append(f"{trace.dropped} GPU activities without a correlation id left out")
+        if trace.idle_steps:
+            notes[r].append("steps " + ", ".join(map(str, trace.idle_steps)) + " launched no GPU work: left out")
+    measured = [gr.replay(t, [np.array([a.duration_us for a in s.activities], dtype=float) for s in t.steps])
+                for t in traces]
+    base_calls = [gr.price_calls(t, lambda kind, nbytes, group: (math.nan, ""), None) for t in traces]
+    offsets = clock_offsets_us(traces)
+    out: list[dict[str, Any]] = [{} for _ in traces]
     if settings.traced is not None:
-        need = _largest_group(trace, None)
-        nccl = lambda c: gr.nccl_pricer(c, need)  # noqa: E731
-        out["reproduced"], calls = _replay_with(trace, settings.traced, nccl, None, None)
-        out["reproduced_calls"] = tuple(calls)
-        out["reproduced_naive"], _ = _replay_with(trace, settings.traced, gr.nominal_pricer, None, None)
-    base_calls = gr.price_calls(trace, lambda kind, nbytes, group: (math.nan, ""), None)
+        need = max(_largest_group(t, None) for t in traces)
+        for name, pricer in (("reproduced", lambda c: gr.nccl_pricer(c, need)), ("reproduced_naive",
+                                                                                gr.nominal_pricer)):
+            priced = [_durations(t, settings.traced, pricer, None, None) for t in traces]
+            coupled, settled = couple(traces, [d for d, _ in priced], offsets, _repriced(traces, priced))
+            if not settled:
+                notes[0].append("the ranks' waits at collectives had not settled after 20 rounds (reproduction)")
+            for r, replayed in enumerate(coupled):
+                out[r][name] = replayed
+                if name == "reproduced":
+                    out[r]["reproduced_calls"] = tuple(priced[r][1])
     if settings.target is not None:
         world = settings.target_ranks
-        if trace.world_size == 1 and (world or 1) > 1:
-            raise InputError(trace.path, "a single-GPU trace (no collectives) replayed on more ranks",
-                             "a trace of the data-parallel job (profile it on 2 or more GPUs), or --ranks 1")
-        need = _largest_group(trace, world)
-        old = catalog_device(trace, settings.traced_device)
-        from flexcomm.costmodel import devices
+        if any(t.world_size == 1 for t in traces) and (world or 1) > 1:
+            from flexcomm.sim.gpu_data_parallel import ASSUMPTION, as_data_parallel
 
-        new = devices.lookup(settings.target.device.name)
-        compute, note = (None, "")
-        if new is None:
-            note = f"compute kept: {settings.target.device.name} is not in the device catalog"
-        elif new.name == old.name:
-            note = f"compute as traced ({old.name})"
-        else:
-            compute, note = gr.compute_factors(trace, old, new)
-        nccl = lambda c: gr.nccl_pricer(c, need)  # noqa: E731
-        out["target"], calls = _replay_with(trace, settings.target, nccl, world, compute)
-        out["target_calls"] = tuple(calls)
-        out["compute_note"] = note
-    return RankReplay(trace.path, trace.rank, trace.library, trace.device, trace.world_size, measured,
-                      tuple(base_calls),
-                      notes=tuple(notes), **out)
+            traces = [as_data_parallel(t) if t.world_size == 1 else t for t in traces]
+            for r in range(len(traces)):
+                notes[r].append("one GPU as data parallel: " + ASSUMPTION)
+        need = max(_largest_group(t, world) for t in traces)
+        priced, compute_notes = [], []
+        for t in traces:
+            compute, note = _compute_for(t, settings)
+            priced.append(_durations(t, settings.target, lambda c: gr.nccl_pricer(c, need), world, compute))
+            compute_notes.append(note)
+        coupled, settled = couple(traces, [d for d, _ in priced], offsets, _repriced(traces, priced))
+        if not settled:
+            notes[0].append("the ranks' waits at collectives had not settled after 20 rounds (target)")
+        for r, replayed in enumerate(coupled):
+            out[r].update(target=replayed, target_calls=tuple(priced[r][1]), compute_note=compute_notes[r])
+    return [RankReplay(t.path, t.rank, t.library, t.device, t.world_size, measured[r], tuple(base_calls[r]),
+                       notes=tuple(notes[r]), **out[r]) for r, t in enumerate(traces)]
 
 
 def trace_files(paths: Sequence[str | Path]) -> list[Path]:
@@ -150,12 +263,8 @@ def trace_files(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def _one(item: tuple[str, str | None, Settings]) -> RankReplay | None:
-    path, et, settings = item
-    trace = read_gpu_trace(path, et)
-    if trace is None:
-        return None
-    return replay_rank(trace, settings)
+def _read(item: tuple[str, str | None]) -> GpuTrace | None:
+    return read_gpu_trace(*item)
 
 
 @dataclass(frozen=True)
@@ -166,30 +275,36 @@ class JobReplay:
     world_size: int
 
     def job_step_s(self, which: str) -> float:
-        """Median over steps of the largest rank's step: ``measured``, ``reproduced``, ``reproduced_naive`` or
-        ``target``."""
-        series = []
+        """Mean over the steps after the first of the largest rank's step (see :func:`gr._steady`):
+        ``measured``, ``reproduced``, ``reproduced_naive`` or ``target``."""
+        series: list[dict[int, float]] = []
         for r in self.ranks:
             replayed = r.replayed if which == "measured" else getattr(r, which)
             if replayed is None:
                 return math.nan
-            series.append(replayed.measured_step_s if which == "measured" else replayed.predicted_step_s)
-        per_step = np.max(np.array([s[: min(map(len, series))] for s in series]), axis=0)
-        return float(np.median(per_step[1:] if len(per_step) > 1 else per_step))
+            values = replayed.measured_step_s if which == "measured" else replayed.predicted_step_s
+            series.append(dict(zip(replayed.steps, values, strict=True)))
+        numbers = sorted(set(series[0]).intersection(*series[1:]))
+        per_step = [max(s[n] for s in series) for n in numbers]
+        first = min(series[0])  # the first traced step has no step before it: its time is its span
+        steady = [v for n, v in zip(numbers, per_step, strict=True) if n != first]
+        return float(np.mean(steady or per_step))
 
 
-def _check_same_job(replays: list[RankReplay], traces_world: list[int], steps: list[tuple[int, ...]]) -> None:
+def _check_same_job(traces: list[GpuTrace]) -> None:
     """Ranks of one job: one world size, distinct ranks inside it, shared step numbers."""
-    first = replays[0]
-    for r, world, numbers in zip(replays, traces_world, steps, strict=True):
-        if world != traces_world[0]:
-            raise InputError(r.path, f"a rank of a {world}-rank job beside {first.path} of a {traces_world[0]}-rank "
-                             "job", "the traces of one job (one world size)")
-        if not set(numbers) & set(steps[0]):
+    first = traces[0]
+    numbers0 = {s.number for s in first.steps}
+    for r in traces:
+        if r.world_size != first.world_size:
+            raise InputError(r.path, f"a rank of a {r.world_size}-rank job beside {first.path} of a "
+                             f"{first.world_size}-rank job", "the traces of one job (one world size)")
+        numbers = [s.number for s in r.steps]
+        if not set(numbers) & numbers0:
             raise InputError(r.path, f"steps {numbers[0]}-{numbers[-1]}, none shared with {first.path}",
                              "the traces of one job (the same profiled steps)")
     seen: dict[int, str] = {}
-    for r in replays:
+    for r in traces:
         if r.rank in seen:
             raise InputError(r.path, f"rank {r.rank} again (also {seen[r.rank]})", "one trace per rank of one job")
         seen[r.rank] = r.path
@@ -203,30 +318,29 @@ def replay_job(paths: Sequence[str | Path], settings: Settings, execution_trace:
     if execution_trace is not None and len(files) > 1:
         raise InputError("execution-trace", str(execution_trace), "one trace with its execution trace (several "
                          "ranks: give each its own run)")
-    items = [(str(p), None if execution_trace is None else str(execution_trace), settings) for p in files]
+    items = [(str(p), None if execution_trace is None else str(execution_trace)) for p in files]
     workers = workers or min(len(items), os.cpu_count() or 1, 8)
     show = sys.stderr.isatty() if progress is None else progress
-    results: list[Any] = []
-    if workers <= 1 or len(items) == 1:
-        iterator: Any = map(_one, items)
-    else:
-        pool = ProcessPoolExecutor(max_workers=workers)
-        iterator = pool.map(_one, items)
+    traces: list[GpuTrace | None] = []
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and len(items) > 1 else None
     try:
-        for k, result in enumerate(iterator, start=1):
-            results.append(result)
+        iterator: Any = pool.map(_read, items) if pool is not None else map(_read, items)
+        for k, trace in enumerate(iterator, start=1):
+            traces.append(trace)
             if show:
                 print(f"\rread {k}/{len(items)} traces", end="" if k < len(items) else "\n", file=sys.stderr,
                       flush=True)
     finally:
-        if workers > 1 and len(items) > 1:
+        if pool is not None:
             pool.shutdown(cancel_futures=True)
-    if all(r is None for r in results):
+    if all(t is None for t in traces):
         return None
-    for path, r in zip(files, results, strict=True):
-        if r is None:
+    for path, t in zip(files, traces, strict=True):
+        if t is None:
             raise InputError(str(path), "a host-only trace (no GPU activity) among GPU traces",
                              "the traces of one GPU job")
+    read = [t for t in traces if t is not None]
+    _check_same_job(read)
+    results = replay_ranks(sorted(read, key=lambda t: t.rank), settings)
     worlds = [r.world_size for r in results]
-    _check_same_job(results, worlds, [r.replayed.steps for r in results])
     return JobReplay(tuple(sorted(results, key=lambda r: r.rank)), worlds[0])

@@ -43,9 +43,12 @@ class StepTimes:
     ends_us: np.ndarray
 
 
-def replay_timeline(trace: GpuTrace, durations_us: list[np.ndarray]) -> list[StepTimes]:
+def replay_timeline(trace: GpuTrace, durations_us: list[np.ndarray],
+                    joins_us: dict[tuple[int, int], float] | None = None) -> list[StepTimes]:
     """Every step of ``trace`` replayed as one timeline with ``durations_us[k][i]`` the new duration of step
-    k's activity i (the traced durations give the trace back)."""
+    k's activity i (the traced durations give the trace back). ``joins_us[(k, c)]``: when the last rank reaches
+    step k's call c (this rank's clock): its first kernel moves data only from then on (a collective waits for
+    every rank; :func:`flexcomm.sim.gpu_job.couple` finds the joins)."""
     items: list[tuple[float, int, int, int]] = []  # (cpu time, order, step, index | -1 wait | -2 sync)
     for k, step in enumerate(trace.steps):
         items.extend((a.launch_us, 1, k, i) for i, a in enumerate(step.activities))
@@ -62,6 +65,7 @@ def replay_timeline(trace: GpuTrace, durations_us: list[np.ndarray]) -> list[Ste
     launched_old: list[float] = []
     pending_new = pending_old = -math.inf  # a wait's collectives, for the next compute activity
     shift = 0.0
+    joined: set[tuple[int, int]] = set()
     for _cpu, _, k, i in items:
         step = trace.steps[k]
         if i == -1:  # work.wait(): the next compute activity waits for the collectives launched so far
@@ -70,9 +74,9 @@ def replay_timeline(trace: GpuTrace, durations_us: list[np.ndarray]) -> list[Ste
         if i <= -2:  # a host call that waits for the GPU: later launches move with it
             start, end = step.syncs_us[-2 - i]
             old_ends, new_ends = np.asarray(launched_old), np.asarray(launched_new)
-            waited = (old_ends >= start) & (old_ends <= end)  # what it waited for: work that ended while it waited
-            if waited.any():
-                blocked_on = float(old_ends[waited].max())
+            waited = old_ends <= end  # what it may have waited for: the work launched before it that was done by
+            if waited.any():          # its return (stream syncs are taken as device syncs)
+                blocked_on = max(start, float(old_ends[waited].max()))
                 returned = max(start + shift, float(new_ends[waited].max())) + (end - blocked_on)
                 shift = returned - end
             continue
@@ -89,7 +93,11 @@ def replay_timeline(trace: GpuTrace, durations_us: list[np.ndarray]) -> list[Ste
         explained_old = max(a.launch_us, pred_old, dep_old)
         held = a.start_us - explained_old
         start = max(a.launch_us + shift, pred_new, dep_new) + held
-        end = start + float(durations_us[k][i])
+        moving = start
+        if joins_us is not None and a.kind == "nccl" and (k, a.call) in joins_us and (k, a.call) not in joined:
+            joined.add((k, a.call))
+            moving = max(start, joins_us[(k, a.call)])
+        end = moving + float(durations_us[k][i])
         new_start[k][i], new_end[k][i] = start, end
         stream_new[a.stream], stream_old[a.stream] = end, a.end_us
         launched_new.append(end)
@@ -120,22 +128,25 @@ class ReplayedTrace:
     predicted: tuple[GpuBreakdown, ...]
 
     @property
-    def measured_median_s(self) -> float:
+    def measured_mean_s(self) -> float:
         return _steady(self.measured_step_s)
 
     @property
-    def predicted_median_s(self) -> float:
+    def predicted_mean_s(self) -> float:
         return _steady(self.predicted_step_s)
 
 
 def _steady(values: tuple[float, ...]) -> float:
-    """The median over the steps after the first (the first has no step before it), all where only one."""
-    return float(np.median(values[1:] if len(values) > 1 else values))
+    """The mean over the steps after the first (the first has no step before it; all where only one): the
+    window's end-to-end time per step. Not the median: when the host bounds the steps, a faster GPU moves the
+    first steps' ends more than the last's, and a median of the periods can then grow where the window shrank."""
+    return float(np.mean(values[1:] if len(values) > 1 else values))
 
 
-def replay(trace: GpuTrace, durations_us: list[np.ndarray]) -> ReplayedTrace:
+def replay(trace: GpuTrace, durations_us: list[np.ndarray],
+           joins_us: dict[tuple[int, int], float] | None = None) -> ReplayedTrace:
     """Replay ``trace`` with new durations and summarise each step, measured against predicted."""
-    times = replay_timeline(trace, durations_us)
+    times = replay_timeline(trace, durations_us, joins_us)
     measured_b, predicted_b, measured_end, predicted_end = [], [], [], []
     for step, t in zip(trace.steps, times, strict=True):
         if not step.activities:
@@ -217,7 +228,7 @@ def _priced(call: GpuCall, group: int, price: Any) -> tuple[str, bool, float, st
     if call.kind in ("barrier", "unknown", "gather", "scatter"):
         return f"{call.kind}: the NCCL model does not price it", False, math.nan, ""
     if group < 2:
-        return "a group of one rank", False, math.nan, ""
+        return "a group of one rank: nothing to exchange", True, 0.0, "none"
     seconds, algorithm = price(call.kind, call.nbytes, group)
     return "re-priced", True, float(seconds), algorithm
 
@@ -243,10 +254,31 @@ def nccl_pricer(cluster: Any, ranks_needed: int) -> Any:
         raise InputError("cluster", cluster.name, f"a cluster of at least {ranks_needed} GPUs (the trace's largest "
                          "group)")
     model = CostModel.from_cluster(cluster)
+    if cluster.gpu_fabric is None:  # a cluster of links only: the textbook algorithm of each collective on them
+        return _formula_pricer(model, cluster.name)
 
     def price(kind: str, nbytes: int, group: int) -> tuple[float, str]:
         choice = model.nccl_choice(kind, "nccl", float(nbytes), int(group))
         return choice.seconds, choice.label
+
+    return price
+
+
+#: What a cluster without a ``gpu_fabric`` section prices each collective with (``flexcomm cost``'s default,
+#: the first algorithm of each in :data:`costmodel.collectives.FORMULAS`); send/recv is one message.
+_FORMULA = {"allreduce": "ring", "allgather": "ring", "reduce-scatter": "ring", "broadcast": "pipelined-ring",
+            "alltoall": "pairwise"}
+
+
+def _formula_pricer(model: Any, name: str) -> Any:
+    def price(kind: str, nbytes: int, group: int) -> tuple[float, str]:
+        if kind == "sendrecv":
+            link = model.cluster.inter_link
+            return link.latency_s + nbytes / link.bandwidth_Bps, "one message"
+        if kind not in _FORMULA:
+            raise InputError("cluster", name, f"a cluster with a gpu_fabric section to price {kind} (NCCL model)")
+        algorithm = _FORMULA[kind]
+        return float(model.collective(kind, algorithm, float(nbytes), int(group)).total), algorithm
 
     return price
 

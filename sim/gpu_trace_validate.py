@@ -60,7 +60,7 @@ def validate_gpu_traces(folder: str | Path | None = None) -> pd.DataFrame:
         job = replay_job([root / check.trace], Settings(traced=traced), progress=False)
         if job is None:
             raise InputError(str(root / check.trace), "a host-only trace", "GPU traces")
-        slowest = max(job.ranks, key=lambda r: r.replayed.measured_median_s)
+        slowest = max(job.ranks, key=lambda r: r.replayed.measured_mean_s)
         last = slowest.replayed.steps[-1]
         measured_nccl = sum(c.traced_s for c in slowest.calls if c.step == last)
         predicted_nccl = math.nan
@@ -106,3 +106,38 @@ def report_lines(frame: pd.DataFrame) -> list[str]:
                      "does not move with the collectives' price)")
     lines.append("settings are assumptions (no public trace states its network): validation/gpu-traces/settings.csv")
     return lines
+
+
+def plot_gpu_traces(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Measured GPU step beside the model's and the naive baseline's reproduction, one group of bars a trace
+    (the NCCL kernel time of the slowest rank's last step drawn inside each, measured and modelled)."""
+    import numpy as np
+
+    from flexcomm.costmodel.atomic import save_figure_atomic
+    from flexcomm.costmodel.plotting import use_file_backend
+
+    use_file_backend()
+    import matplotlib.pyplot as plt
+
+    table = frame[frame["model_step_ms"].notna()].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(9, 5))
+    x = np.arange(len(table))
+    w = 0.25
+    ax.bar(x - w, table["measured_step_ms"], w, color="#444444", label="measured GPU step")
+    ax.bar(x, table["model_step_ms"], w, color="#2ca02c", label="reproduced: collectives through the NCCL model")
+    ax.bar(x + w, table["naive_step_ms"], w, color="#bdbdbd", hatch="//", edgecolor="#7f7f7f",
+           label="naive: collectives' bytes at the link rate")
+    ax.bar(x - w, table["measured_nccl_ms"], w * 0.4, color="#d62728", label="NCCL kernels of the step, measured")
+    ax.bar(x, table["model_nccl_ms"], w * 0.4, color="#ff9896", label="NCCL kernels of the step, model")
+    for i, r in table.iterrows():
+        ax.annotate(f"{r['model_error']:+.1%}", (i, r["model_step_ms"]), ha="center", va="bottom", fontsize=7,
+                    xytext=(0, 2), textcoords="offset points", color="#2ca02c")
+    labels = [f"{r.trace.split('__')[1].split('.')[0][:34]}\n{r.ranks_read}/{r.world} ranks, {r.setting}"
+              for r in table.itertuples()]
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("time per step (ms)")
+    ax.set_ylim(0, float(table[["measured_step_ms", "model_step_ms", "naive_step_ms"]].max().max()) * 1.15)
+    ax.set_title("Public GPU traces: the GPU step reproduced where each is taken to have run", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+    fig.tight_layout()
+    return save_figure_atomic(fig, Path(path))

@@ -64,6 +64,12 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
                           "workloads.idx.UNSIGNED_BYTE", "sim.training.ONE_LAYER_PER_BUCKET",
                           "real_backend.from_trace_validate.VALUE_BYTES",
                           "real_backend.from_trace_validate.INDEX_BYTES"),
+    "PyTorch's own defaults, cited in their module at a release tag": (
+        "sim.gpu_data_parallel.FIRST_BUCKET_BYTES", "sim.gpu_data_parallel.BUCKET_BYTES"),
+    "identifiers and read windows of trace readers": (
+        "sim.gpu_data_parallel.DDP_STREAM", "workloads.profiler_trace._HEADER_BYTES"),
+    "matching tolerances of trace readers (what counts as the same device or the same instant)": (
+        "sim.gpu_job._MEMORY_TOLERANCE", "sim.gpu_replay._CLOCK_US"),
     "numerical tolerances of the rate solver": ("sim.network._DONE_FRACTION", "sim.network._TIE",
                                                 "sim.network._SMALL_FILL"),
     "operating-system and protocol codes": (

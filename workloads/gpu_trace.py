@@ -64,6 +64,10 @@ _NCCL_KERNEL = re.compile(r"^(void )?nccl", re.IGNORECASE)
 _KERNEL_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce-scatter",
                       "broadcast": "broadcast", "reduce": "reduce", "sendrecv": "sendrecv"}
 _MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+#: An autograd node as older profilers name it (``CudnnConvolutionBackward``, ``AddBackward0``), where there is
+#: no ``autograd::engine::evaluate_function`` around it.
+_BACKWARD_NODE = re.compile(r"Backward\d*$")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,11 @@ class GpuTrace:
     unlaunched: int = 0
     device_sms: int | None = None
     device_memory_bytes: int | None = None
+    #: bytes of each parameter the optimizer updates, in the model's order (() where the trace cannot say)
+    parameter_bytes: tuple[int, ...] = ()
+    #: GPU activities with no correlation id (left out), and steps that launched no GPU work (left out)
+    dropped: int = 0
+    idle_steps: tuple[int, ...] = ()
 
 
 def _union(intervals: np.ndarray) -> list[tuple[float, float]]:
@@ -309,6 +318,7 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
     per_step: dict[int, list[tuple[_Event, _Event]]] = defaultdict(list)
     unlaunched = 0
     numbered = sorted(c for c in runtime if _count(c))
+    dropped = 0
     for event in events:
         if event.cat not in GPU_CATEGORIES:
             continue
@@ -321,9 +331,11 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
             unlaunched += 1
         k = bisect.bisect_right(starts, launch.ts) - 1 if launch is not None else -1
         if launch is None or k < 0 or launch.ts >= step_events[k].end:
+            dropped += launch is None and not _count(correlation)
             continue
         per_step[k].append((event, launch))
-    backward = sorted((e for e in events if e.name.startswith(_BACKWARD)), key=lambda e: e.ts)
+    backward = sorted((e for e in events if e.name.startswith(_BACKWARD)), key=lambda e: e.ts) or sorted(
+        (e for e in events if _BACKWARD_NODE.search(e.name) and e.cat in ("cpu_op", "Operator")), key=lambda e: e.ts)
     host = [e for e in events if e.cat in RUNTIME_CATEGORIES and (_SYNC.search(e.name) or _STREAM_WAIT.search(e.name))]
     steps, unlinked, sized_any, named_any = [], 0, False, False
     for k, step_event in enumerate(step_events):
@@ -336,6 +348,9 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
             kind = GPU_CATEGORIES[gpu.cat]
             stream = gpu.args.get("stream", gpu.tid)
             stream = int(stream) if _count(stream) else zlib.crc32(str(stream).encode()) % 100_000
+            device_id = gpu.args.get("device", gpu.pid)
+            if _count(device_id):  # one process may drive several GPUs: stream 7 of each is its own
+                stream += int(device_id) << 20
             if kind == "kernel" and _NCCL_KERNEL.search(gpu.name):
                 record, span, c10d = ops.around(launch)
                 anchor = record or span or c10d
@@ -359,12 +374,67 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
         syncs = tuple((e.ts, e.end) for e in inside if _SYNC.search(e.name))
         steps.append(GpuStep(int(_STEP.match(step_event.name).group(1)), step_event.ts, step_event.end,
                              tuple(activities), tuple(calls), waits, syncs, window))
+    idle = tuple(s.number for s in steps if not s.activities)
+    steps = [s for s in steps if s.activities]
+    if not steps:
+        raise InputError(str(path), "no GPU work launched in any ProfilerStep",
+                         "a trace of the GPU's activity: profile with activities=[CPU, CUDA]")
     if named_any and not sized_any:
         raise InputError(str(path), "collectives without a size anywhere in the trace", SIZE_HINT)
     library = _library(device, events)
+    parameters = optimizer_parameters(events, path)
     return GpuTrace(str(path), rank, world or max((c.group_size for s in steps for c in s.calls), default=1),
                     library, device, step_events[0].pid, tuple(steps), unlinked, unlaunched, device_sms=sms,
-                    device_memory_bytes=memory)
+                    device_memory_bytes=memory, parameter_bytes=parameters, dropped=dropped, idle_steps=idle)
+
+
+def optimizer_parameters(events: list[_Event], path: Path) -> tuple[int, ...]:
+    """The bytes of every parameter, in the model's order, from the first ``Optimizer.step#`` span: a foreach
+    optimizer's first ``aten::_foreach_*`` op names them all (its first argument, a tensor list); a per-parameter
+    loop runs each in-place op once or more per parameter, so the in-place op run the fewest times runs once per
+    parameter, in order (SGD with momentum: ``mul_`` once, ``add_`` twice). () where shapes were not recorded."""
+    from flexcomm.workloads.profiler_trace import _element_bytes
+
+    spans = sorted((e for e in events if _OPTIMIZER_STEP.match(e.name)), key=lambda e: e.ts)
+    if not spans:
+        return ()
+    span = spans[0]
+    inside = sorted((e for e in events if e.tid == span.tid and span.ts <= e.ts < span.end
+                     and e.name.startswith("aten::") and e is not span), key=lambda e: e.ts)
+    foreach = [e for e in inside if e.name.startswith("aten::_foreach_")]
+    if foreach:  # every group (one per dtype and device) once; Adam's first op adds 1 to scalar step counts
+        seen: set[tuple[tuple[int, ...], ...]] = set()
+        out: list[int] = []
+        for op in foreach:
+            dims, types = op.args.get("Input Dims"), op.args.get("Input type")
+            shapes = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else []
+            shapes = [x for x in shapes if isinstance(x, list)]
+            if not shapes or not any(shapes) or not all(all(_count(d) for d in x) for x in shapes):
+                continue
+            key = tuple(tuple(x) for x in shapes)
+            if key in seen:
+                continue
+            seen.add(key)
+            element = _element_bytes(types[0] if isinstance(types, list) and types else None) or 4
+            out.extend(math.prod(x) * element for x in shapes if x)
+        return tuple(out)
+    counts: dict[str, int] = defaultdict(int)
+    for e in inside:
+        if e.name.endswith("_"):
+            counts[e.name] += 1
+    if not counts:
+        return ()
+    once = min(counts, key=lambda name: (counts[name], name))
+    out = []
+    for e in inside:
+        if e.name != once:
+            continue
+        dims, types = e.args.get("Input Dims"), e.args.get("Input type")
+        numel = _dims_numel(dims[:1]) if isinstance(dims, list) and dims else None
+        if numel is None:
+            return ()
+        out.append(numel * (_element_bytes(types[0] if isinstance(types, list) and types else None) or 4))
+    return tuple(out)
 
 
 def _call_of(gpu: _Event, launch: _Event, record: _Event | None, span: _Event | None, c10d: _Event | None,
@@ -385,9 +455,12 @@ def _call_of(gpu: _Event, launch: _Event, record: _Event | None, span: _Event | 
     anchor = record if record is not None and (span is None or _count(record.args.get("In msg nelems"))) else span
     if anchor is None:  # only the c10d op: its Input Dims (or the execution trace) size it
         kind = collective_kind(_LAUNCH.match(c10d.name).group(1)) or _kernel_collective(gpu.name)
+        from flexcomm.workloads.profiler_trace import _element_bytes
+
         numel = _dims_numel(c10d.args.get("Input Dims"))
+        element = _element_bytes(c10d.args.get("Input type")) or 4  # a TensorList names no dtype: fp32 gradients
         rf_id = c10d.args.get("Record function id")
-        numel, element = sizes.get(rf_id, (numel, 4)) if _count(rf_id) else (numel, 4)
+        numel, element = sizes.get(rf_id, (numel, element)) if _count(rf_id) else (numel, element)
         source = "c10d op" if numel is not None else "no size: " + SIZE_HINT
         return GpuCall(kind, numel, element, group, phase, source)
     kind, numel, element, size = collective_size(anchor, c10d, record if anchor is span else None, group, sizes,

@@ -165,9 +165,35 @@ def _stream_items(path: Path, prefix: str, field: str, expected: str) -> Iterato
             raise _json_error(path, exc, expected) from None
 
 
+#: How far into a trace its header (every top-level key Kineto writes before ``traceEvents``) is looked for.
+_HEADER_BYTES = 1 << 20
+
+
+def _header(path: Path) -> dict[str, Any] | None:
+    """The top-level keys before ``"traceEvents"`` as one dict, read from the first megabyte only (Kineto writes
+    ``schemaVersion``, ``deviceProperties``, ``distributedInfo`` ... first); None where the events come first or
+    the header does not parse, and the caller streams the whole document instead."""
+    import json
+
+    with open_bounded(path, "from-trace", "trace file", MAX_PROFILER_TRACE_BYTES) as stream:
+        head = stream.read(_HEADER_BYTES)
+    at = head.find(b'"traceEvents"')
+    if at < 0:
+        return None
+    try:
+        doc = json.loads(head[:at].decode("utf-8") + '"traceEvents": []}')
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def _first_value(path: Path, key: str, field: str, expected: str) -> Any:
-    """The top-level ``key``'s value (``distributedInfo``), None where the document has none; the stream ends
-    at the value, so a trace that writes it first (Kineto does) is not read twice."""
+    """The top-level ``key``'s value (``distributedInfo``), None where the document has none: from the header
+    where the trace writes one (so a trace without the key is not read through to its end for it), else the
+    stream ends at the value."""
+    header = _header(path) if field == "from-trace" else None
+    if header is not None and (key in header or set(header) - {"schemaVersion", "traceEvents"}):
+        return header.get(key)  # Kineto writes its metadata before the events: a key not there is not anywhere
     return next(_stream_items(path, key, field, expected), None)
 
 

@@ -127,3 +127,18 @@ def print_written(out: str | Path, since: float) -> list[Path]:
     if files:
         print(f"wrote {folder}/: " + ", ".join(str(p.relative_to(folder)) for p in files))
     return files
+
+
+def emit_report(args: argparse.Namespace, report: dict[str, Any], lines: Any) -> int:
+    """``replay.json`` in ``--out``, then the report as JSON (``--json``) or as the lines ``lines`` makes."""
+    if args.out:
+        from flexcomm.costmodel.atomic import write_text_atomic
+
+        path = write_text_atomic(Path(args.out) / "replay.json", json.dumps(report, indent=2) + "\n")
+        report["files"] = [str(path)]
+    if args.json:
+        print_json(report)
+        return 0
+    for line in lines(report):
+        print(line)
+    return 0

@@ -13,7 +13,8 @@ from flexcomm.costmodel.units import format_size
 
 #: Options of the host path a GPU replay has no use for (refused, not ignored).
 _HOST_ONLY = (("bandwidth", None), ("host_cores", None), ("compress_throughput", None), ("straggler", []),
-              ("compute_jitter", 0.0))
+              ("compute_jitter", 0.0), ("algorithm", "auto"), ("latency", "0s"), ("ratio", 0.01),
+              ("iterations", 10), ("seed", 0))
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -25,8 +26,8 @@ def _settings(args: argparse.Namespace) -> Any:
         value = getattr(args, dest, default)
         if value not in (default, None) and value != default:
             flag = "--" + dest.replace("_", "-")
-            raise InputError(dest.replace("_", "-"), value, f"no {flag} with a GPU trace (it replays the GPU "
-                             "timeline on a cluster: give --cluster)")
+            raise InputError(dest.replace("_", "-"), value, f"no {flag} with a GPU trace (it replays the traced "
+                             "steps once, every collective as NCCL runs it on --cluster; nothing random)")
     if args.scheme != "dense":
         raise InputError("scheme", args.scheme, "dense with a GPU trace (its collectives are re-priced as traced; "
                          "compression of a GPU trace is not modelled)")
@@ -52,7 +53,7 @@ def run_gpu_trace(args: argparse.Namespace) -> int | None:
         return None
     if problem is not None:
         raise problem
-    from flexcomm.experiments.commands.simulate_trace import emit_report
+    from flexcomm.experiments.commands.common import emit_report
 
     return emit_report(args, job_report(job), report_lines)
 
@@ -77,15 +78,15 @@ def job_report(job: Any) -> dict[str, Any]:
     for r in job.ranks:
         entry: dict[str, Any] = {
             "path": r.path, "rank": r.rank, "library": r.library, "device": r.device,
-            "steps": list(r.replayed.steps), "measured_step_s": r.replayed.measured_median_s,
+            "steps": list(r.replayed.steps), "measured_step_s": r.replayed.measured_mean_s,
             "measured": _breakdown(r.replayed, False), "calls": _calls_dict(r.calls), "notes": list(r.notes)}
         if r.reproduced is not None:
-            entry["reproduced_step_s"] = r.reproduced.predicted_median_s
-            entry["reproduced_naive_step_s"] = r.reproduced_naive.predicted_median_s
+            entry["reproduced_step_s"] = r.reproduced.predicted_mean_s
+            entry["reproduced_naive_step_s"] = r.reproduced_naive.predicted_mean_s
             entry["reproduced"] = _breakdown(r.reproduced, True)
             entry["reproduced_calls"] = _calls_dict(r.reproduced_calls)
         if r.target is not None:
-            entry["target_step_s"] = r.target.predicted_median_s
+            entry["target_step_s"] = r.target.predicted_mean_s
             entry["target"] = _breakdown(r.target, True)
             entry["target_calls"] = _calls_dict(r.target_calls)
             entry["compute"] = r.compute_note
@@ -126,8 +127,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     m = first["measured"]
     lines = [f"{report['ranks_read']} of {report['world_size']} ranks read ({first['library'].upper()} on "
              f"{first['device'] or 'an unnamed GPU'}); steps {step_numbers(first['steps'])}",
-             f"  measured GPU step {_ms(job['measured'])} (the slowest rank; a step runs from the end of the GPU "
-             f"work before it to the end of its own)",
+             f"  measured GPU step {_ms(job['measured'])} (the slowest rank read; a step runs from the end of the "
+             f"GPU work before it to the end of its own; mean over the steps after the first)",
              f"  rank {first['rank']}: GPU span {_ms(m['span_s'])}: compute {_ms(m['compute_s'])}, NCCL kernels "
              f"{_ms(m['nccl_s'])} of which {_ms(m['exposed_nccl_s'])} not overlapped by compute, idle "
              f"{_ms(m['idle_s'])}"]
@@ -156,6 +157,10 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         lines.extend(_calls_summary(first["target_calls"], first["steps"][-1]))
     else:
         lines.append("no what-if asked: give --cluster (and --ranks) to replay the job elsewhere")
+    if report["ranks_read"] < report["world_size"]:
+        lines.append(f"note: {report['ranks_read']} of {report['world_size']} ranks read: when the others reach each "
+                     "collective is not known, so a re-priced collective does not wait for them (its traced kernel "
+                     "time did); give every rank's trace (a directory) for the job's step")
     for note in first["notes"]:
         lines.append("note: " + note)
     for path in report.get("files", []):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth, parse_time
-from flexcomm.experiments.commands.common import print_json
+from flexcomm.experiments.commands.common import emit_report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,21 +176,6 @@ def run_from_trace(args: argparse.Namespace) -> int:
                             "exposed_comm_s": summary["median_exposed_comm_s"], "comm_s": summary["median_comm_s"],
                             "sim_events": summary["sim_events"]}
     return emit_report(args, report, report_lines)
-
-
-def emit_report(args: argparse.Namespace, report: dict[str, Any], lines: Any) -> int:
-    """``replay.json`` in ``--out``, then the report as JSON (``--json``) or as the lines ``lines`` makes."""
-    if args.out:
-        from flexcomm.costmodel.atomic import write_text_atomic
-
-        path = write_text_atomic(Path(args.out) / "replay.json", json.dumps(report, indent=2) + "\n")
-        report["files"] = [str(path)]
-    if args.json:
-        print_json(report)
-        return 0
-    for line in lines(report):
-        print(line)
-    return 0
 
 
 def _profile_dict(profile: Any) -> dict[str, Any]:

@@ -349,15 +349,16 @@ def run_gpu_compute(args: argparse.Namespace) -> int:
 def run_gpu_traces(args: argparse.Namespace) -> int:
     """``validate --gpu-traces [DIR]``: public GPU traces reproduced where they ran, beside the naive baseline."""
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.sim.gpu_trace_validate import report_lines, validate_gpu_traces
+    from flexcomm.sim.gpu_trace_validate import plot_gpu_traces, report_lines, validate_gpu_traces
 
     frame = validate_gpu_traces(args.gpu_traces or None)
     out = Path("results/gpu-traces" if args.out == "results/validate" else args.out)
     lines = report_lines(frame)
     write_csv_atomic(frame, out / "gpu_traces.csv")
     write_text_atomic(out / "gpu_traces.md", "\n".join(lines) + "\n")
+    plot_gpu_traces(frame, out / "gpu_traces.png")
     print("\n".join(lines))
-    print(f"wrote {out}/gpu_traces.csv, {out}/gpu_traces.md")
+    print(f"wrote {out}/gpu_traces.csv, {out}/gpu_traces.md, {out}/gpu_traces.png")
     return 0
 
 
