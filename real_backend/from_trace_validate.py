@@ -330,7 +330,7 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import SCHEME_COLOURS
+    from flexcomm.costmodel.plotting import SCHEME_COLOURS, readable_log_axis, square_log_axes
 
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     measured = table["measured_step_s"].to_numpy() * 1e3
@@ -351,8 +351,11 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     traced = table[table["traced"]]
     ax.scatter(traced["measured_step_s"] * 1e3, traced["predicted_step_s"] * 1e3, s=140, facecolors="none",
                edgecolors="black", label="traced setting", zorder=4)
-    ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high), xlabel="measured step (ms)",
-           ylabel="predicted from one trace (ms)", title="One profiled step replayed on other settings")
+    square_log_axes(ax, low, high, "measured step (ms)", "predicted from one trace (ms)")
+    # ticks chosen when drawn, from the axis' length: a fixed locator's labels overlapped for some measured ranges
+    readable_log_axis(ax, "x")
+    readable_log_axis(ax, "y")
+    ax.set_title("One profiled step replayed on other settings")
     ax.legend(loc="upper left", fontsize=8)
     return save_figure_atomic(fig, path)
 

@@ -355,3 +355,24 @@ def test_the_committed_from_trace_table_carries_the_naive_baseline_its_trace_giv
         assert fresh[key] == pytest.approx(committed[key], rel=1e-9), key
     # what the docs say: the baseline is too fast everywhere (no latency, no codec), the replay closer on 13 of 14
     assert (table["naive_error"] < 0).all() and committed["model_closer_than_naive"] == 13
+
+
+def test_the_from_trace_figure_reads_for_any_measured_range(tmp_path: Path) -> None:
+    """The testbed's measured steps set the axes' range; 5 of these 40 ranges overlapped the tick labels of a
+    fixed log locator (one failed a clean-clone CI run)."""
+    from flexcomm.real_backend.from_trace_validate import STRATEGIES, plot
+
+    rng = np.random.default_rng(1)
+    with capture_figures() as figures:
+        for k in range(40):
+            base, spread = 10 ** rng.uniform(0, 3), 10 ** rng.uniform(0.02, 1.5)
+            rows = []
+            for strategy in STRATEGIES:
+                for j in range(3):
+                    m = base * spread ** rng.uniform(0, 1)
+                    rows.append({"strategy": strategy, "measured_step_s": m / 1e3,
+                                 "predicted_step_s": m * rng.uniform(0.7, 1.4) / 1e3,
+                                 "naive_step_s": m * rng.uniform(0.5, 1.1) / 1e3,
+                                 "traced": j == 0 and strategy == STRATEGIES[0]})
+            plot(pd.DataFrame(rows), tmp_path / f"from_trace_{k}.png")
+    assert len(figures) == 40 and all(not problems for problems in figures.values()), figures
