@@ -64,11 +64,19 @@ class BucketLayouts:
         """Make ``residuals`` of bucket ``key`` (every owner's) follow ``layout`` before it is exchanged."""
         if self.layouts.get(key) == layout:
             return
+        known = dict(self.layouts)
         if key in self.layouts:  # DDP rebuilt its buckets (or the memory came from another layout): cut it up
             self._cut(residuals)
         if self._pieces:
             self._assemble(residuals, key, layout)
         self.layouts[key] = layout
+        # a bucket none of whose parameters this one took keeps its layout: its memory goes back together now,
+        # not at its next exchange (a checkpoint in between would not have held it)
+        wanted = {parameter for parameter, _ in layout}
+        for other, other_layout in known.items():
+            if other != key and other not in self.layouts and not wanted & {p for p, _ in other_layout}:
+                self._assemble(residuals, other, other_layout)
+                self.layouts[other] = other_layout
 
     def _cut(self, residuals: MutableMapping[tuple[int, int], torch.Tensor]) -> None:
         for (key, owner) in [k for k in residuals if k[0] in self.layouts]:
