@@ -19,10 +19,10 @@ from dataclasses import replace
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.sim.training import DEFAULT_BUCKET_CAP, size_capped_groups
 from flexcomm.workloads.gpu_trace import GpuActivity, GpuCall, GpuStep, GpuTrace
 
 FIRST_BUCKET_BYTES = 1 << 20
-BUCKET_BYTES = 25 << 20
 #: The stream the added allreduces run on (any id no trace uses for a real stream).
 DDP_STREAM = -1
 ASSUMPTION = ("gradient buckets as torch DDP forms them (1 MiB first, 25 MiB after) from the optimizer's "
@@ -30,17 +30,10 @@ ASSUMPTION = ("gradient buckets as torch DDP forms them (1 MiB first, 25 MiB aft
 
 
 def ddp_buckets(parameter_bytes: tuple[int, ...], first: int = FIRST_BUCKET_BYTES,
-                cap: int = BUCKET_BYTES) -> list[int]:
+                cap: float = DEFAULT_BUCKET_CAP) -> list[int]:
     """Bucket sizes in the order DDP fills and launches them (parameters taken last to first)."""
-    buckets, current, limit = [], 0, first
-    for size in reversed(parameter_bytes):
-        current += size
-        if current >= limit:
-            buckets.append(current)
-            current, limit = 0, cap
-    if current:
-        buckets.append(current)
-    return buckets
+    sizes = parameter_bytes[::-1]
+    return [sum(sizes[i] for i in group) for group in size_capped_groups(sizes, first, cap)]
 
 
 def _with_buckets(step: GpuStep, buckets: list[int], path: str) -> GpuStep:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -319,17 +318,15 @@ def replay_job(paths: Sequence[str | Path], settings: Settings, execution_trace:
         raise InputError("execution-trace", str(execution_trace), "one trace with its execution trace (several "
                          "ranks: give each its own run)")
     items = [(str(p), None if execution_trace is None else str(execution_trace)) for p in files]
+    from tqdm import tqdm
+
     workers = workers or min(len(items), os.cpu_count() or 1, 8)
-    show = sys.stderr.isatty() if progress is None else progress
-    traces: list[GpuTrace | None] = []
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and len(items) > 1 else None
     try:
         iterator: Any = pool.map(_read, items) if pool is not None else map(_read, items)
-        for k, trace in enumerate(iterator, start=1):
-            traces.append(trace)
-            if show:
-                print(f"\rread {k}/{len(items)} traces", end="" if k < len(items) else "\n", file=sys.stderr,
-                      flush=True)
+        # a bar on a terminal only (disable=None), as the project's other long reads
+        traces: list[GpuTrace | None] = list(tqdm(iterator, total=len(items), desc="traces", unit="rank",
+                                                  leave=False, disable=None if progress is None else not progress))
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -339,8 +336,6 @@ def replay_job(paths: Sequence[str | Path], settings: Settings, execution_trace:
         if t is None:
             raise InputError(str(path), "a host-only trace (no GPU activity) among GPU traces",
                              "the traces of one GPU job")
-    read = [t for t in traces if t is not None]
+    read = sorted((t for t in traces if t is not None), key=lambda t: t.rank)
     _check_same_job(read)
-    results = replay_ranks(sorted(read, key=lambda t: t.rank), settings)
-    worlds = [r.world_size for r in results]
-    return JobReplay(tuple(sorted(results, key=lambda r: r.rank)), worlds[0])
+    return JobReplay(tuple(replay_ranks(read, settings)), read[0].world_size)

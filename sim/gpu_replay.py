@@ -148,10 +148,7 @@ def replay(trace: GpuTrace, durations_us: list[np.ndarray],
     """Replay ``trace`` with new durations and summarise each step, measured against predicted."""
     times = replay_timeline(trace, durations_us, joins_us)
     measured_b, predicted_b, measured_end, predicted_end = [], [], [], []
-    for step, t in zip(trace.steps, times, strict=True):
-        if not step.activities:
-            raise InputError(trace.path, f"step {step.number} launched no GPU work",
-                             "steps whose GPU work the trace records (profile with activities=[CPU, CUDA])")
+    for step, t in zip(trace.steps, times, strict=True):  # every step has GPU work: the reader leaves out others
         measured_b.append(step.breakdown())
         predicted_b.append(breakdown([(a.kind, s, e) for a, s, e in zip(step.activities, t.starts_us, t.ends_us,
                                                                           strict=True)]))
@@ -185,15 +182,12 @@ def call_durations(trace: GpuTrace, prices: dict[tuple[int, int], float]) -> lis
     out = []
     for k, step in enumerate(trace.steps):
         durations = np.array([a.duration_us for a in step.activities], dtype=float)
-        totals: dict[int, float] = {}
-        for a in step.activities:
-            if a.kind == "nccl":
-                totals[a.call] = totals.get(a.call, 0.0) + a.duration_us
+        totals = traced_call_seconds(trace, k)
         for i, a in enumerate(step.activities):
             new = prices.get((k, a.call)) if a.kind == "nccl" else None
             if new is not None:
-                traced = totals[a.call]
-                durations[i] = new * 1e6 * (a.duration_us / traced) if traced > 0 else new * 1e6
+                traced_us = totals[a.call] * 1e6
+                durations[i] = new * 1e6 * (a.duration_us / traced_us) if traced_us > 0 else new * 1e6
         out.append(durations)
     return out
 
@@ -275,18 +269,23 @@ def _formula_pricer(model: Any, name: str) -> Any:
         if kind == "sendrecv":
             link = model.cluster.inter_link
             return link.latency_s + nbytes / link.bandwidth_Bps, "one message"
-        if kind not in _FORMULA:
-            raise InputError("cluster", name, f"a cluster with a gpu_fabric section to price {kind} (NCCL model)")
-        algorithm = _FORMULA[kind]
+        algorithm = _formula_of(kind, name)
         return float(model.collective(kind, algorithm, float(nbytes), int(group)).total), algorithm
 
     return price
 
 
+def _formula_of(kind: str, cluster_name: str) -> str:
+    if kind not in _FORMULA:
+        raise InputError("cluster", cluster_name, f"a cluster with a gpu_fabric section to price {kind} (NCCL model)")
+    return _FORMULA[kind]
+
+
 def nominal_pricer(cluster: Any) -> Any:
-    """The naive baseline: the bytes each rank sends at the slowest link rate the group crosses (NVLink inside
-    a node, the NIC across nodes), no latency, no protocol: what 'bus bandwidth = link rate' would predict."""
-    from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
+    """The naive baseline: each call's bytes by its textbook formula at the slowest link rate the group crosses
+    (NVLink inside a node, the NIC across nodes), no latency, no protocol (as
+    :func:`flexcomm.real_backend.hooks.nominal_records_seconds` prices a testbed's calls)."""
+    from flexcomm.costmodel.collectives import predict
 
     gpus = cluster.devices_per_node
     # one NIC's share per GPU: a ring leaves each node through one NIC per GPU it spans (DGX: 8 NICs for 8 GPUs)
@@ -294,11 +293,9 @@ def nominal_pricer(cluster: Any) -> Any:
 
     def price(kind: str, nbytes: int, group: int) -> tuple[float, str]:
         rate = cluster.intra_link.bandwidth_Bps if group <= gpus else inter_Bps
-        factor = BUS_BANDWIDTH_FACTOR.get(kind)
-        moved = nbytes * (float(factor(np.float64(group))) if factor is not None else 1.0)
-        if kind == "allgather":
-            moved = nbytes * (group - 1)
-        return moved / rate, "link rate"
+        if kind == "sendrecv":
+            return nbytes / rate, "link rate"
+        return float(predict(kind, _formula_of(kind, cluster.name), nbytes, group, 0.0, rate).total), "link rate"
 
     return price
 

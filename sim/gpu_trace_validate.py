@@ -45,11 +45,6 @@ def read_settings(folder: Path) -> list[TraceCheck]:
     return [TraceCheck(r["trace"], r["traced_on"] or "", r.get("assumption", "")) for r in rows]
 
 
-def _nccl_seconds(calls: tuple, step: int) -> tuple[float, float]:
-    mine = [c for c in calls if c.step == step]
-    return sum(c.traced_s for c in mine), sum(c.predicted_s for c in mine)
-
-
 def validate_gpu_traces(folder: str | Path | None = None) -> pd.DataFrame:
     """One row per trace: measured GPU step, reproduced (model) and naive, NCCL kernel time measured and
     predicted (last step, every rank read summed over the slowest rank), with the assumption it rests on."""
@@ -63,9 +58,8 @@ def validate_gpu_traces(folder: str | Path | None = None) -> pd.DataFrame:
         slowest = max(job.ranks, key=lambda r: r.replayed.measured_mean_s)
         last = slowest.replayed.steps[-1]
         measured_nccl = sum(c.traced_s for c in slowest.calls if c.step == last)
-        predicted_nccl = math.nan
-        if slowest.reproduced is not None:
-            predicted_nccl = _nccl_seconds(slowest.reproduced_calls, last)[1]
+        predicted_nccl = sum(c.predicted_s for c in slowest.reproduced_calls if c.step == last) \
+            if slowest.reproduced is not None else math.nan
         repriced = sum(c.repriced for c in slowest.reproduced_calls)
         rows.append({
             "trace": check.trace, "ranks_read": len(job.ranks), "world": job.world_size,
@@ -74,8 +68,7 @@ def validate_gpu_traces(folder: str | Path | None = None) -> pd.DataFrame:
             "model_step_ms": job.job_step_s("reproduced") * 1e3,
             "naive_step_ms": job.job_step_s("reproduced_naive") * 1e3,
             "measured_nccl_ms": measured_nccl * 1e3, "model_nccl_ms": predicted_nccl * 1e3,
-            "calls_repriced": repriced, "calls": len([c for c in slowest.calls if c.step == last]) * len(
-                slowest.replayed.steps) if slowest.reproduced is None else len(slowest.reproduced_calls),
+            "calls_repriced": repriced, "calls": len(slowest.calls),
             "assumption": check.assumption})
     frame = pd.DataFrame(rows)
     frame["model_error"] = (frame["model_step_ms"] - frame["measured_step_ms"]) / frame["measured_step_ms"]

@@ -92,6 +92,24 @@ class Bucket:
         return min(self.layers)
 
 
+def size_capped_groups(sizes: Sequence[float], first: float, cap: float) -> list[list[int]]:
+    """Indices of ``sizes`` in consecutive groups, each closed once it holds at least ``first`` (the first group)
+    or ``cap`` bytes: DDP's ``compute_bucket_assignment_by_size`` (torch/csrc/distributed/c10d/reducer.cpp: a
+    tensor joins the open bucket, which closes when its size reaches the limit)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    held = 0.0
+    for index, size in enumerate(sizes):
+        current.append(index)
+        held += float(size)
+        if held >= (first if not groups else cap):
+            groups.append(current)
+            current, held = [], 0.0
+    if current:
+        groups.append(current)
+    return groups
+
+
 def make_buckets(model: ModelSpec, cap_bytes: float | str | None = DEFAULT_BUCKET_CAP, count: int | None = None,
                  first_cap_bytes: float | str | None = None, dtype_bytes: int = 4) -> list[Bucket]:
     """DDP-style buckets over the layers with parameters, in reverse (backward) order.
@@ -127,15 +145,7 @@ def make_buckets(model: ModelSpec, cap_bytes: float | str | None = DEFAULT_BUCKE
         first = cap if first_cap_bytes is None else parse_size(first_cap_bytes, "first-bucket-size")
         if cap <= 0 or first <= 0:
             raise InputError("bucket-size", cap_bytes, "a positive size such as 25MiB")
-        current, held = [], 0.0
-        for layer in order:
-            current.append(layer)
-            held += float(sizes[layer])
-            if held >= (first if not groups else cap):
-                groups.append(current)
-                current, held = [], 0.0
-        if current:
-            groups.append(current)
+        groups = [[order[i] for i in group] for group in size_capped_groups([sizes[i] for i in order], first, cap)]
     buckets = []
     for k, layers in enumerate(groups):
         nbytes = int(sum(int(sizes[i]) for i in layers))

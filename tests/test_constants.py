@@ -65,7 +65,7 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
                           "real_backend.from_trace_validate.VALUE_BYTES",
                           "real_backend.from_trace_validate.INDEX_BYTES"),
     "PyTorch's own defaults, cited in their module at a release tag": (
-        "sim.gpu_data_parallel.FIRST_BUCKET_BYTES", "sim.gpu_data_parallel.BUCKET_BYTES"),
+        "sim.gpu_data_parallel.FIRST_BUCKET_BYTES",),
     "identifiers and read windows of trace readers": (
         "sim.gpu_data_parallel.DDP_STREAM", "workloads.profiler_trace._HEADER_BYTES"),
     "matching tolerances of trace readers (what counts as the same device or the same instant)": (

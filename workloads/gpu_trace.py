@@ -29,22 +29,25 @@ import numpy as np
 from flexcomm.costmodel.errors import InputError
 from flexcomm.workloads.profiler_trace import (
     _BACKWARD,
-    _GROUP_SPAN,
     _LAUNCH,
     _STEP,
-    GPU_ANNOTATION,
-    NOT_COLLECTIVES,
     SIZE_HINT,
     _count,
     _dims_numel,
+    _element_bytes,
     _Event,
     _events,
+    _first_value,
     _group,
     _steps,
     check_execution_trace,
     collective_kind,
     collective_size,
+    distributed_info,
     enclosing,
+    is_collective_record,
+    is_group_span,
+    issuer_size,
     read_execution_trace,
 )
 
@@ -210,8 +213,6 @@ def breakdown(activities: list[tuple[str, float, float]]) -> GpuBreakdown:
 
 def _device(path: Path) -> tuple[str, int | None, int | None]:
     """(name, SMs or CUs, memory bytes) of the trace's first device (``deviceProperties``)."""
-    from flexcomm.workloads.profiler_trace import _first_value
-
     props = _first_value(path, "deviceProperties", "from-trace", "a torch.profiler trace")
     if isinstance(props, list) and props and isinstance(props[0], dict):
         first = props[0]
@@ -221,7 +222,8 @@ def _device(path: Path) -> tuple[str, int | None, int | None]:
     return "", None, None
 
 
-def _sorted_by_tid(events: list[_Event]) -> tuple[list[_Event], list[float]]:
+def _by_start(events: list[_Event]) -> tuple[list[_Event], list[float]]:
+    """``events`` sorted by start, and their starts (what :func:`enclosing` searches)."""
     ordered = sorted(events, key=lambda e: e.ts)
     return ordered, [e.ts for e in ordered]
 
@@ -230,12 +232,9 @@ class _CpuOps:
     """The CPU ops a GPU activity is tied to: collective ops around a launch, matmul ops by external id."""
 
     def __init__(self, events: list[_Event]) -> None:
-        # record_param_comms also wraps a work's wait and, in old traces, names nothing: only named collectives
-        self.records = _sorted_by_tid([e for e in events if e.name == "record_param_comms"
-                                       and collective_kind(str(e.args.get("Collective name", ""))) is not None])
-        self.spans = _sorted_by_tid([e for e in events if (m := _GROUP_SPAN.match(e.name)) and e.cat != GPU_ANNOTATION
-                                     and m.group(2).lower() not in NOT_COLLECTIVES])
-        self.c10d = _sorted_by_tid([e for e in events if (m := _LAUNCH.match(e.name)) and collective_kind(m.group(1))])
+        self.records = _by_start([e for e in events if is_collective_record(e)])
+        self.spans = _by_start([e for e in events if is_group_span(e)])
+        self.c10d = _by_start([e for e in events if (m := _LAUNCH.match(e.name)) and collective_kind(m.group(1))])
         self.matmul = {_external_id(e): e for e in events if e.name in _MATMUL_OPS and _external_id(e) is not None}
 
     def around(self, launch: _Event) -> tuple[_Event | None, _Event | None, _Event | None]:
@@ -278,11 +277,8 @@ def _kernel_collective(name: str) -> str:
     return "unknown"
 
 
-def _group_sizes(path: Path) -> dict[str, int]:
+def _group_sizes(info: Any) -> dict[str, int]:
     """``distributedInfo.pg_config``: process group name -> size."""
-    from flexcomm.workloads.profiler_trace import _first_value
-
-    info = _first_value(path, "distributedInfo", "from-trace", "a torch.profiler trace")
     out: dict[str, int] = {}
     if isinstance(info, dict) and isinstance(info.get("pg_config"), list):
         for group in info["pg_config"]:
@@ -308,8 +304,9 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
         return None
     if execution_trace is not None:
         check_execution_trace(path, events, execution_trace, sizes)
-    _, world, rank = _group(path)
-    pg_sizes = _group_sizes(path)
+    info = distributed_info(path)
+    _, world, rank = _group(path, info)
+    pg_sizes = _group_sizes(info)
     device, sms, memory = _device(path)
     runtime = {e.args.get("correlation"): e for e in events if e.cat in RUNTIME_CATEGORIES
                and e.args.get("correlation") is not None}
@@ -390,11 +387,10 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
 
 def optimizer_parameters(events: list[_Event], path: Path) -> tuple[int, ...]:
     """The bytes of every parameter, in the model's order, from the first ``Optimizer.step#`` span: a foreach
-    optimizer's first ``aten::_foreach_*`` op names them all (its first argument, a tensor list); a per-parameter
-    loop runs each in-place op once or more per parameter, so the in-place op run the fewest times runs once per
-    parameter, in order (SGD with momentum: ``mul_`` once, ``add_`` twice). () where shapes were not recorded."""
-    from flexcomm.workloads.profiler_trace import _element_bytes
-
+    optimizer's ``aten::_foreach_*`` ops name them (their first argument, a tensor list, once per dtype and device
+    group); a per-parameter loop runs each in-place op once or more per parameter, so the in-place op run the
+    fewest times runs once per parameter, in order (SGD with momentum: ``mul_`` once, ``add_`` twice). () where
+    shapes were not recorded."""
     spans = sorted((e for e in events if _OPTIMIZER_STEP.match(e.name)), key=lambda e: e.ts)
     if not spans:
         return ()
@@ -441,11 +437,9 @@ def _call_of(gpu: _Event, launch: _Event, record: _Event | None, span: _Event | 
              world: int, pg_sizes: dict[str, int], sizes: dict[int, tuple[int, int]], path: Path,
              backward: tuple[float, float]) -> GpuCall:
     """The collective an NCCL kernel runs, from the CPU ops around its launch."""
-    phase = "other"
-    if math.isfinite(backward[0]):
-        phase = "forward" if launch.ts < backward[0] else "backward" if launch.ts <= backward[1] else "other"
-    else:
-        phase = "forward"
+    phase = "forward"
+    if math.isfinite(backward[0]) and launch.ts >= backward[0]:
+        phase = "backward" if launch.ts <= backward[1] else "other"
     if record is None and span is None and c10d is None:
         return GpuCall(_kernel_collective(gpu.name), None, 1, world, phase,
                        "no CPU collective op around its launch")
@@ -455,14 +449,9 @@ def _call_of(gpu: _Event, launch: _Event, record: _Event | None, span: _Event | 
     anchor = record if record is not None and (span is None or _count(record.args.get("In msg nelems"))) else span
     if anchor is None:  # only the c10d op: its Input Dims (or the execution trace) size it
         kind = collective_kind(_LAUNCH.match(c10d.name).group(1)) or _kernel_collective(gpu.name)
-        from flexcomm.workloads.profiler_trace import _element_bytes
-
-        numel = _dims_numel(c10d.args.get("Input Dims"))
-        element = _element_bytes(c10d.args.get("Input type")) or 4  # a TensorList names no dtype: fp32 gradients
-        rf_id = c10d.args.get("Record function id")
-        numel, element = sizes.get(rf_id, (numel, element)) if _count(rf_id) else (numel, element)
+        numel, element = issuer_size(kind, c10d, None, sizes)
         source = "c10d op" if numel is not None else "no size: " + SIZE_HINT
-        return GpuCall(kind, numel, element, group, phase, source)
+        return GpuCall(kind, numel, element or 1, group, phase, source)
     kind, numel, element, size = collective_size(anchor, c10d, record if anchor is span else None, group, sizes,
                                                  path, required=False)
     if kind in ("send", "recv"):

@@ -278,9 +278,15 @@ def _steps(events: list[_Event], path: Path) -> list[_Event]:
     return steps
 
 
-def _group(path: Path) -> tuple[str, int, int]:
-    """(backend, world size, rank) from ``distributedInfo``; a rank outside its world is refused."""
-    info = _first_value(path, "distributedInfo", "from-trace", TRACE_FORMAT)
+def distributed_info(path: Path) -> Any:
+    """The trace's ``distributedInfo`` (None where it has none)."""
+    return _first_value(path, "distributedInfo", "from-trace", TRACE_FORMAT)
+
+
+def _group(path: Path, info: Any = None) -> tuple[str, int, int]:
+    """(backend, world size, rank) from ``distributedInfo`` (``info``, else read from ``path``); a rank outside
+    its world is refused."""
+    info = distributed_info(path) if info is None else info
     if isinstance(info, dict) and _count(info.get("world_size")) and info["world_size"] >= 1:
         rank = info.get("rank")
         world = int(info["world_size"])
@@ -418,12 +424,7 @@ def collective_size(event: _Event, issuer: _Event | None, record: _Event | None,
                 numel, element = r_numel, r_element
             size = r_size if _count(r_size) and r_size else size
         if (numel is None or element is None) and issuer is not None:
-            numel = _span_numel(kind, issuer.args.get("Input Dims"))
-            element = element or 4 if numel is not None else None  # a TensorList names no dtype: fp32 gradients
-            rf_id = issuer.args.get("Record function id")
-            recorded = sizes.get(rf_id) if _count(rf_id) else None
-            if recorded is not None:
-                numel, element = recorded
+            numel, element = issuer_size(kind, issuer, element, sizes)
     kind = collective_kind(raw)
     if kind is None:
         raise InputError(str(path), f"event #{event.index} ({event.name}) collective {raw!r}",
@@ -445,6 +446,33 @@ def collective_size(event: _Event, issuer: _Event | None, record: _Event | None,
                          f"a collective of at most {MAX_COLLECTIVE_BYTES:,} bytes (4 TiB: more than any GPU's "
                          "memory)")
     return kind, int(numel), element, int(size)
+
+
+def issuer_size(kind: str | None, issuer: _Event, element: int | None,
+                sizes: dict[int, tuple[int, int]]) -> tuple[int | None, int | None]:
+    """(elements, bytes per element) from the ``c10d::`` op that issued a collective: its ``Input Dims`` (as
+    :func:`_span_numel` counts them) with ``element`` or its own dtype (a TensorList names none: fp32
+    gradients), replaced by the execution trace's record of that op where there is one."""
+    numel = _span_numel(kind, issuer.args.get("Input Dims"))
+    if numel is not None:
+        element = element or _element_bytes(issuer.args.get("Input type")) or 4
+    else:
+        element = None
+    rf_id = issuer.args.get("Record function id")
+    recorded = sizes.get(rf_id) if _count(rf_id) else None
+    return recorded if recorded is not None else (numel, element)
+
+
+def is_group_span(event: _Event) -> bool:
+    """A process group's CPU-side span of a collective (``nccl:all_reduce``), not its GPU-side copy nor a wait."""
+    m = _GROUP_SPAN.match(event.name)
+    return m is not None and m.group(2).lower() not in NOT_COLLECTIVES and event.cat != GPU_ANNOTATION
+
+
+def is_collective_record(event: _Event) -> bool:
+    """A record_param_comms op of a collective (it also wraps a work's wait and, in old traces, names nothing)."""
+    return event.name == "record_param_comms" and collective_kind(str(event.args.get("Collective name", ""))) \
+        is not None
 
 
 def enclosing(inner: _Event, outer: list[_Event], starts: list[float]) -> _Event | None:
@@ -497,14 +525,13 @@ def read_profiler_trace(path: str | Path, execution_trace: str | Path | None = N
     step_events = _steps(events, path)
     backend, world, rank = _group(path)
     thread = step_events[0].tid
-    spans = [e for e in events if (m := _GROUP_SPAN.match(e.name)) and m.group(2).lower() not in NOT_COLLECTIVES
-             and e.cat != GPU_ANNOTATION]
+    spans = [e for e in events if is_group_span(e)]
     use_spans = bool(spans)
     issued = spans if use_spans else [
         e for e in events if e.name == "record_param_comms"
         and str(e.args.get("Collective name", "")).strip().lower() not in NOT_COLLECTIVES]
     launches = sorted((e for e in events if e.tid == thread and _LAUNCH.match(e.name)), key=lambda e: e.ts)
-    records = sorted((e for e in events if e.name == "record_param_comms"), key=lambda e: e.ts)
+    records = sorted((e for e in events if is_collective_record(e)), key=lambda e: e.ts)
     record_starts = [e.ts for e in records]
     backward = [e for e in events if e.name.startswith(_BACKWARD)]
     on_thread = sorted((e for e in events if e.tid == thread and not _STEP.match(e.name)), key=lambda e: e.ts)

@@ -24,7 +24,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
     for dest, default in _HOST_ONLY:
         value = getattr(args, dest, default)
-        if value not in (default, None) and value != default:
+        if value not in (default, None):
             flag = "--" + dest.replace("_", "-")
             raise InputError(dest.replace("_", "-"), value, f"no {flag} with a GPU trace (it replays the traced "
                              "steps once, every collective as NCCL runs it on --cluster; nothing random)")
