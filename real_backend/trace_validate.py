@@ -564,10 +564,13 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
     twin.set_ylabel("one-way delay (ms)", color="tab:red")
     top.set_title("trace")
     slow = timeline.rates < timeline.rates.max()
+    # one shaded artist per panel, phases of no width left out: a phase the run ended before (or at) drew an
+    # invisible span that the figure checks rightly called hidden
+    spans = [(edges[i], edges[i + 1] - edges[i]) for i in range(len(slow)) if slow[i] and edges[i + 1] > edges[i]]
     for ax, label in zip(axes[1:], labels, strict=True):
-        for i, is_slow in enumerate(slow):
-            if is_slow:
-                ax.axvspan(edges[i], edges[i + 1], color="0.9", zorder=0, label=SLOW_LABEL)
+        if spans:
+            ax.broken_barh(spans, (0, 1), transform=ax.get_xaxis_transform(), color="0.9", zorder=0,
+                           label=SLOW_LABEL)
         run = replay[(replay["label"] == label) & (replay["mode"] == "open")]
         closed = replay[(replay["label"] == label) & (replay["mode"] == "closed")]
         colors = [_scheme_colour(s) for s in run["scheme_real"]]
@@ -590,7 +593,7 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
     handles += [Line2D([], [], marker="o", linestyle="", color="0.3", label="measured"),
                 Line2D([], [], marker="x", linestyle="", color="0.3", label="simulated (open clock)"),
                 Line2D([], [], color="k", linewidth=0.6, label="simulated (closed clock)")]
-    if slow.any():
+    if spans:
         handles.append(Patch(facecolor="0.9", edgecolor="none", label=SLOW_LABEL))
     # above the panels, never over a step: the slow phases' steps reach the top of their axes
     fig.legend(handles=handles, fontsize=8, ncol=min(len(handles), 5), loc="outside upper center")
