@@ -55,6 +55,8 @@ notebooks: install
 # the figures the README and docs show, redrawn from their commands (docs/figures/)
 figures: install
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --out $(RESULTS)/figures/whatif
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm whatif --cluster dgx-h100 --out $(RESULTS)/figures/whatif-h100
+	cp $(RESULTS)/figures/whatif-h100/whatif_nic_sweep.png docs/figures/whatif_nic_sweep_dgx-h100.png
 	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm train-emulated --strategies dense,topk-ag,topk-ar,flexible,moo \
 		--steps 300 --network c1 --price-params 25.56M --compute-time 28ms --workers 8 \
 		--out $(RESULTS)/figures/emulated --no-progress

@@ -177,6 +177,19 @@ def powersgd_side(numel: ArrayLike) -> np.ndarray:
     return np.ceil(np.sqrt(numel))
 
 
+def scheme_memory_bytes(scheme: str, numel: float, payload: SparsePayload | None = None,
+                        powersgd_rank: int = DEFAULT_POWERSGD_RANK) -> float:
+    """Device memory a scheme keeps beside the model for a gradient of ``numel`` elements: the fp32
+    error-feedback residual of Top-k and PowerSGD (torch's PowerSGD hook keeps it with its P and Q
+    factors, which are counted too); casts to fp16/bf16 and dense keep nothing."""
+    if scheme in ("topk-ag", "topk-ar"):
+        return 4.0 * numel
+    if scheme == "powersgd":
+        rows, cols = (payload or SparsePayload()).factor_sides(numel)
+        return 4.0 * numel + 4.0 * powersgd_rank * float(np.sum(rows) + np.sum(cols))
+    return 0.0
+
+
 def powersgd_sides(layer_params: ArrayLike) -> float:
     """Sum of the matrix sides PowerSGD's factors take for layers of these parameter counts, each layer
     viewed as a square matrix (flexcomm's layers keep counts, not shapes; a conv's out x in*k*k is

@@ -28,3 +28,10 @@ def checkpoint_bytes_per_param(precision: str) -> float:
         raise InputError("precision", precision, "one of " + ", ".join(PRECISIONS))
     weights, _, states = STATE_BYTES[precision]
     return weights + states
+
+
+def state_bytes_per_param(precision: str) -> float:
+    """Bytes a data-parallel rank holds per parameter for weights, gradients and Adam's moments (16 in both
+    mixed precision and fp32, ZeRO's count); a precision outside the table trains mixed (fp8 and tf32 keep
+    16-bit or fp32 masters: 16 either way)."""
+    return float(sum(STATE_BYTES.get(precision, STATE_BYTES["bf16"])))

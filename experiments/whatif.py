@@ -16,6 +16,7 @@ PowerSGD and fp16/bf16 beside the Top-k exchanges, their device work priced per 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,13 @@ from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_time
+from flexcomm.experiments.whatif_step import (
+    StepPricer,
+    accuracy_cost,
+    rank_schemes,
+    step_columns,
+)
+from flexcomm.sim.workload import TrainingWorkload, get_training_workload, workload_names
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -54,6 +62,9 @@ class WhatIfGrid:
     models: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MODELS))
     #: per-layer parameter counts of models the zoo does not hold (a user's ``module:factory``): PowerSGD's matrices
     layers: dict[str, list[float]] = field(default_factory=dict)
+    #: the training job of each model (layers, batch per GPU) that a cluster's step is priced on, as simulate
+    #: prices it; a model left out is the zoo's of that name
+    workloads: dict[str, TrainingWorkload] = field(default_factory=dict)
     ratios: np.ndarray = field(default_factory=lambda: np.logspace(-1, -4, 13))
     bandwidths_Bps: np.ndarray = field(default_factory=lambda: np.logspace(0, 3.5, 15) * 1.25e8)  # 1..3162 Gbit/s
     latencies_s: np.ndarray = field(default_factory=lambda: np.array([1e-6, 1e-5, 1e-4, 1e-3, 1e-2]))
@@ -132,9 +143,6 @@ def run_whatif(
                 alpha, beta, grid.reduce_gamma_s_per_byte)
             times[scheme] = cost
             compress[scheme] = np.full_like(cost.total, _compress_seconds(grid, scheme, params))
-        stacked = np.vstack([times[s].total + compress[s] for s in SCHEMES])
-        best = np.array(SCHEMES)[np.argmin(stacked, axis=0)]
-        dense = times["dense"].total + compress["dense"]
         for scheme in SCHEMES:
             frame = configs.copy()
             frame.insert(0, "model", model_name)
@@ -146,13 +154,32 @@ def run_whatif(
             frame["latency_seconds"] = times[scheme].latency
             frame["bandwidth_seconds"] = times[scheme].bandwidth
             frame["compute_seconds"] = times[scheme].compute
-            frame["speedup_vs_dense"] = dense / frame["seconds"].to_numpy()
-            frame["best_scheme"] = best
-            frame["is_best"] = best == scheme
             frames.append(frame)
-    table = pd.concat(frames, ignore_index=True)
+        if cluster is not None:  # a device to compute on: the step, as simulate prices it on these links
+            frame = pd.concat(frames[-len(SCHEMES):], ignore_index=True)
+            model = CostModel.from_cluster(cluster, gamma=grid.reduce_gamma_s_per_byte)
+            steps = step_columns(frame, _pricer(grid, cluster, model_name),
+                                 {float(b): model for b in frame["bandwidth_Bps"].unique()})
+            frames[-len(SCHEMES):] = [pd.concat([frame, steps], axis=1)]
+    return _finish(pd.concat(frames, ignore_index=True))
+
+
+RANK_KEYS = ["model", "ratio", "bandwidth_Bps", "latency_s", "ranks"]  #: what one configuration is
+
+
+def _finish(table: pd.DataFrame) -> pd.DataFrame:
+    """Rank the schemes of every configuration (by the step where there is one) and say their accuracy cost."""
+    table = rank_schemes(table, RANK_KEYS)
+    table["accuracy_cost"] = [accuracy_cost(s, r if s.startswith("topk") else 1.0)
+                              for s, r in zip(table["scheme"], table["ratio"], strict=True)]
     table["bandwidth_gbit_s"] = table["bandwidth_Bps"] * 8 / 1e9
     return table
+
+
+def _pricer(grid: WhatIfGrid, cluster: Cluster, model_name: str) -> StepPricer:
+    workload = grid.workloads.get(model_name) or get_training_workload(model_name)  # the default models: zoo's
+    rate = grid.compress_elements_per_s
+    return StepPricer(cluster, workload, None if rate is None else (rate if rate > 0 else math.inf))
 
 
 def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
@@ -186,27 +213,28 @@ def _layer_params(model_name: str, grid: WhatIfGrid | None = None) -> list[float
     return [float(layer.params) for layer in get_model(model_name).layers if layer.params > 0]
 
 
-def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Parameters and per-layer parameters of each model named: a zoo model or ``module:factory`` /
-    ``file.py:factory`` (the user's own, counted off the module)."""
-    from flexcomm.costmodel.compute import MODEL_ZOO, get_model
-    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
+def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[float]], dict[str, TrainingWorkload]]:
+    """Parameters, per-layer parameters and the training job of each model named: a zoo model, a workloads
+    package model or ``module:factory`` / ``file.py:factory`` (the user's own, counted off the module), each
+    read as ``simulate --workload`` reads it, so both count the same parameters and price the same step."""
+    from flexcomm.workloads.names import FACTORY_FORM
 
     params: dict[str, float] = {}
     layers: dict[str, list[float]] = {}
+    workloads: dict[str, TrainingWorkload] = {}
     for name in names:
-        if is_factory_reference(name):
-            from flexcomm.workloads.user_model import build_user_model
-
-            spec = build_user_model(name).spec()
-        elif name.strip().lower() in MODEL_ZOO:
-            spec = get_model(name)
-        else:
-            raise InputError("model", name, "one of " + ", ".join(sorted(MODEL_ZOO))
-                             + f", or your model as {FACTORY_FORM}")
+        try:
+            workload = get_training_workload(name)
+        except InputError as error:
+            if error.field != "workload":
+                raise
+            raise InputError("model", name, "one of " + ", ".join(workload_names())
+                             + f", or your model as {FACTORY_FORM}") from None
+        spec = workload.model
         params[spec.name] = float(spec.params)
         layers[spec.name] = [float(layer.params) for layer in spec.layers if layer.params > 0]
-    return params, layers
+        workloads[spec.name] = workload
+    return params, layers, workloads
 
 
 def _with_nic(cluster: Cluster, bandwidth_Bps: float) -> Cluster:
@@ -261,41 +289,69 @@ def run_library_whatif(grid: WhatIfGrid, cluster: Cluster, shard: tuple[int, int
         frame["bandwidth_seconds"] = columns["bw"]
         frame["compute_seconds"] = columns["red"]
         frame["nccl_runs"] = columns["runs"]
-        seconds = frame["seconds"].to_numpy().reshape(len(PRICED_SCHEMES), len(configs))
-        best = np.array(PRICED_SCHEMES)[np.argmin(seconds, axis=0)]
-        frame["speedup_vs_dense"] = np.tile(seconds[0], len(PRICED_SCHEMES)) / frame["seconds"].to_numpy()
-        frame["best_scheme"] = np.tile(best, len(PRICED_SCHEMES))
-        frame["is_best"] = frame["best_scheme"] == frame["scheme"]
-        frames.append(frame)
-    table = pd.concat(frames, ignore_index=True)
-    table["bandwidth_gbit_s"] = table["bandwidth_Bps"] * 8 / 1e9
-    return table
+        steps = step_columns(frame, _pricer(grid, cluster, model_name), models)
+        frames.append(pd.concat([frame, steps], axis=1))
+    return _finish(pd.concat(frames, ignore_index=True))
 
 
 def where_compression_does_not_pay(table: pd.DataFrame) -> list[str]:
-    """Plain sentences per model, at the cluster's own NIC speed: which compressed exchanges never beat the
-    dense allreduce (at any rank count and ratio priced) and why, and which wins where it pays."""
+    """Plain sentences per model, ranked by the training step: at the cluster's own NIC speed, the fastest
+    step per rank count and each compressed scheme that never shortens it and why (with what its exchange
+    alone would have suggested), schemes that do not fit the device's memory; over the NIC sweep, where
+    compression starts to pay; and what the project measured of their accuracy cost."""
     lines = []
     own = table[table["fabric_nic"]] if "fabric_nic" in table else table
     for model_name, rows in own.groupby("model", sort=False):
-        dense = rows[rows["scheme"] == "dense"].set_index(["ranks", "ratio"])["seconds"]
+        dense = rows[rows["scheme"] == "dense"]
+        lines.append(f"{model_name} (batch {rows['batch_per_gpu'].iloc[0]:g} per GPU): dense step "
+                     f"{_span(dense['step_seconds'])}, of which the exchange exposes at most "
+                     f"{format_time(float(dense['step_exposed_exchange_seconds'].max()))}")
         for scheme in [s for s in rows["scheme"].unique() if s != "dense"]:
-            mine = rows[rows["scheme"] == scheme].set_index(["ranks", "ratio"])
-            if (mine["seconds"] < dense.reindex(mine.index)).any():
-                continue
-            work, exchange = float(mine["compression_seconds"].min()), float(dense.max())
-            why = (f"its device work alone ({format_time(work)}) exceeds dense's slowest exchange "
-                   f"({format_time(exchange)})" if work >= exchange else "its exchange is no faster than dense's")
-            lines.append(f"{model_name}: {scheme} does not pay at any rank count or ratio: {why}")
-        best = rows.loc[rows.groupby("ranks")["seconds"].idxmin()]
-        gains = ", ".join(f"{int(r.ranks)}: {r.scheme} {r.speedup_vs_dense:.2f}x" for r in best.itertuples())
-        lines.append(f"{model_name}: fastest per rank count (speedup over dense): {gains}")
+            mine = rows[rows["scheme"] == scheme]
+            if not mine["fits_memory"].any():
+                lines.append(f"  {scheme}: does not fit ({mine['memory_GB'].min():.1f} GB per GPU with its error "
+                             "feedback)")
+            elif not (mine["speedup_vs_dense"] > 1).any():
+                exchange = float(mine["exchange_speedup_vs_dense"].max())
+                hidden = (f"; its exchange alone is up to {exchange:.2f}x dense's, but the backward hides dense's"
+                          if exchange > 1 else "")
+                lines.append(f"  {scheme}: never shortens the step, its device work "
+                             f"({format_time(float(mine['step_device_work_seconds'].min()))}) is on the critical "
+                             f"path{hidden}")
+        lines.append("  fastest step per rank count: " + _fastest_by(rows, "ranks", lambda v: f"{int(v)}"))
+        if "fabric_nic" in table:
+            sweep = table[(table["model"] == model_name) & (table["ranks"] == table["ranks"].max())]
+            if sweep["bandwidth_Bps"].nunique() > 1:
+                lines.append(f"  at {int(sweep['ranks'].iloc[0])} ranks by NIC speed: "
+                             + _fastest_by(sweep, "bandwidth_gbit_s", lambda v: f"{v:g}G"))
+    lines += _accuracy_lines(own)
     return lines
 
 
-def _ranks_text(ranks: pd.Index) -> str:
-    values = [str(int(r)) for r in ranks]
-    return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+def _span(values: pd.Series) -> str:
+    low, high = format_time(float(values.min())), format_time(float(values.max()))
+    return low if low == high else f"{low}-{high}"
+
+
+def _fastest_by(rows: pd.DataFrame, column: str, label) -> str:
+    """The fastest fitting scheme at each value of ``column`` and its step's speedup over dense."""
+    fitting = rows[rows["fits_memory"]]
+    if fitting.empty:
+        return "nothing fits"
+    best = fitting.loc[fitting.groupby(column)["seconds"].idxmin()]
+    return ", ".join(f"{label(getattr(r, column))} {r.scheme}"
+                     + ("" if r.scheme == "dense" else f" {r.speedup_vs_dense:.2f}x") for r in best.itertuples())
+
+
+def _accuracy_lines(table: pd.DataFrame) -> list[str]:
+    measured = table[table["accuracy_cost"].str.startswith("measured")]
+    at = {s: sorted(set(rows["ratio"].round(6)), reverse=True) for s, rows in measured.groupby("scheme")}
+    unpriced = [s for s in table["scheme"].unique() if s != "dense" and s not in at]
+    parts = [f"{s} measured on Fashion-MNIST at c = {', '.join(f'{r:g}' for r in ratios)} (column accuracy_cost)"
+             for s, ratios in at.items()]
+    if unpriced:
+        parts.append(f"{', '.join(unpriced)} not priced")
+    return ["accuracy: " + "; ".join(parts)] if parts else []
 
 
 def winners(table: pd.DataFrame) -> pd.DataFrame:

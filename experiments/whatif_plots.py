@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
@@ -161,3 +162,56 @@ def plot_crossover(table: pd.DataFrame, out_dir: Path) -> Path:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure_atomic(fig, out_dir / "whatif_crossover.png")
+
+
+#: Markers of the schemes in the step figures (the colours are :data:`SCHEME_COLOURS`).
+STEP_MARKERS = {"dense": "s", "topk-ag": "o", "topk-ar": "^", "powersgd": "D", "fp16": "v", "bf16": "P"}
+STEP_LABELS = {"dense": "dense", "topk-ag": "Top-k AG", "topk-ar": "Top-k AR", "powersgd": "PowerSGD",
+               "fp16": "fp16", "bf16": "bf16"}
+
+
+def plot_step_lines(table: pd.DataFrame, out_dir: Path, x: str, xlabel: str, title: str, filename: str,
+                    own_x: float | None = None) -> Path:
+    """One panel per model: the training step of every scheme over ``x`` (rank count or NIC speed), Top-k at
+    its fastest ratio. A line, not a map: on a GPU cluster the schemes that matter (PowerSGD, fp16) have no
+    ratio, so a ratio axis drew stripes; the step is what the user waits for."""
+    from flexcomm.costmodel.plotting import coinciding_line, readable_log_axis
+
+    models = list(table["model"].unique())
+    fig, axes = plt.subplots(1, len(models), figsize=(4.4 * len(models), 3.8), squeeze=False)
+    handles: dict[str, Line2D] = {}
+    for ax, model_name in zip(axes[0], models, strict=True):
+        rows = table[(table["model"] == model_name) & table["fits_memory"]]
+        drawn: list = []
+        for scheme in [s for s in SCHEMES if (rows["scheme"] == s).any()]:
+            fastest = rows[rows["scheme"] == scheme].groupby(x)["step_seconds"].min().sort_index()
+            xs, ys = fastest.index.to_numpy(dtype=float), fastest.to_numpy()
+            same = coinciding_line(xs, ys, drawn)
+            if same is not None:  # drawn once, named for both
+                same.set_label(f"{same.get_label()} = {STEP_LABELS[scheme]}")
+                continue
+            (line,) = ax.plot(xs, ys, color=SCHEME_COLOURS[scheme], marker=STEP_MARKERS[scheme], lw=1.6, ms=5,
+                              label=STEP_LABELS[scheme])
+            drawn.append((line, xs, ys))
+        if own_x is not None:
+            ax.axvline(own_x, color="k", ls="--", lw=0.9)
+        ax.set_xscale("log", base=2 if x == "ranks" else 10)
+        values = np.sort(rows[x].unique())
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.minorticks_off()
+        ax.set_yscale("log")
+        readable_log_axis(ax, "y")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("training step (s)")
+        batch = rows["batch_per_gpu"].iloc[0] if len(rows) else float("nan")
+        ax.set_title(f"{model_name}, batch {batch:g} per GPU", fontsize=9)
+        for line, *_ in drawn:
+            handles.setdefault(line.get_label(), line)
+    if own_x is not None:
+        handles["the cluster's own NIC"] = Line2D([], [], color="k", ls="--", lw=0.9)
+    # below the panels, never over a line (a step reaches any height); Top-k drawn at its fastest ratio
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 6), fontsize=8,
+               frameon=False)
+    fig.suptitle(title + " (Top-k at its fastest ratio)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.09, 1, 0.93))
+    return save_figure_atomic(fig, out_dir / filename)

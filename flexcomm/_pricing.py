@@ -212,6 +212,16 @@ def _whole(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+def default_cost_algorithm(cluster: Cluster | None, scheme: bool, order: str | list[int] = "rank") -> str | None:
+    """What ``cost`` prices when no algorithm is named: on a cluster with a ``gpu_fabric`` every call as NCCL
+    runs it (``simulate`` and ``whatif`` price it so; a flat ring there was 9x NCCL's price for 28 GB), unless a
+    rank order is asked for, which only a formula's algorithm walks on its real paths; else None (the
+    collective's first formula, ring for a scheme)."""
+    if cluster is not None and cluster.gpu_fabric is not None and (scheme or order == "rank"):
+        return "nccl"
+    return None
+
+
 def cost(
     collective: str = "allreduce",
     algorithm: str | None = None,
@@ -274,6 +284,8 @@ def cost(
         raise InputError("collective", collective, "one of " + ", ".join(table) + " (or all-to-all)")
     model = cost_model(cluster=cluster, profile=profile, latency=latency, bandwidth=bandwidth,
                        reduce_bandwidth=reduce_bandwidth, ranks_per_node=ranks_per_node)
+    if algorithm is None and profile is None:  # a profile's fitted link is priced by the formulas
+        algorithm = default_cost_algorithm(model.cluster, bool(scheme), order)
     if scheme:
         return _scheme_cost(model, scheme, algorithm, elements, nbytes, ranks, float(ratio), payload, index_dtype,
                             powersgd_rank, powersgd_matrix)

@@ -46,13 +46,20 @@ from simpy.events import Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
-from flexcomm.costmodel.compressed import PRICED_SCHEMES, SchemeAlgorithms, SparsePayload, powersgd_sides
+from flexcomm.costmodel.compressed import (
+    PRICED_SCHEMES,
+    SchemeAlgorithms,
+    SparsePayload,
+    powersgd_sides,
+    scheme_memory_bytes,
+)
 from flexcomm.costmodel.compression_compute import device_compression_seconds
 from flexcomm.costmodel.compute import ModelSpec
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
 from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.training_state import state_bytes_per_param
 from flexcomm.costmodel.units import parse_size
 from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
 from flexcomm.sim.faults import (
@@ -199,6 +206,8 @@ class TrainingConfig:
     granularity: str = "auto"
     seed: int = 0
     record_flows: bool = True
+    #: refuse a job whose data-parallel state does not fit its devices (the what-if reports it instead)
+    check_memory: bool = True
 
     def __post_init__(self) -> None:
         it = self.iterations
@@ -308,6 +317,26 @@ class TrainingResult:
         }
 
 
+def data_parallel_memory_bytes(model: ModelSpec, precision: str, scheme: str, buckets: Sequence[Bucket],
+                               payloads: Sequence[SparsePayload]) -> float:
+    """What every data-parallel rank keeps on its device beside activations: weights, gradients and Adam's
+    moments (:func:`costmodel.training_state.state_bytes_per_param`) and the scheme's error-feedback memory.
+    One count for ``simulate`` and ``whatif``, so neither prices a job that cannot be loaded."""
+    state = float(model.params) * state_bytes_per_param(precision)
+    return state + sum(scheme_memory_bytes(scheme, b.numel, payloads[b.index]) for b in buckets)
+
+
+def check_data_parallel_memory(cluster: Cluster, nodes: Sequence[int], workload: str, need_bytes: float) -> None:
+    """Refuse a data-parallel job whose state alone does not fit the smallest device it runs on."""
+    device = min((cluster.node_device(n) for n in nodes), key=lambda d: d.memory_bytes)
+    if need_bytes > device.memory_bytes:
+        raise InputError("memory", f"{workload}: {need_bytes / 1e9:.1f} GB per GPU",
+                         f"at most the {device.name}'s {device.memory_bytes / 1e9:.1f} GB: in data parallel every "
+                         "GPU holds weights, gradients and Adam's moments (16 bytes a parameter, ZeRO SC'20 "
+                         "section 3.1) and the scheme's error feedback, activations not counted; shard the model "
+                         "(plan --model, simulate --llm-plan) or use devices with more memory")
+
+
 def default_algorithm(cluster: Cluster) -> str:
     """``auto``: ``nccl`` on a cluster with a ``gpu_fabric`` (what a GPU job runs), else the ring formula."""
     return "nccl" if cluster.gpu_fabric is not None else "ring"
@@ -388,6 +417,10 @@ class TrainingSimulator:
         self.compute_total = forward + self.backward_s
         dpn = self.cluster.devices_per_node
         self.job_nodes = sorted({r // dpn for r in range(self.ranks)})
+        self.memory_bytes = data_parallel_memory_bytes(model, self.cluster.device.precision, config.scheme,
+                                                       self.buckets, self.payloads)
+        if config.check_memory:
+            check_data_parallel_memory(self.cluster, self.job_nodes, self.workload.name, self.memory_bytes)
         check_random_failures(self.fault_sources, len(self.job_nodes), config.iterations, self.compute_total,
                               self.policy.checkpoint_every, self.policy.elastic,
                               self.policy.max_restarts)  # before a run that would not end for minutes
@@ -821,23 +854,42 @@ def analytical_iteration(cluster: Cluster | str, config: TrainingConfig | None =
     times), exposed comm and total seconds.
     """
     sim = TrainingSimulator(cluster, config or TrainingConfig())
-    cfg = sim.config
+    model = CostModel.from_cluster(sim.cluster, gamma=sim.config.gamma)
     p = ranks or sim.ranks
-    model = CostModel.from_cluster(sim.cluster, gamma=cfg.gamma)
+    return overlapped_iteration(sim, bucket_exchange_seconds(sim, model, p, sim.config.ratio))
+
+
+def bucket_exchange_seconds(sim: TrainingSimulator, model: CostModel, ranks: int, ratio: float) -> np.ndarray:
+    """Each bucket's exchange in ``sim``'s scheme on ``ranks`` ranks, priced by ``model`` (the cost model of the
+    cluster, or of a variant of it: the what-if prices other NIC speeds through the same buckets)."""
+    cfg = sim.config
     numel = np.array([b.numel for b in sim.buckets], dtype=float)
-    if p == 1:
-        times = np.zeros(len(numel))
-    elif cfg.scheme == "dense":
-        times = np.asarray(model.collective("allreduce", cfg.algorithm, numel * 4.0, p).total, dtype=float)
-    else:
-        times = np.array([float(model.scheme(cfg.scheme, n, p, cfg.ratio, sim.payloads[b],
-                                             scheme_algorithms(cfg.algorithm)).total) for b, n in enumerate(numel)])
-    times = np.broadcast_to(times, numel.shape)
+    if ranks == 1:
+        return np.zeros(len(numel))
+    if cfg.scheme == "dense":
+        times = np.asarray(model.collective("allreduce", cfg.algorithm, numel * 4.0, ranks).total, dtype=float)
+        return np.array(np.broadcast_to(times, numel.shape))
+    algorithms = scheme_algorithms(cfg.algorithm)
+    priced: dict[tuple[float, object], float] = {}  # equal buckets (a transformer's blocks) priced once
+    times = []
+    for b, n in enumerate(numel.tolist()):
+        key = (n, sim.payloads[b].matrix_sides)
+        if key not in priced:
+            priced[key] = float(model.scheme(cfg.scheme, n, ranks, ratio, sim.payloads[b], algorithms).total)
+        times.append(priced[key])
+    return np.array(times)
+
+
+def overlapped_iteration(sim: TrainingSimulator, exchange_s: np.ndarray) -> dict[str, float]:
+    """The iteration of ``sim``'s buckets exchanged in ``exchange_s`` each: bucket b starts at max(end of b-1,
+    ready_b), where ready_b is its gradient's backward plus the device work of compressing it and the
+    buckets before it; the optimizer runs after the last exchange and all the compute."""
+    cfg = sim.config
     ready = sim.bucket_compute + sim.compress_cum
     end = 0.0
-    for r, t in zip(ready.tolist(), times.tolist(), strict=True):
+    for r, t in zip(ready.tolist(), exchange_s.tolist(), strict=True):
         end = max(end, r) + t
     busy = sim.compute_total + float(sim.compress_cum[-1])
     total = max(end, busy) + cfg.optimizer_s
     return {"compute_s": sim.compute_total + cfg.optimizer_s, "compression_s": float(sim.compress_cum[-1]),
-            "comm_s": float(times.sum()), "exposed_comm_s": total - busy - cfg.optimizer_s, "time_s": total}
+            "comm_s": float(exchange_s.sum()), "exposed_comm_s": total - busy - cfg.optimizer_s, "time_s": total}

@@ -83,7 +83,7 @@ def test_cost_explain_prints_what_runs_and_where_the_time_goes(capsys: pytest.Ca
 
 
 @pytest.mark.parametrize(("argv", "field"), [
-    (["--explain"], "explain"),
+    (["--explain", "--order", "rack-major"], "explain"),  # an order is walked by a formula's ring
     (["--algorithm", "ring", "--explain"], "explain"),
     (["--algorithm", "nccl", "--nccl-version", "2.12"], "nccl-version"),
     (["--algorithm", "nccl:pat", "--nccl-version", "2.20.3", "--collective", "allgather"], "algorithm"),
@@ -94,6 +94,20 @@ def test_nccl_options_are_refused_in_one_line(argv: list[str], field: str, capsy
     assert main(["cost", "--cluster", "dgx-h100", "--ranks", "16", "--size", "1MiB", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"flexcomm: error: {field}")
+
+
+@pytest.mark.parametrize("argv", [[], ["--scheme", "powersgd"], ["--scheme", "topk-ar"], ["--collective", "allgather"]])
+def test_cost_on_a_gpu_cluster_prices_as_nccl_runs_it_by_default(argv: list[str],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """One price for one job: ``cost`` without --algorithm on a cluster with a gpu_fabric prices what simulate
+    and whatif price there (every call as NCCL runs it), not a flat ring 9x slower for 28 GB."""
+    base = ["cost", "--cluster", "dgx-h100", "--ranks", "16", "--size", "28GB", "--json", *argv]
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert main([*base, "--algorithm", "nccl"]) == 0
+    assert default == json.loads(capsys.readouterr().out)
+    assert main([*base, "--algorithm", "ring"]) == 0
+    assert json.loads(capsys.readouterr().out)["seconds"] > default["seconds"]
 
 
 def test_rccl_names_what_it_does_not_model(capsys: pytest.CaptureFixture[str]) -> None:

@@ -132,9 +132,70 @@ def test_whatif_on_a_gpu_cluster_prices_every_scheme_as_nccl_runs_it(
     assert table["bandwidth_gbit_s"].max() >= 800 and table["bandwidth_gbit_s"].min() <= 10
     own = table[table["fabric_nic"] & (table["scheme"] == "dense") & (table["ranks"] == 16)]
     nccl = CostModel.from_cluster(load_cluster("dgx-h100")).nccl_choice("allreduce", "nccl", 25.557e6 * 4, 16)
-    assert float(own[own["model"] == "resnet50"]["seconds"].iloc[0]) == pytest.approx(nccl.seconds)
+    assert float(own[own["model"] == "resnet50"]["exchange_seconds"].iloc[0]) == pytest.approx(nccl.seconds)
+    assert (table["ranked_by"] == "training step").all()
+    assert (table["seconds"] == table["step_seconds"]).all()
     assert (tmp_path / "whatif_nic_sweep.png").exists() and (tmp_path / "whatif_cluster.png").exists()
-    assert "does not pay" in out and "fastest per rank count" in out
+    assert "ranked by the training step" in out and "fastest step per rank count" in out
+
+
+@pytest.mark.parametrize("nic_gbit", [10.0, 400.0])
+def test_whatif_prices_the_step_as_simulate_does(nic_gbit: float) -> None:
+    """One job, one answer: the what-if's step of every scheme is the simulator's iteration (uncontended, so
+    its analytical twin's) to the last digit, at a NIC where compression pays and at one where it does not."""
+    import numpy as np
+
+    from flexcomm.experiments.whatif import WhatIfGrid, _with_nic, run_whatif
+    from flexcomm.sim.training import simulate_training
+
+    cluster = load_cluster("dgx-h100")
+    grid = WhatIfGrid(models={"transformer-1.3b": 1.3e9}, ratios=np.array([0.01]),
+                      nic_bandwidths_Bps=np.array([nic_gbit * 1.25e8]))
+    table = run_whatif(grid, cluster)
+    rows = table[(table["ranks"] == 16) & np.isclose(table["bandwidth_gbit_s"], nic_gbit)].set_index("scheme")
+    for scheme in PRICED_SCHEMES:
+        simulated = simulate_training(_with_nic(cluster, nic_gbit * 1.25e8), workload="transformer-1.3b",
+                                      scheme=scheme, ratio=0.01, iterations=2)
+        assert rows.loc[scheme, "step_seconds"] == pytest.approx(simulated.summary()["median_time_s"], rel=1e-9)
+    best = rows["best_scheme"].iloc[0]
+    assert best == rows["step_seconds"].idxmin()
+    assert (rows["best_scheme"] == best).all() and rows.loc[best, "is_best"]
+
+
+def test_whatif_says_an_exchange_the_backward_hides_does_not_shorten_the_step(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PowerSGD's exchange alone is faster than dense's on 400G NICs, but dense's buckets hide under the
+    backward and PowerSGD adds device work: the what-if ranks by the step and says both."""
+    import pandas as pd
+
+    code, out, _ = run_cli(capsys, "whatif", "--cluster", "dgx-h100", "--model", "transformer-1.3b",
+                           "--out", str(tmp_path), "--no-plots")
+    assert code == 0
+    table = pd.read_csv(tmp_path / "whatif.csv")
+    own = table[table["fabric_nic"] & (table["ranks"] == 16)].drop_duplicates("scheme").set_index("scheme")
+    assert own.loc["powersgd", "exchange_speedup_vs_dense"] > 1 > own.loc["powersgd", "speedup_vs_dense"]
+    assert own.loc["powersgd", "step_device_work_seconds"] > own.loc["dense", "step_exposed_exchange_seconds"]
+    assert "powersgd: never shortens the step" in out and "but the backward hides dense's" in out
+    assert own.loc["powersgd", "accuracy_cost"].startswith("not priced")
+    assert "accuracy: topk-ar measured on Fashion-MNIST at c = 0.1, 0.01, 0.001" in out
+    slow = table[(table["ranks"] == 16) & (table["bandwidth_gbit_s"] == 10) & table["is_best"]]
+    assert set(slow["scheme"]) == {"powersgd"}  # on 10G NICs compression pays, and the what-if says where
+    assert "at 16 ranks by NIC speed: 10G powersgd" in out
+
+
+def test_whatif_reports_a_scheme_that_does_not_fit_and_never_ranks_it(tmp_path) -> None:
+    import numpy as np
+
+    from flexcomm.experiments.whatif import WhatIfGrid, run_whatif
+
+    base = load_cluster("pcie-4x-rtx4090")  # 24 GiB: the 1.3B model's Adam state fits, its error feedback not
+    table = run_whatif(WhatIfGrid(models={"transformer-1.3b": 1.3e9}, ratios=np.array([0.01])), base)
+    fits = table.drop_duplicates("scheme").set_index("scheme")["fits_memory"]
+    assert fits["dense"] and fits["fp16"] and not fits["topk-ag"] and not fits["powersgd"]
+    assert not table[~table["fits_memory"]]["is_best"].any()
+    memory = table.drop_duplicates("scheme").set_index("scheme")["memory_GB"]
+    assert memory["dense"] == pytest.approx(1.3e9 * 16 / 1e9, rel=0.05)  # ZeRO's 16 bytes a parameter
+    assert memory["topk-ag"] - memory["dense"] == pytest.approx(memory["dense"] / 4, rel=1e-6)  # fp32 residual
 
 
 def test_flexible_prior_on_a_gpu_cluster_follows_nccl() -> None:

@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--collective", default="allreduce", help="allreduce, allgather, reduce-scatter, "
                         "broadcast or all-to-all (alias alltoall; default allreduce)")
-    parser.add_argument("--algorithm", help="algorithm of the collective (default: its first, e.g. ring)")
+    parser.add_argument("--algorithm", help="algorithm of the collective: nccl[:ALGO[/PROTO]] or a formula's (ring, "
+                        "tree, ...); default nccl on a cluster with a gpu_fabric (as simulate and whatif price it; "
+                        "with --order, the collective's first formula), else the first, e.g. ring")
     parser.add_argument("--size", required=True, help="message size in bytes, e.g. 64MiB")
     parser.add_argument("--ranks", required=True, type=int, help="number of ranks (>= 1)")
     parser.add_argument("--order", default="rank", help="with --cluster: the group's rank order, rank, rack-major, "
@@ -62,7 +64,13 @@ def _check_nccl_options(args: argparse.Namespace) -> None:
     from flexcomm.costmodel.collective_libraries.versions import parse_version
     from flexcomm.costmodel.errors import InputError
 
-    nccl = args.algorithm is not None and is_nccl_algorithm(args.algorithm)
+    algorithm = args.algorithm
+    if algorithm is None and args.cluster and not args.profile:
+        from flexcomm._pricing import default_cost_algorithm
+        from flexcomm.costmodel.cluster import load_cluster
+
+        algorithm = default_cost_algorithm(load_cluster(args.cluster), bool(args.scheme), _order(args.order))
+    nccl = algorithm is not None and is_nccl_algorithm(algorithm)
     for flag, used in (("explain", args.explain), ("nccl-version", args.nccl_version is not None),
                        ("gpus-per-process", args.gpus_per_process != 1)):
         if used and not nccl:

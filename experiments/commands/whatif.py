@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         names = [n.strip() for n in args.model.split(",") if n.strip()]
         if not names:
             raise InputError("model", args.model, "comma-separated zoo names or module:factory references")
-        grid.models, grid.layers = grid_models(names)
+        grid.models, grid.layers, grid.workloads = grid_models(names)
     if args.reduce_bandwidth:
         grid.reduce_gamma_s_per_byte = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth")
     shard = _parse_shard(args.shard)
@@ -86,12 +86,16 @@ def run(args: argparse.Namespace) -> int:
             figures.append(whatif_plots.plot_crossover(table, out))
         elif cluster.gpu_fabric is not None:
             own = table[table["fabric_nic"]]
-            figures.append(whatif_plots.plot_ranks_sweep(
-                own, out, f"{cluster.name}: fastest gradient exchange as NCCL runs it, its own NICs; contours = "
-                "speedup over dense"))
+            nic = cluster.inter_link.bandwidth_Bps * 8 / 1e9
+            figures.append(whatif_plots.plot_step_lines(
+                own, out, "ranks", "ranks (GPUs)", f"{cluster.name}, its own {nic:g} Gbit/s NICs: the training step "
+                "of every exchange, as simulate prices it", "whatif_cluster.png"))
             if own["ranks"].max() > cluster.devices_per_node:
-                figures.append(whatif_plots.plot_nic_sweep(table, out, cluster.name,
-                                                           cluster.inter_link.bandwidth_Bps * 8 / 1e9))
+                top = int(table["ranks"].max())
+                figures.append(whatif_plots.plot_step_lines(
+                    table[table["ranks"] == top], out, "bandwidth_gbit_s", "NIC bandwidth (Gbit/s)",
+                    f"{cluster.name}, {top} GPUs: the training step of every exchange by NIC speed",
+                    "whatif_nic_sweep.png", own_x=nic))
         else:
             figures.append(whatif_plots.plot_ranks_sweep(
                 table, out, f"{cluster.name}: fastest gradient exchange on its own links; contours = speedup "
@@ -115,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
         verdicts = where_compression_does_not_pay(table)
         summary["verdicts"] = verdicts
         write_text_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-        print(f"on {cluster.name}'s own {cluster.inter_link.bandwidth_Bps * 8 / 1e9:g} Gbit/s NICs, every exchange "
-              "as NCCL runs it:")
+        print(f"on {cluster.name}'s own {cluster.inter_link.bandwidth_Bps * 8 / 1e9:g} Gbit/s NICs, ranked by the "
+              "training step as simulate prices it (every exchange as NCCL runs it; the exchange alone: "
+              "exchange_* columns):")
         for line in verdicts:
             print("  " + line)
     print_written(out, wall_started)
