@@ -88,6 +88,8 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.llm.timing", "FORWARD_TRAFFIC_PER_STORED_BYTE", "bytes/byte", "derived"),
     _c("planner.llm.timing", "ADAM_BYTES_PER_PARAMETER", "bytes", "derived"),
     _c("planner.plans", "ADAM_STATE_MULTIPLE", "x fp32 parameter bytes", "cited"),
+    _c("planner.plans", "GRADIENT_BYTES", "bytes/element", "derived"),
+    _c("costmodel.gradient_exchange", "DEFAULT_TOPK_RATIO", "fraction of elements", "design"),
     _c("planner.llm.model", "FFN_MULTIPLE", "x hidden", "cited"),
     _c("planner.llm.search", "MICRO_BATCH_SIZES", "samples", "design"),
     _c("planner.llm.search", "MAX_VIRTUAL_STAGES", "stages", "design"),

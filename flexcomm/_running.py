@@ -129,7 +129,7 @@ def simulate(
         resolved = calibrated_cluster(resolved, CalibrationProfile.load(profile))
 
     from flexcomm.sim.faults import FaultPolicy, parse_fault
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_straggler
+    from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_stragglers
 
     if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1):
         raise InputError("buckets", buckets, "an integer >= 1")
@@ -148,8 +148,7 @@ def simulate(
     elif isinstance(stragglers, Mapping):
         straggling = dict(stragglers)
     else:
-        straggling = dict(parse_straggler(text) for text in ([stragglers] if isinstance(stragglers, str)
-                                                              else stragglers))
+        straggling = parse_stragglers(stragglers, resolved.devices_per_node)
     if isinstance(faults, str):  # one fault given as a string, not its characters
         faults = [faults]
     fault_sources = [parse_fault(spec, seed) if isinstance(spec, str) else spec for spec in faults]

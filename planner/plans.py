@@ -36,6 +36,7 @@ import numpy as np
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compute import DEFAULT_BACKWARD_FACTOR
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_size
 from flexcomm.planner.devices import PlanCluster
@@ -46,6 +47,8 @@ ORDERS = ("tp-dp-pp", "tp-pp-dp")  # innermost to outermost rank dimension
 BALANCES = ("speed", "even")
 #: Adam keeps two fp32 moments per parameter: 2 x the fp32 parameter bytes.
 ADAM_STATE_MULTIPLE = 2.0
+#: Bytes of a gradient element: the graph planner's models train in fp32 (their parameter bytes are fp32's)
+GRADIENT_BYTES = 4.0
 
 
 @dataclass(frozen=True, order=True)
@@ -119,7 +122,7 @@ class Pricer:
 
     def __init__(self, units: Units, cluster: PlanCluster, batch_size: int, *, balance: str = "speed",
                  backward_factor: float = DEFAULT_BACKWARD_FACTOR, optimizer_multiple: float = ADAM_STATE_MULTIPLE,
-                 memory_fraction: float = 1.0, cache: bool = True) -> None:
+                 memory_fraction: float = 1.0, cache: bool = True, exchange: GradientScheme | None = None) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError("batch_size", batch_size, "an integer >= 1")
         if balance not in BALANCES:
@@ -130,6 +133,8 @@ class Pricer:
         self.balance, self.backward_factor = balance, float(backward_factor)
         self.optimizer_multiple, self.memory_fraction = float(optimizer_multiple), float(memory_fraction)
         self.cache = cache
+        #: how data-parallel groups exchange gradients (``plan --scheme``): dense allreduce unless told
+        self.exchange = exchange or GradientScheme()
         self._peaks = cluster.peak_flops
         self._memory = cluster.memory_bytes * memory_fraction
         self._node = np.arange(cluster.world_size) // cluster.devices_per_node
@@ -276,6 +281,24 @@ class Pricer:
             times.append((self._nccl_time(len(ranks), nbytes), "nccl"))
         return min(times)
 
+    def _dp_exchange(self, ranks: np.ndarray, nbytes: float, share: float) -> tuple[float, str]:
+        """A stage's gradient exchange over its data-parallel ``ranks``: the cheapest dense allreduce, or
+        ``plan --scheme``'s exchange as whatif and simulate price it (NCCL's calls on a block of whole nodes
+        of a GPU fabric, the formulas on the group's ring link otherwise, bandwidth shared ``share`` ways)."""
+        if self.exchange.dense:
+            return self._best_allreduce(ranks, nbytes, share)
+        numel = nbytes / GRADIENT_BYTES
+        if self._nccl is not None and share == 1.0 and self._whole_block(ranks):
+            return self.exchange.exchange_seconds(numel, len(ranks), self._nccl, True), f"{self.exchange.scheme}/nccl"
+        alpha, beta = self._link(ranks, True)
+        link = CostModel.from_link(alpha, 1.0 / (beta * share))
+        return self.exchange.exchange_seconds(numel, len(ranks), link, False), f"{self.exchange.scheme}/ring"
+
+    @property
+    def _slowest_device(self):  # -> costmodel.cluster.Device
+        base = self.cluster.cluster
+        return min(base.rank_devices, key=lambda device: device.peak_flops)
+
     def _whole_block(self, ranks: np.ndarray) -> bool:
         """Consecutive ranks filling whole nodes (or part of one): the group NCCL's model prices by its size."""
         n, per = len(ranks), self.cluster.devices_per_node
@@ -384,7 +407,7 @@ class Pricer:
                 share = 1.0
                 if len(np.unique(nodes[:, 0])) > 1:  # the stage's tp groups cross each NIC together
                     share = float(max(int((nodes == n).any(axis=0).sum()) for n in np.unique(nodes)))
-                dp_times[p], dp_algs[p] = self._best_allreduce(ranks[:, p, 0], float(params[p]), share)
+                dp_times[p], dp_algs[p] = self._dp_exchange(ranks[:, p, 0], float(params[p]), share)
                 if len(np.unique(nodes)) > 1:
                     # stages drain one backward apart, so their allreduces overlap on the NICs they share
                     for n in np.unique(nodes).tolist():
@@ -395,7 +418,12 @@ class Pricer:
         grads = params / (dp if cfg.zero >= 2 else 1)
         optim = params * self.optimizer_multiple / (dp if cfg.zero >= 1 else 1)
         inflight = np.minimum(pp - np.arange(pp), m)
-        used = (params + grads + optim)[None, :] + acts[None, :] * mb[:, None] * inflight[None, :]  # [dp, pp]
+        # a compressor's error feedback (fp32, one element per gradient element) and its device work, every
+        # stage compressing its own gradients at once on its slowest device
+        feedback = np.array([self.exchange.memory_bytes(x / GRADIENT_BYTES) if dp > 1 else 0.0 for x in params])
+        device_work = max((self.exchange.device_seconds(x / GRADIENT_BYTES, self._slowest_device)
+                           for x in params), default=0.0) if dp > 1 else 0.0
+        used = (params + grads + optim + feedback)[None, :] + acts[None, :] * mb[:, None] * inflight[None, :]
         use = used / group_memory
         worst = np.unravel_index(int(np.argmax(use)), use.shape)
         feasible = bool(use.max() <= 1.0)
@@ -405,14 +433,15 @@ class Pricer:
             dev = self.cluster.devices[int(ranks[d, p, 0])]
             reason = (f"memory: stage {p} needs {format_size(used[d, p])} per device, "
                       f"{dev.name} has {format_size(group_memory[d, p] / self.memory_fraction)}")
-        step = float(replica[slow] + dp_comm)
+        step = float(replica[slow] + device_work + dp_comm)
         return PlanCost(
             config=cfg, feasible=feasible, reason=reason, step_s=step,
             compute_s=float(m * compute[slow, b]), tp_comm_s=float(m * tp_comm[slow, b]),
             p2p_s=float(m * p2p[slow, b]), bubble_s=float(replica[slow] - m * per_mb[slow, b]),
             dp_comm_s=dp_comm, peak_memory_bytes=float(used.max()), memory_use=float(use.max()),
             stage_units=tuple(sizes), replica_micro_batch=tuple(int(x) for x in mb), dp_algorithm=dp_alg,
-            extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0},
+            extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0,
+                   "dp_device_work_s": device_work},
             detail={"ranks": ranks, "compute": compute, "forward": compute / fb, "mb": mb, "tp_count": tp_count,
                     "tp_bytes": tp_bytes, "send_fwd": send_fwd, "send_bwd": send_bwd, "params": params,
                     "dp_times": dp_times, "dp_algs": np.array(dp_algs), "replica": replica},

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from flexcomm.planner.plans import PlanCost, Pricer
-from flexcomm.sim.collectives import run_collective
+from flexcomm.costmodel.compressed import SchemeAlgorithms
+from flexcomm.planner.plans import GRADIENT_BYTES, PlanCost, Pricer
+from flexcomm.sim.collectives import run_collective, run_scheme
 from flexcomm.sim.network import CountingEnvironment, Network
 
 
@@ -100,8 +101,15 @@ def simulate_plan(pricer: Pricer, cost: PlanCost) -> SimulatedPlan:
             return
         if dp > 1 and det["params"][p] > 0:
             alg = str(det["dp_algs"][p]) or "ring"
-            runs = [run_collective(env, net, "allreduce", alg, [int(r) for r in ranks[:, p, t]],
-                                   float(det["params"][p]), tag=f"dp.{p}.{t}") for t in range(tp)]
+            if pricer.exchange.dense:
+                runs = [run_collective(env, net, "allreduce", alg, [int(r) for r in ranks[:, p, t]],
+                                       float(det["params"][p]), tag=f"dp.{p}.{t}") for t in range(tp)]
+            else:  # plan --scheme: the device work, then the scheme's calls as the pricer priced them
+                yield env.timeout(cost.extra.get("dp_device_work_s", 0.0))
+                algorithms = SchemeAlgorithms(library="nccl") if alg.endswith("/nccl") else SchemeAlgorithms()
+                runs = [run_scheme(env, net, pricer.exchange.scheme, float(det["params"][p]) / GRADIENT_BYTES,
+                                   [int(r) for r in ranks[:, p, t]], pricer.exchange.ratio, algorithms=algorithms,
+                                   tag=f"dp.{p}.{t}") for t in range(tp)]
             yield env.all_of(runs)
         stage_done[p].succeed()
 

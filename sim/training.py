@@ -239,8 +239,28 @@ def parse_straggler(text: str) -> tuple[int, float]:
     except ValueError:
         r, f = -1, math.nan
     if not sep or r < 0 or not (math.isfinite(f) and f > 0):
-        raise InputError("straggler", text, "RANK=FACTOR with a rank >= 0 and a positive factor, e.g. 3=1.5")
+        raise InputError("straggler", text, "RANK=FACTOR or nodeN=FACTOR with a rank or node >= 0 and a positive "
+                         "factor, e.g. 3=1.5 or node1=1.3")
     return r, f
+
+
+def parse_stragglers(texts: str | Sequence[str], devices_per_node: int | None) -> dict[int, float]:
+    """``["3=1.5", "node1=1.3"]`` -> {rank: factor}: a rank, or every GPU of a node (a slow node is one flag,
+    not one per GPU); a rank named twice keeps its slowest factor."""
+    found: dict[int, float] = {}
+    for text in [texts] if isinstance(texts, str) else texts:
+        head, sep, factor = str(text).partition("=")
+        if head.strip().lower().startswith("node"):
+            node, f = parse_straggler(f"{head.strip()[4:]}{sep}{factor}")
+            if devices_per_node is None:
+                raise InputError("straggler", text, "RANK=FACTOR here (nodeN=FACTOR needs a cluster's nodes)")
+            ranks = range(node * devices_per_node, (node + 1) * devices_per_node)
+        else:
+            rank, f = parse_straggler(text)
+            ranks = range(rank, rank + 1)
+        for rank in ranks:
+            found[rank] = max(found.get(rank, f), f)
+    return found
 
 
 # --- results --------------------------------------------------------------------------------------

@@ -110,3 +110,23 @@ def test_a_fault_that_never_fires_is_reported(capsys: pytest.CaptureFixture[str]
     code, out, _ = run_cli(capsys, "simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50",
                            "--iterations", "2", "--fail", fault)
     assert code == 0 and f"fault {fault}: {said}" in out and "no effect" in out
+
+
+def test_a_slow_node_is_one_flag_and_a_model_that_does_not_fit_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["simulate", "--cluster", "4x8-a100-ib", "--workload", "resnet50", "--iterations", "2", "--json"]
+    assert main([*base, "--straggler", "node1=1.3"]) == 0
+    node = json.loads(capsys.readouterr().out)
+    assert main([*base, *[x for r in range(8, 16) for x in ("--straggler", f"{r}=1.3")]]) == 0
+    ranks = json.loads(capsys.readouterr().out)
+    assert node["summary"]["median_time_s"] == ranks["summary"]["median_time_s"]
+    assert node["config"]["stragglers"] == ranks["config"]["stragglers"]
+    assert main([*base]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"]["median_time_s"] < node["summary"]["median_time_s"]
+    assert main([*base, "--straggler", "nodeX=1.3"]) == 2
+    # 1.3B parameters with Adam (16 B each) and Top-k's fp32 error feedback: 26 GB on a 24 GiB RTX 4090
+    assert main(["simulate", "--cluster", "pcie-4x-rtx4090", "--workload", "transformer-1.3b", "--scheme",
+                 "topk-ag", "--iterations", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "straggler" in err[0]
+    assert err[1].startswith("flexcomm: error: memory: got 'transformer-1.3b: 26.3 GB per GPU'")

@@ -75,3 +75,44 @@ def test_cli_prints_the_step_and_writes_json(tmp_path: Path, capsys: pytest.Capt
     assert main(["simulate", "--llm-plan", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("flexcomm: error: ") for line in err)
+
+
+def _with(path: Path, **best: object) -> Path:
+    data = yaml.safe_load(path.read_text())
+    data["best"].update(best)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_interleaved_stages_are_simulated_with_megatrons_schedule(tmp_path: Path) -> None:
+    """Every plan the planner outputs simulates: v chunks per GPU in Megatron-LM's interleaved 1F1B order
+    shrink the bubble as the closed form says, and cost v times the pipeline sends."""
+    cluster = load_cluster(CLUSTER)
+    plain = simulate_step(cluster, load_step_plan(plan_file(tmp_path, tp=8, pp=4, dp=1)))
+    interleaved = simulate_step(cluster, load_step_plan(_with(plan_file(tmp_path, tp=8, pp=4, dp=1),
+                                                              virtual_stages=2)))
+    again = simulate_step(cluster, load_step_plan(tmp_path / "plan-8-4-1.yaml"))
+    assert interleaved.step_s == again.step_s and interleaved.events == again.events
+    assert interleaved.step_s < plain.step_s and interleaved.analytical_s < plain.analytical_s
+    assert interleaved.busy_s["pp_send"] > plain.busy_s["pp_send"]  # each micro-batch crosses v x as often
+    assert interleaved.busy_s["compute"] == pytest.approx(plain.busy_s["compute"])  # the same layers per GPU
+    assert interleaved.step_s == pytest.approx(interleaved.analytical_s, rel=0.1)
+
+
+def test_a_slow_node_slows_the_plan_as_one_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--straggler node1=1.3 is every GPU of node 1; a stage computes at its slowest GPU's speed."""
+    path = plan_file(tmp_path, tp=8, pp=2, dp=2)
+    ranks = [f"{r}=1.5" for r in range(16, 24)]  # node 2: one tensor group of the last stage
+    runs = {}
+    for name, flags in (("none", []), ("node", ["--straggler", "node2=1.5"]),
+                        ("ranks", [x for r in ranks for x in ("--straggler", r)])):
+        assert main(["simulate", "--llm-plan", str(path), "--cluster", CLUSTER, "--json", *flags]) == 0
+        runs[name] = {k: v for k, v in json.loads(capsys.readouterr().out).items() if k != "wall_s"}
+    assert runs["node"] == runs["ranks"]
+    assert runs["node"]["step_s"] > runs["none"]["step_s"]
+    everywhere = simulate_step(load_cluster(CLUSTER), load_step_plan(path), stragglers=dict.fromkeys(range(32), 1.5))
+    assert everywhere.busy_s["compute"] == pytest.approx(1.5 * runs["none"]["busy_s"]["compute"])
+    assert main(["simulate", "--llm-plan", str(path), "--cluster", CLUSTER, "--straggler", "node9=1.5"]) == 2
+    assert main(["simulate", "--llm-plan", str(path), "--cluster", CLUSTER, "--iterations", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "straggler" in err[0] and "--iterations with --llm-plan" in err[1]

@@ -285,3 +285,27 @@ def test_cli_plan_takes_a_calibration_profile(tmp_path: Path, capsys: pytest.Cap
         dp_comm[name] = json.loads((tmp_path / name / "best_plan.json").read_text())["best"]["breakdown_s"]
     capsys.readouterr()
     assert dp_comm["profiled"]["dp_comm_s"] == pytest.approx(10 * dp_comm["plain"]["dp_comm_s"], rel=0.1)
+
+
+def test_the_graph_planner_prices_and_simulates_a_compressed_data_parallel_exchange(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``plan --model resnet50 --scheme powersgd``: every plan's data-parallel groups exchange as PowerSGD
+    (its calls, device work and error feedback), and the simulator's re-ranking runs the same calls."""
+    import json
+
+    from flexcomm.experiments.cli import main
+
+    runs = {}
+    for scheme in ("dense", "powersgd"):
+        out = tmp_path / scheme
+        assert main(["plan", "--model", "resnet50", "--cluster", "4x8-a100-ib", "--out", str(out), "--no-progress",
+                     "--scheme", scheme, "--simulate-top", "1"]) == 0
+        runs[scheme] = json.loads((out / "best_plan.json").read_text())
+    printed = capsys.readouterr().out
+    assert "data-parallel exchange: powersgd" in printed
+    dense, powersgd = runs["dense"]["best"], runs["powersgd"]["best"]
+    assert powersgd["dp_algorithm"].startswith("powersgd/") and not dense["dp_algorithm"].startswith("powersgd")
+    assert powersgd["peak_memory_bytes"] > dense["peak_memory_bytes"]  # the fp32 error feedback
+    simulated = runs["powersgd"]["simulated"][powersgd["plan"]]
+    assert simulated == pytest.approx(powersgd["step_s"], rel=0.05)
+    assert powersgd["step_s"] != dense["step_s"]

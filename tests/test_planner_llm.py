@@ -224,3 +224,79 @@ def test_korthikanti_reproduction_predicts_without_fitting(tmp_path: Path) -> No
         runs = table[table["model"] == label].set_index("setting")
         assert runs.loc["present work", "predicted_s"] < runs.loc["full recompute", "predicted_s"]
     assert "mean |error|" in (tmp_path / "korthikanti.md").read_text() and outcome.findings
+
+
+def test_throughput_is_reported_as_tokens_mfu_and_hfu_with_megatrons_count_labelled() -> None:
+    """MFU counts the model's FLOPs (no recomputation), HFU adds what the plan recomputes, and Megatron's count
+    is the model's FLOPs plus a full recompute whether the plan runs one or not."""
+    pricer = _pricer(megatron.TABLE_1[0])
+    model, batch = pricer.model, pricer.batch_size
+    assert model.model_flops(batch) == pytest.approx(model.training_flops(batch) + model.recompute_flops(batch, "full"))
+    peak = pricer.hw.peak_flops * pricer.world
+    for recompute in ("none", "selective", "full"):
+        plan = next(p for p in enumerate_plans(pricer) if p.recompute == recompute)
+        cost = pricer.price(plan)
+        assert cost.extra["tokens_per_s"] == pytest.approx(batch * model.seq_len / cost.step_s)
+        assert cost.extra["mfu"] == pytest.approx(model.training_flops(batch) / (cost.step_s * peak))
+        assert (cost.extra["hfu"] > cost.extra["mfu"]) == (recompute != "none")
+        assert cost.tflops_per_gpu * 1e12 * pricer.world * cost.step_s == pytest.approx(model.model_flops(batch))
+
+
+@pytest.mark.parametrize("scheme", ["powersgd", "topk-ar"])
+def test_plan_scheme_prices_the_data_parallel_exchange_its_device_work_and_memory(scheme: str) -> None:
+    """``plan --scheme``: the data-parallel groups' exchange as whatif and simulate price it, the compressor's
+    device work on the step and its fp32 error feedback in memory; the step is still the sum of its parts."""
+    from flexcomm.costmodel.gradient_exchange import GradientScheme
+
+    def pricer(exchange: GradientScheme | None) -> LLMPricer:
+        cluster = load_cluster("dgx-h100-rail-pod")
+        return LLMPricer(Transformer(layers=8, hidden=2048, heads=16, seq_len=2048, vocab=51200),
+                         Hardware.of(cluster), 32, 64, cluster.device.memory_bytes, exchange=exchange)
+
+    plan = LLMPlan(tp=1, pp=1, dp=32, micro_batch_size=1, recompute="none")
+    dense, compressed = pricer(None).price(plan), pricer(GradientScheme(scheme)).price(plan)
+    assert compressed.dp_device_s > 0 == dense.dp_device_s
+    assert compressed.extra["dp_allreduce_s"] < dense.extra["dp_allreduce_s"]  # fewer bytes on the wire
+    params = dense.extra["parameters_per_gpu"]
+    assert compressed.extra["error_feedback_bytes"] >= 4 * params
+    assert compressed.peak_memory_bytes == pytest.approx(dense.peak_memory_bytes
+                                                         + compressed.extra["error_feedback_bytes"])
+    parts = sum(getattr(compressed, part) for part in ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s",
+                                                        "p2p_s", "bubble_s", "dp_exposed_s", "dp_device_s",
+                                                        "optimizer_s"))
+    assert parts == pytest.approx(compressed.step_s, rel=1e-9)
+
+
+def test_plan_scheme_in_the_cli_says_what_it_priced_and_refuses_what_means_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["plan", "--model", "gpt", "--layers", "8", "--hidden", "2048", "--heads", "16", "--seq-len", "2048",
+            "--cluster", "dgx-h100-rail-pod", "--batch-size", "64", "--out", str(tmp_path), "--no-progress"]
+    assert main([*base, "--scheme", "topk-ar", "--ratio", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "data-parallel exchange: topk-ar at ratio 0.01" in out and "measured on Fashion-MNIST" in out
+    assert json.loads((tmp_path / "best_plan.json").read_text())["scheme"] == "topk-ar"
+    assert main([*base, "--scheme", "bf16"]) == 2  # bf16 gradients already: a cast means nothing
+    assert main([*base, "--ratio", "0.1"]) == 2  # a ratio without Top-k
+    assert main([*base, "--scheme", "gzip"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(":")[2].strip() for line in err] == ["scheme", "ratio", "scheme"]
+
+
+def test_the_flagship_plan_simulates_and_says_why_its_tensor_groups_span_nodes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """GPT-3 175B, batch 1,536, on 16,384 H100s: the planner picks interleaved stages, which now simulate; its
+    tensor groups span nodes only where the numbers say so, and it prints why."""
+    assert main(["plan", "--model", "gpt", "--layers", "96", "--hidden", "12288", "--heads", "96", "--seq-len",
+                 "2048", "--batch-size", "1536", "--cluster", "superpod-h100-16k", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    best = json.loads((tmp_path / "best_plan.json").read_text())["best"]
+    if best["tp"] > 8:
+        assert "tensor groups span" in out and "the best plan with them inside a node" in out
+    else:
+        assert "tensor groups span" not in out
+    assert "tokens/s, MFU" in out and "by Megatron's count" in out
+    assert main(["simulate", "--llm-plan", str(tmp_path / "best_plan.json"), "--cluster", "superpod-h100-16k",
+                 "--json"]) == 0
+    step = json.loads(capsys.readouterr().out)
+    assert step["step_s"] == pytest.approx(best["step_s"], rel=0.1)

@@ -7,7 +7,9 @@ import math
 import sys
 from pathlib import Path
 
+from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
 from flexcomm.costmodel.limits import Limit
 from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
 
@@ -62,6 +64,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "cluster's nics_per_node, else 1)")
     llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
     llm.add_argument("--pp", type=int, help="fix the pipeline-parallel size")
+    parser.add_argument("--scheme", default="dense", help="how data-parallel groups exchange gradients: "
+                        + ", ".join(PRICED_SCHEMES) + " (default dense); priced as whatif and simulate price it: "
+                        "the exchange, the device work and the error-feedback memory")
+    parser.add_argument("--ratio", type=float, default=DEFAULT_TOPK_RATIO,
+                        help=f"with --scheme topk-*: fraction of elements kept (default {DEFAULT_TOPK_RATIO})")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -115,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     if args.search not in ("exhaustive", "random"):
         raise InputError("search", args.search, "exhaustive or random")
     _check_shared(args)
+    exchange = GradientScheme(args.scheme, args.ratio)
+    if args.scheme == "dense" and args.ratio != DEFAULT_TOPK_RATIO:
+        raise InputError("ratio", args.ratio, "--scheme topk-ag or topk-ar (the fraction Top-k keeps)")
     cluster = load_plan_cluster(args.cluster)
     if args.profile:
         cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
@@ -125,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
     if args.model == "gpt":
         from flexcomm.planner.llm.cli import plan_transformer
 
-        return plan_transformer(args, cluster, options)
+        code = plan_transformer(args, cluster, options, exchange)
+        print_exchange(exchange)
+        return code
 
     from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
     from flexcomm.planner.plans import Pricer
@@ -142,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         graph = build_graph(args.model, batch_size=1, **options)
     units = build_units(graph, efficiency=DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency,
                         reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None)
-    pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction)
+    pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction,
+                    exchange=exchange)
 
     def progress(plans, total):  # noqa: ANN001, ANN202 - tqdm's iterable
         if args.no_progress:
@@ -187,4 +200,17 @@ def run(args: argparse.Namespace) -> int:
                      if pd.notna(row.simulated_step_s) else "")  # None/NaN when not simulated
         print(f"  {place:3d}. {row.plan:32s} model {format_time(row.step_s):>9s}{simulated}  loses on {row.loses_on}")
     print("wrote " + ", ".join(str(p) for p in written))
+    print_exchange(exchange)
     return 0
+
+
+def print_exchange(exchange: GradientScheme) -> None:
+    """With --scheme: what the plans priced for it, and its accuracy cost where the project measured one."""
+    if exchange.dense:
+        return
+    from flexcomm.experiments.whatif_step import accuracy_cost
+
+    ratio = f" at ratio {exchange.ratio:g}" if exchange.scheme.startswith("topk") else ""
+    print(f"data-parallel exchange: {exchange.scheme}{ratio} (its calls, device work and error-feedback memory "
+          f"priced in every plan); accuracy cost: "
+          f"{accuracy_cost(exchange.scheme, exchange.ratio if ratio else 1.0)}")

@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "good=MEAN,bad=MEAN,factor=F (default good=50ms,bad=10ms,factor=0.25)")
     comp = parser.add_argument_group("stragglers")
     comp.add_argument("--straggler", action="append", default=[], metavar="RANK=FACTOR",
-                      help="rank computes FACTOR times slower (repeatable), e.g. 3=1.5")
+                      help="rank computes FACTOR times slower (repeatable), e.g. 3=1.5; node1=1.3 slows every GPU "
+                      "of node 1; with --llm-plan a stage runs at its slowest GPU's speed")
     comp.add_argument("--compute-jitter", type=float, default=0.0,
                       help="seeded lognormal per-rank, per-iteration compute slowdown sigma (default 0)")
     faults = parser.add_argument_group("faults")
@@ -168,14 +169,19 @@ def run_llm_step(args: argparse.Namespace) -> int:
         if "ep" not in fields:
             raise InputError("experts", args.experts, "ep=N (expert-parallel replicas), e.g. ep=8,top_k=2")
         step = replace(step, experts=Experts(**fields))
-    result = simulate_step(load_cluster(args.cluster), step, sharing=args.sharing or "max-min")
+    from flexcomm.sim.training import parse_stragglers
+
+    cluster = load_cluster(args.cluster)
+    stragglers = parse_stragglers(args.straggler, cluster.devices_per_node)
+    result = simulate_step(cluster, step, sharing=args.sharing or "max-min", stragglers=stragglers)
     if args.out:
         write_step(result, Path(args.out) / "llm_step.json")
     if args.json:
         print_json(result.as_dict())
         return 0
     plan = step.plan
-    print(f"{plan.label} on {args.cluster}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}: "
+    slow = f" with {len(stragglers)} slow GPUs (up to {max(stragglers.values()):g}x)" if stragglers else ""
+    print(f"{plan.label} on {args.cluster}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}{slow}: "
           f"step {format_time(result.step_s)} simulated with contention, planner's closed form "
           f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}); "
           f"{result.coflows:,} coflows, {result.events:,} events in {result.wall_s:.2f} s of wall time")
@@ -224,6 +230,8 @@ def run_scenario_file(args: argparse.Namespace) -> int:
 FROM_TRACE_OPTIONS = {"from_trace", "execution_trace", "traced_on", "bandwidth", "latency", "host_cores",
                       "compress_throughput", "cluster", "algorithm", "compute_jitter", "iterations", "json", "out",
                       "ranks", "ratio", "scheme", "seed", "straggler", "no_progress", "traced_device"}
+#: What ``--llm-plan`` reads (one step of a transformer plan); anything else given with it is refused.
+LLM_PLAN_OPTIONS = {"llm_plan", "cluster", "experts", "sharing", "straggler", "json", "out", "no_progress", "seed"}
 #: ``--from-trace``'s own options: meaningless without it.
 TRACE_ONLY_OPTIONS = ("execution_trace", "traced_on", "bandwidth", "latency", "host_cores", "compress_throughput",
                       "traced_device")
@@ -239,21 +247,31 @@ def _given(args: argparse.Namespace) -> list[str]:
 
 def refuse_ignored_options(args: argparse.Namespace) -> None:
     """An option the chosen mode would not read is one line, not silently dropped (``--trace`` with
-    ``--from-trace`` wrote nothing; ``--execution-trace`` without it did nothing)."""
+    ``--from-trace`` wrote nothing; ``--execution-trace`` without it did nothing; ``--straggler`` with
+    ``--llm-plan`` left the step as it was)."""
     given = _given(args)
     if args.from_trace:
         # --workload, --scenario and --llm-plan are refused by run_from_trace with their own reason
-        ignored = [d for d in given if d not in FROM_TRACE_OPTIONS | {"workload", "scenario", "llm_plan"}]
-        if ignored:
-            flag = "--" + ignored[0].replace("_", "-")
-            raise InputError(flag.lstrip("-"), getattr(args, ignored[0]), f"no {flag} with --from-trace (the "
-                             "replay of a traced step does not read it; docs/simulator.md, 'Replaying a profiled "
-                             "step', lists what it does)")
+        _refuse_unread(args, given, FROM_TRACE_OPTIONS | {"workload", "scenario", "llm_plan"}, "--from-trace (the "
+                       "replay of a traced step does not read it; docs/simulator.md, 'Replaying a profiled step', "
+                       "lists what it does)")
+        return
+    if args.llm_plan:
+        _refuse_unread(args, given, LLM_PLAN_OPTIONS, "--llm-plan (one step of the plan is simulated: it reads "
+                       "--cluster, --experts, --sharing, --straggler, --json and --out)")
         return
     stray = [d for d in given if d in TRACE_ONLY_OPTIONS]
     if stray:
         flag = "--" + stray[0].replace("_", "-")
         raise InputError(flag.lstrip("-"), getattr(args, stray[0]), f"{flag} only with --from-trace TRACE.json")
+
+
+def _refuse_unread(args: argparse.Namespace, given: list[str], read: set[str], mode: str) -> None:
+    """The first option given that ``mode`` does not read, as one line."""
+    ignored = [d for d in given if d not in read]
+    if ignored:
+        flag = "--" + ignored[0].replace("_", "-")
+        raise InputError(flag.lstrip("-"), getattr(args, ignored[0]), f"no {flag} with {mode}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -113,7 +113,7 @@ def run_from_trace(args: argparse.Namespace) -> int:
     from flexcomm.experiments.commands.simulate_gpu_trace import run_gpu_trace
     from flexcomm.sim.profile_replay import LINK_SCHEMES, host_compute_scale, predicted_step_s, replay
     from flexcomm.sim.traced_step import step_profile
-    from flexcomm.sim.training import parse_straggler
+    from flexcomm.sim.training import parse_stragglers
     from flexcomm.workloads.profiler_trace import read_profiler_trace
 
     if args.workload or args.scenario or args.llm_plan:
@@ -137,7 +137,7 @@ def run_from_trace(args: argparse.Namespace) -> int:
     if target is not None and target.hosts and args.scheme not in LINK_SCHEMES:
         raise InputError("scheme", args.scheme, "on --bandwidth links one of " + ", ".join(LINK_SCHEMES)
                          + " (casts and PowerSGD are priced from a device: give --cluster)")
-    stragglers = dict(parse_straggler(s) for s in args.straggler)
+    stragglers = parse_stragglers(args.straggler, None)
     rate = args.compress_throughput
     if rate is not None and not rate > 0:
         raise InputError("compress-throughput", rate, "a positive number of elements per second")

@@ -8,19 +8,21 @@ from typing import Any
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gemm_efficiency import achievable_source
+from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.planner.devices import PlanCluster
 
 #: GPT-2 small, the graph planner's default GPT: what ``--model gpt`` plans without shape options.
 DEFAULT_SHAPE = {"layers": 12, "hidden": 768, "heads": 12, "seq_len": 1024, "vocab": 50257}
 
 
-def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: dict[str, Any]) -> int:
+def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: dict[str, Any],
+                     exchange: GradientScheme | None = None) -> int:
     from flexcomm.costmodel.units import format_size, format_time
     from flexcomm.planner.llm.memory import PRECISIONS
     from flexcomm.planner.llm.model import Transformer
     from flexcomm.planner.llm.pricing import LLMPricer
-    from flexcomm.planner.llm.report import write_outputs
-    from flexcomm.planner.llm.search import search
+    from flexcomm.planner.llm.report import rate_line, write_outputs
+    from flexcomm.planner.llm.search import search, tensor_parallel_reason
     from flexcomm.planner.llm.timing import Hardware, device_precisions
 
     if "image_size" in options:
@@ -35,6 +37,9 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
         args.precision = training_precision(cluster.cluster)
     if args.precision not in PRECISIONS:
         raise InputError("precision", args.precision, "one of " + ", ".join(PRECISIONS))
+    if exchange is not None and exchange.scheme in ("fp16", "bf16") and args.precision != "fp32":
+        raise InputError("scheme", exchange.scheme, f"dense with --precision {args.precision}: its gradients are "
+                         "16-bit already, the dense exchange sends them so (a cast scheme is for fp32 training)")
     slowest = min(cluster.devices, key=lambda d: d.peak_flops)
     if args.precision not in device_precisions(slowest.name):
         raise InputError("precision", args.precision, f"a precision {slowest.name} supports: "
@@ -53,13 +58,14 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
         raise InputError("pp", args.pp, f"a divisor of the {model.layers} layers")
     pricer = LLMPricer(model, Hardware.of(base, args.efficiency), cluster.world_size, args.batch_size,
                        float(cluster.memory_bytes.min()), precision=args.precision,
-                       memory_fraction=args.memory_fraction)
+                       memory_fraction=args.memory_fraction, exchange=exchange)
     result = search(pricer, tp=args.tp, pp=args.pp)
     best = result.best
     out = Path(args.out)
     written = write_outputs(result, out, args.top, extra={
         "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
-        "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer"})
+        "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
+        "scheme": (exchange or GradientScheme()).scheme})
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
           f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size} GPUs), batch {args.batch_size} "
           f"sequences, {args.precision}")
@@ -70,11 +76,16 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
           f"TFLOP/s before shape losses ({ceiling_source})")
     print(f"priced {len(result.costs):,} plans in {result.pricing_s:.2f}s ({result.plans_per_s:,.0f} plans/s); "
           f"{len(result.ranked):,} fit in memory")
-    print(f"best: {best.plan.label}: {format_time(best.step_s)} per step, {best.tflops_per_gpu:.0f} teraFLOP/s per "
-          f"GPU (Megatron's FLOP count), peak memory {format_size(best.peak_memory_bytes)} per GPU")
+    print(f"best: {best.plan.label}: {format_time(best.step_s)} per step, {rate_line(best)}, peak memory "
+          f"{format_size(best.peak_memory_bytes)} per GPU (MFU and HFU against {slowest_device.name}'s "
+          f"{pricer.hw.peak_flops / 1e12:g} TFLOP/s {args.precision} peak)")
+    why = tensor_parallel_reason(result, base.devices_per_node)
+    if why:
+        print(why)
     print("top plans (numbered as in plans.png):")
+    print(f"  {'':3s}  {'plan':36s} {'step':>9s} {'tokens/s':>11s} {'MFU':>6s} {'memory/GPU':>10s}")
     for place, cost in enumerate(result.ranked[:min(args.top, 5)], start=1):
-        print(f"  {place:3d}. {cost.plan.label:36s} {format_time(cost.step_s):>9s}  {cost.tflops_per_gpu:6.1f} "
-              f"TFLOP/s  {format_size(cost.peak_memory_bytes):>10s}")
+        print(f"  {place:3d}. {cost.plan.label:36s} {format_time(cost.step_s):>9s} {cost.extra['tokens_per_s']:11,.0f} "
+              f"{cost.extra['mfu']:6.1%} {format_size(cost.peak_memory_bytes):>10s}")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0

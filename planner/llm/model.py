@@ -75,6 +75,26 @@ class Transformer:
         n, h, s, v = self.layers, self.hidden, self.seq_len, self.vocab
         return 96.0 * batch * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
 
+    def layer_forward_flops(self, batch: int) -> float:
+        """One layer's forward FLOPs for ``batch`` sequences: its GEMMs and the attention core (Narayanan et
+        al.'s 24 B s h^2 (1 + s / 6h))."""
+        s, h = self.seq_len, self.hidden
+        return 24.0 * batch * s * h * h * (1 + s / (6 * h))
+
+    def training_flops(self, batch: int) -> float:
+        """Model FLOPs of one step (forward + backward, no recomputation): what MFU divides by (PaLM's
+        definition; Megatron's count adds a full recompute, :meth:`model_flops`)."""
+        return 3 * self.layers * self.layer_forward_flops(batch) + 6.0 * batch * self.seq_len * self.hidden * self.vocab
+
+    def recompute_flops(self, batch: int, recompute: str) -> float:
+        """FLOPs a plan recomputes per step: the whole forward of every layer (full), the attention core's
+        scores and context GEMMs (selective, 4 B s^2 h a layer) or nothing."""
+        if recompute == "full":
+            return self.layers * self.layer_forward_flops(batch)
+        if recompute == "selective":
+            return self.layers * 4.0 * batch * self.seq_len**2 * self.hidden
+        return 0.0
+
     def layer_gemms(self, micro_batch: int, tp: int) -> list[Gemm]:
         """The GEMMs of one layer's forward pass on one of ``tp`` tensor-parallel ranks (Megatron's split:
         QKV and FC1 by columns, projection and FC2 by rows, attention heads divided among ranks)."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from flexcomm.costmodel.compressed import SparsePayload
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.planner.llm.memory import (
     PRECISIONS,
     RECOMPUTE,
@@ -72,13 +74,18 @@ class LLMPlanCost:
     memory: MemoryUse
     fits: bool
     extra: dict[str, float] = field(default_factory=dict)
+    #: a compressor's device work on the data-parallel gradients (``plan --scheme``; zero for dense)
+    dp_device_s: float = 0.0
 
     def row(self) -> dict[str, object]:
         return {"plan": self.plan.label, **asdict(self.plan), "micro_batches": self.micro_batches,
-                "step_s": self.step_s, "tflops_per_gpu": self.tflops_per_gpu, "compute_s": self.compute_s,
+                "step_s": self.step_s, "tokens_per_s": self.extra.get("tokens_per_s"), "mfu": self.extra.get("mfu"),
+                "hfu": self.extra.get("hfu"), "megatron_tflops_per_gpu": self.tflops_per_gpu,
+                "compute_s": self.compute_s,
                 "recompute_s": self.recompute_s, "memory_bound_s": self.memory_bound_s, "tp_comm_s": self.tp_comm_s,
                 "p2p_s": self.p2p_s, "bubble_s": self.bubble_s, "dp_exposed_s": self.dp_exposed_s,
-                "optimizer_s": self.optimizer_s, "peak_memory_GiB": self.peak_memory_bytes / 2**30,
+                "dp_device_s": self.dp_device_s, "optimizer_s": self.optimizer_s,
+                "peak_memory_GiB": self.peak_memory_bytes / 2**30,
                 "fits": self.fits}
 
 
@@ -87,7 +94,7 @@ class LLMPricer:
 
     def __init__(self, model: Transformer, hardware: Hardware, world: int, batch_size: int,
                  memory_bytes: float, *, precision: str = "bf16", memory_fraction: float = 1.0,
-                 overlap_dp: bool = True, cache: bool = True) -> None:
+                 overlap_dp: bool = True, cache: bool = True, exchange: GradientScheme | None = None) -> None:
         if precision not in PRECISIONS:
             raise InputError("precision", precision, "one of " + ", ".join(PRECISIONS))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -99,6 +106,8 @@ class LLMPricer:
         self.memory_limit = memory_bytes * memory_fraction
         self.element_bytes = 4.0 if precision == "fp32" else 2.0
         self.cache = cache  # False: every plan prices its layer from scratch (the benchmark's baseline)
+        #: how data-parallel groups exchange gradients (``plan --scheme``): dense allreduce unless told
+        self.exchange = exchange or GradientScheme()
         self._layer_cache: dict[tuple, tuple[float, float, float, float]] = {}
 
     def check(self, plan: LLMPlan) -> None:
@@ -168,6 +177,26 @@ class LLMPricer:
         logits = hw.gemm_s(mdl.logit_gemm(b, t), self.element_bytes)
         return 3 * (logits + hw.memory_bound_s(4.0 * mdl.seq_len * b * mdl.vocab / t))
 
+    def _dp_exchange(self, params_gpu: float, t: int, layers: int, d: int, per_node: int,
+                     grad_bytes: float) -> tuple[float, float, float]:
+        """(exchange s, device work s, error-feedback bytes) of a stage's gradients over its d replicas: a
+        dense allreduce, or ``plan --scheme``'s exchange priced as whatif and simulate price it
+        (:class:`costmodel.gradient_exchange.GradientScheme`), PowerSGD's matrices the layers' weights."""
+        hw, scheme = self.hw, self.exchange
+        if d <= 1:
+            return 0.0, 0.0, 0.0
+        if scheme.dense:
+            return hw.allreduce_s(grad_bytes, d, per_node), 0.0, 0.0
+        h = self.model.hidden
+        # one layer's weight matrices on a tensor rank (rows, columns): QKV, projection, FC1, FC2
+        shapes = [(h, 3 * h / t), (h / t, h), (h, 4 * h / t), (4 * h / t, h)] * layers
+        payload = SparsePayload(value_dtype="float32" if self.precision == "fp32" else self.precision,
+                                matrix_sides=(sum(r for r, _ in shapes), sum(c for _, c in shapes)))
+        model, nccl = hw.group_model(d, per_node)
+        return (scheme.exchange_seconds(params_gpu, d, model, nccl, payload),
+                scheme.device_seconds(params_gpu, hw.device, [r * c for r, c in shapes]),
+                scheme.memory_bytes(params_gpu, payload))
+
     # --- the plan --------------------------------------------------------------------------------
 
     def price(self, plan: LLMPlan) -> LLMPlanCost:
@@ -195,13 +224,13 @@ class LLMPricer:
         grad_bytes = params_gpu * (4.0 if self.precision == "fp32" else 2.0)
         # ranks go tp innermost, then dp, then pp: a node's devices hold this many members of a dp group
         per_node = min(d, max(1, hw.devices_per_node // t))
-        dp_s = hw.allreduce_s(grad_bytes, d, per_node) if d > 1 else 0.0
+        dp_s, device_work, feedback = self._dp_exchange(params_gpu, t, layers, d, per_node, grad_bytes)
         window = layers * backward if self.overlap_dp else 0.0
         dp_exposed = max(0.0, dp_s - window)
         optimizer = hw.optimizer_s(params_gpu / (d if plan.zero >= 1 else 1))
-        step = pipeline + dp_exposed + optimizer
+        step = pipeline + device_work + dp_exposed + optimizer
 
-        states = model_state_bytes(params_gpu, self.precision, plan.zero, d)
+        states = model_state_bytes(params_gpu, self.precision, plan.zero, d) + feedback
         kept = layers * layer_activation_bytes(mdl, b, t, sp, plan.recompute, self.precision)
         working = full_layer_activation_bytes(mdl, b, t, sp, self.precision) if plan.recompute == "full" else 0.0
         logit_bytes = 4.0 * mdl.seq_len * b * mdl.vocab / t  # fp32 logits for the cross entropy
@@ -210,12 +239,18 @@ class LLMPricer:
         memory = first if p == 1 or first.total >= last.total else last
         peak = memory.total
         flops = mdl.model_flops(self.batch_size)
+        model_flops = mdl.training_flops(self.batch_size)
+        hardware_flops = model_flops + mdl.recompute_flops(self.batch_size, plan.recompute)
+        capacity = hw.peak_flops * step * self.world  # FLOPs the GPUs could have done in the step
         return LLMPlanCost(
             plan=plan, micro_batches=m, step_s=step,
             compute_s=m * (layers * 3 * gemm + head), recompute_s=m * layers * recompute,
             memory_bound_s=m * layers * 3 * elem, tp_comm_s=m * layers * 2 * tp_pass, p2p_s=m * p2p,
             bubble_s=(p - 1) / v * stage,
             dp_exposed_s=dp_exposed, optimizer_s=optimizer, tflops_per_gpu=flops / (step * self.world) / 1e12,
-            peak_memory_bytes=peak, memory=memory, fits=peak <= self.memory_limit,
-            extra={"dp_allreduce_s": dp_s, "stage_s": stage, "parameters_per_gpu": params_gpu},
+            peak_memory_bytes=peak, memory=memory, fits=peak <= self.memory_limit, dp_device_s=device_work,
+            extra={"dp_allreduce_s": dp_s, "stage_s": stage, "parameters_per_gpu": params_gpu,
+                   "error_feedback_bytes": feedback,
+                   "tokens_per_s": self.batch_size * mdl.seq_len / step, "mfu": model_flops / capacity,
+                   "hfu": hardware_flops / capacity},
         )

@@ -12,12 +12,12 @@ import pandas as pd
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.planner.llm.pricing import LLMPlanCost
-from flexcomm.planner.llm.search import LLMSearchResult
+from flexcomm.planner.llm.search import STEP_PARTS, LLMSearchResult
 
-PARTS = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "p2p_s", "bubble_s", "dp_exposed_s",
-         "optimizer_s")
+PARTS = STEP_PARTS
 #: How the figure names a part where its field name would not say it.
 PART_LABELS = {"dp_exposed_s": "data-parallel allreduce not hidden by the backward", "tp_comm_s": "tp comm",
+               "dp_device_s": "gradient compression (device work)",
                "p2p_s": "pipeline sends", "memory_bound_s": "memory-bound ops"}
 
 
@@ -27,8 +27,17 @@ def best_summary(cost: LLMPlanCost) -> dict[str, Any]:
             "micro_batch_size": plan.micro_batch_size, "micro_batches": cost.micro_batches,
             "virtual_stages": plan.virtual_stages, "recompute": plan.recompute,
             "sequence_parallel": plan.sequence_parallel, "zero": plan.zero,
-            "tflops_per_gpu": cost.tflops_per_gpu, "peak_memory_bytes": cost.peak_memory_bytes,
+            "tflops_per_gpu": cost.tflops_per_gpu, "megatron_tflops_per_gpu": cost.tflops_per_gpu,
+            "tokens_per_s": cost.extra["tokens_per_s"], "mfu": cost.extra["mfu"], "hfu": cost.extra["hfu"],
+            "peak_memory_bytes": cost.peak_memory_bytes,
             "label": plan.label, "breakdown_s": {k: getattr(cost, k) for k in PARTS}}
+
+
+def rate_line(cost: LLMPlanCost) -> str:
+    """Throughput as people read it: tokens/s, MFU and HFU (model and hardware FLOPs against the device's
+    peak), and Megatron's teraFLOP/s per GPU labelled as such (it credits a full recompute)."""
+    return (f"{cost.extra['tokens_per_s']:,.0f} tokens/s, MFU {cost.extra['mfu']:.1%} (HFU {cost.extra['hfu']:.1%}), "
+            f"{cost.tflops_per_gpu:.0f} TFLOP/s per GPU by Megatron's count (which credits a full recompute)")
 
 
 def table(result: LLMSearchResult) -> pd.DataFrame:
@@ -98,13 +107,15 @@ def write_outputs(result: LLMSearchResult, out: Path, top: int, extra: dict[str,
     frame = table(result)
     best = result.best
     head = frame.head(top)
-    cols = ["rank", "plan", "step_s", "tflops_per_gpu", "peak_memory_GiB", "slowdown"]
-    lines = [f"Best: **{best.plan.label}**, {format_time(best.step_s)} per step, {best.tflops_per_gpu:.0f} "
-             f"teraFLOP/s per GPU, peak memory {format_size(best.peak_memory_bytes)} per GPU.", "",
+    cols = ["rank", "plan", "step_s", "tokens_per_s", "MFU", "HFU", "Megatron TFLOP/s per GPU", "peak_memory_GiB",
+            "slowdown"]
+    lines = [f"Best: **{best.plan.label}**, {format_time(best.step_s)} per step, {rate_line(best)}, peak memory "
+             f"{format_size(best.peak_memory_bytes)} per GPU.", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in head.itertuples():
-        lines.append(f"| {row.rank} | {row.plan} | {row.step_s:.4g} | {row.tflops_per_gpu:.1f} | "
-                     f"{row.peak_memory_GiB:.1f} | {row.slowdown:.3f} |")
+        lines.append(f"| {row.rank} | {row.plan} | {row.step_s:.4g} | {row.tokens_per_s:,.0f} | {row.mfu:.1%} | "
+                     f"{row.hfu:.1%} | {row.megatron_tflops_per_gpu:.1f} | {row.peak_memory_GiB:.1f} | "
+                     f"{row.slowdown:.3f} |")
     summary = {"best": best_summary(best), "plans_priced": len(result.costs), "plans_fitting": len(result.ranked),
                "pricing_s": result.pricing_s, **extra}
     return [

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_size
+from flexcomm.costmodel.units import format_size, format_time
 from flexcomm.planner.llm.memory import RECOMPUTE, model_state_bytes
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPlanCost, LLMPricer
 
@@ -117,3 +117,32 @@ def search(pricer: LLMPricer, *, tp: int | None = None, pp: int | None = None) -
                          f"a model some plan fits: the smallest need is {format_size(least.peak_memory_bytes)} per "
                          f"GPU ({least.plan.label}), the device has {format_size(pricer.memory_limit)}")
     return LLMSearchResult(costs, ranked, pricing_s)
+
+
+#: The parts of a plan's step (:class:`LLMPlanCost` fields), in the order the reports draw them.
+STEP_PARTS = ("compute_s", "recompute_s", "memory_bound_s", "tp_comm_s", "p2p_s", "bubble_s", "dp_exposed_s",
+              "dp_device_s", "optimizer_s")
+#: How a sentence names a part.
+PART_WORDS = {"compute_s": "compute", "recompute_s": "recomputation", "memory_bound_s": "memory-bound kernels",
+              "tp_comm_s": "tensor-parallel communication", "p2p_s": "pipeline sends", "bubble_s": "pipeline bubble",
+              "dp_exposed_s": "exposed data-parallel allreduce", "dp_device_s": "gradient compression",
+              "optimizer_s": "optimizer"}
+
+
+def tensor_parallel_reason(result: LLMSearchResult, devices_per_node: int) -> str | None:
+    """Why the best plan's tensor groups span nodes, when they do: the best plan whose tensor groups stay
+    inside a node (what a Megatron user runs first) and the part of its step that costs it the most; None when
+    the best plan keeps them inside a node. Both are priced the same way, NCCL's model on whole nodes."""
+    best = result.best
+    if best.plan.tp <= devices_per_node:
+        return None
+    nodes = best.plan.tp // devices_per_node
+    inside = [c for c in result.ranked if c.plan.tp <= devices_per_node]
+    if not inside:
+        return (f"tensor groups span {nodes} nodes: no plan with tensor groups inside a node "
+                f"(t <= {devices_per_node}) fits in memory")
+    other = inside[0]
+    worse = max(STEP_PARTS, key=lambda part: getattr(other, part) - getattr(best, part))
+    return (f"tensor groups span {nodes} nodes: the best plan with them inside a node, {other.plan.label}, takes "
+            f"{format_time(other.step_s)} (+{other.step_s / best.step_s - 1:.1%}), its {PART_WORDS[worse]} "
+            f"{format_time(getattr(other, worse))} against {format_time(getattr(best, worse))}")

@@ -20,15 +20,23 @@ What runs (ranks as the planner lays them out: tensor innermost, then data, then
   flow, as a synchronous all-to-all does);
 * pipeline sends of each micro-batch's boundary activations (b s h / t per rank) between neighbouring
   stages, every replica's at once as one coflow, in 1F1B order (warm-up forwards, one-forward-one-backward,
-  cool-down);
+  cool-down); with v virtual stages (interleaved 1F1B), each GPU holds v chunks of l/(p v) layers and runs
+  Megatron-LM's interleaved order (``forward_backward_pipelining_with_interleaving``: (p - s - 1) x 2 +
+  (v - 1) x p warm-up forwards, chunks taken p micro-batches at a time), a micro-batch leaving the last
+  stage's chunk c entering the first stage's chunk c + 1;
 * tensor groups wider than a node run one ring per NIC (NCCL's channels), rail-aligned and rotated, so
   each channel crosses between nodes on its own rail;
 * each stage's data-parallel ring allreduce of its gradients, started with its last backward pass (DDP's
   overlap), then the optimizer step.
 
+Stragglers (``stragglers={rank: factor}``): a stage computes at its slowest GPU's speed. Every data-parallel
+replica of a stage moves in lockstep here (the symmetry below), which is exact when the slow GPUs sit in one
+replica of each stage (a slow node holds one tensor group) and an upper bound when they sit in different
+replicas of different stages.
+
 Symmetry keeps the event count independent of the data-parallel degree: 16,384 GPUs cost a few thousand
-coflows. What is not modelled: interleaved (virtual) stages (refused), ZeRO's extra gathers, kernel-level
-overlap of tensor-parallel communication with compute.
+coflows. What is not modelled: ZeRO's extra gathers, kernel-level overlap of tensor-parallel communication
+with compute.
 """
 
 from __future__ import annotations
@@ -141,8 +149,9 @@ class _Stage:
             pairs.append(np.stack([ring.ravel(), np.roll(ring, -1, axis=1).ravel()], axis=1))
         self.tp = np.concatenate(pairs) if pairs else None
         self.dp = np.stack([grid.T.ravel(), np.roll(grid.T, -1, axis=1).ravel()], axis=1) if d > 1 else None
-        if s + 1 < sim.plan.pp:
-            nxt = grid + d * t
+        # to the next stage; the last stage's next is the first stage's next chunk (interleaved stages only)
+        if s + 1 < sim.plan.pp or sim.plan.virtual_stages > 1:
+            nxt = (grid + d * t) % (sim.plan.pp * d * t)
             self.send_next = np.stack([grid.ravel(), nxt.ravel()], axis=1)
             self.send_back = self.send_next[:, ::-1].copy()
         else:
@@ -163,18 +172,24 @@ class _Stage:
 class StepSimulator:
     """Runs :func:`simulate_step`; see the module docstring."""
 
-    def __init__(self, cluster: Cluster, step: StepPlan, sharing: str = "max-min") -> None:
+    def __init__(self, cluster: Cluster, step: StepPlan, sharing: str = "max-min",
+                 stragglers: dict[int, float] | None = None) -> None:
         plan, model = step.plan, step.model
         self.cluster, self.plan, self.model, self.experts = cluster, plan, model, step.experts
         world = plan.tp * plan.pp * plan.dp
         if world != cluster.world_size:
             raise InputError("llm-plan", f"t{plan.tp} x p{plan.pp} x d{plan.dp} = {world} GPUs",
                              f"the cluster's {cluster.world_size} GPUs ({cluster.name})")
-        if plan.virtual_stages != 1:
-            raise InputError("llm-plan.virtual_stages", plan.virtual_stages, "1 (interleaved stages are priced by "
-                             "the planner, not simulated)")
         if step.experts is not None and (step.experts.ep < 1 or plan.dp % step.experts.ep):
             raise InputError("llm-plan.experts.ep", step.experts.ep, f"a divisor of the data-parallel degree {plan.dp}")
+        for rank, factor in (stragglers or {}).items():
+            if not 0 <= rank < world or not factor > 0:
+                raise InputError("straggler", f"{rank}={factor}", f"a rank 0..{world - 1} of the plan and a positive "
+                                 "factor")
+        stage_size = plan.dp * plan.tp
+        #: each stage computes at its slowest GPU's speed (see the module doc)
+        self.slowdown = [max([1.0, *[f for r, f in (stragglers or {}).items() if r // stage_size == st]])
+                         for st in range(plan.pp)]
         self.pricer = LLMPricer(model, Hardware.of(cluster), world, step.batch_size, cluster.device.memory_bytes,
                                 precision=step.precision)
         self.pricer.check(plan)
@@ -183,7 +198,8 @@ class StepSimulator:
         sp = plan.sequence_parallel and t > 1
         gemm, _, elem, _ = self.pricer._layer(b, t, sp)
         _, _, extra = self.pricer.layer_passes_s(b, t, sp, plan.recompute)
-        self.layers = model.layers // plan.pp
+        self.chunks = plan.virtual_stages
+        self.layers = model.layers // (plan.pp * self.chunks)  # one chunk's layers (all of a stage's when v = 1)
         self.fwd_s = self.layers * (gemm + elem)
         self.bwd_s = self.layers * (2 * (gemm + elem) + extra)
         self.head_s = self.pricer.head_s(b, t)
@@ -197,7 +213,7 @@ class StepSimulator:
         if t > 1 and self.pricer.hw.nccl_cluster is not None and t <= cluster.devices_per_node:
             self.tp_nccl_s = self.layers * self.pricer._tp_pass_s(b, t, sp)
         self.send_bytes = tokens * model.hidden * e / t
-        params_stage = self.layers * model.layer_parameters + model.embedding_parameters
+        params_stage = model.layers // plan.pp * model.layer_parameters + model.embedding_parameters
         self.grad_bytes = params_stage / t * (4.0 if step.precision == "fp32" else 2.0)
         self.optimizer_s = self.cost.optimizer_s
         if step.experts is not None and step.experts.ep > 1:
@@ -223,12 +239,14 @@ class StepSimulator:
         self.coflows += 1
         return self.net.transfer(pattern, nbytes, latency_s=rounds * pattern.latency())
 
-    def _pass(self, s: int, kind: str) -> Generator[Any, Any, None]:
-        """One forward or backward pass of one micro-batch on stage s: compute, TP rings, MoE all-to-alls."""
+    def _pass(self, s: int, kind: str, last_chunk: bool = True) -> Generator[Any, Any, None]:
+        """One forward or backward pass of one micro-batch through one chunk of stage s: compute (at the stage's
+        slowest GPU's speed), TP rings, MoE all-to-alls; the logit head on the last stage's last chunk."""
         stage, env = self.stages[s], self.env
         compute = self.fwd_s if kind == "fwd" else self.bwd_s
-        if s == self.plan.pp - 1:
+        if s == self.plan.pp - 1 and last_chunk:
             compute += self.head_s / 3 if kind == "fwd" else 2 * self.head_s / 3
+        compute *= self.slowdown[s]
         start = env.now
         yield env.timeout(compute)
         self.busy["compute"] += compute if s == 0 else 0.0
@@ -249,7 +267,9 @@ class StepSimulator:
         del start
 
     def _send(self, s: int, forward: bool, arrived: simpy.Event) -> Generator[Any, Any, None]:
-        stage = self.stages[s if forward else s - 1]
+        """Stage s's boundary activations to the next stage (forward) or its gradients to the previous one."""
+        p = self.plan.pp
+        stage = self.stages[s if forward else (s - 1) % p]
         pairs = stage.send_next if forward else stage.send_back
         t0 = self.env.now
         # every replica's tensor ranks send the same shard at the same moment: one coupled coflow
@@ -257,34 +277,52 @@ class StepSimulator:
         self.busy["pp_send"] += self.env.now - t0 if s == 0 else 0.0
         arrived.succeed()
 
-    def _stage(self, s: int, fwd_in: list[simpy.Event], bwd_in: list[simpy.Event], fwd_out: list[simpy.Event],
-               bwd_out: list[simpy.Event], done: list[float]) -> Generator[Any, Any, None]:
-        """1F1B on stage s: p - s - 1 warm-up forwards, then one forward one backward, then the cool-down."""
-        p, m, env = self.plan.pp, self.pricer.micro_batches(self.plan), self.env
-        order = [("fwd", i) for i in range(min(p - s - 1, m))]
-        f, bw = len(order), 0
-        while bw < m:
-            if f < m:
-                order.append(("fwd", f))
+    def _order(self, s: int, m: int) -> list[tuple[str, int, int]]:
+        """(pass, micro-batch, chunk) in the order stage s runs them: 1F1B, or Megatron-LM's interleaved 1F1B
+        with v chunks (p micro-batches per chunk in turn; the backward takes the chunks in reverse)."""
+        p, v = self.plan.pp, self.chunks
+        total = m * v
+        warmup = min(total, (p - s - 1) if v == 1 else (p - s - 1) * 2 + (v - 1) * p)
+
+        def op(k: int, forward: bool) -> tuple[int, int]:
+            group, within = divmod(k, p * v)
+            chunk = within // p
+            return group * p + within % p, chunk if forward else v - 1 - chunk
+
+        order = [("fwd", *op(k, True)) for k in range(warmup)]
+        f, bw = warmup, 0
+        while bw < total:
+            if f < total:
+                order.append(("fwd", *op(f, True)))
                 f += 1
-            order.append(("bwd", bw))
+            order.append(("bwd", *op(bw, False)))
             bw += 1
+        return order
+
+    def _stage(self, s: int, fwd_in: dict, bwd_in: dict, done: list[float]) -> Generator[Any, Any, None]:
+        """Stage s's passes in :meth:`_order`; ``fwd_in[(k, i)]`` / ``bwd_in[(k, i)]``: micro-batch i's input to
+        virtual stage k = chunk x p + s arrived (activations from k - 1, gradients from k + 1)."""
+        p, m, env = self.plan.pp, self.pricer.micro_batches(self.plan), self.env
+        last = p * self.chunks - 1
         dp_proc = None
-        for kind, i in order:
+        order = self._order(s, m)
+        final_backward = max(i for i, (kind, _, _) in enumerate(order) if kind == "bwd")
+        for position, (kind, i, chunk) in enumerate(order):
+            k = chunk * p + s
             if kind == "fwd":
-                if s > 0:
-                    yield fwd_in[i]
-                yield from self._pass(s, "fwd")
-                if s + 1 < p:
-                    env.process(self._send(s, True, fwd_out[i]))
+                if k > 0:
+                    yield fwd_in[(k, i)]
+                yield from self._pass(s, "fwd", k == last)
+                if k < last:
+                    env.process(self._send(s, True, fwd_in[(k + 1, i)]))
             else:
-                if s + 1 < p:
-                    yield bwd_in[i]
-                if i == m - 1 and self.stages[s].dp is not None:  # the last backward: gradients start flowing
+                if k < last:
+                    yield bwd_in[(k, i)]
+                if position == final_backward and self.stages[s].dp is not None:  # gradients start flowing
                     dp_proc = env.process(self._dp(s))
-                yield from self._pass(s, "bwd")
-                if s > 0:
-                    env.process(self._send(s, False, bwd_out[i]))
+                yield from self._pass(s, "bwd", k == last)
+                if k > 0:
+                    env.process(self._send(s, False, bwd_in[(k - 1, i)]))
         if dp_proc is not None:
             yield dp_proc
         yield env.timeout(self.optimizer_s)
@@ -300,22 +338,22 @@ class StepSimulator:
     def run(self) -> StepResult:
         started = time.perf_counter()
         p, m, env = self.plan.pp, self.pricer.micro_batches(self.plan), self.env
-        # forward activations into stage s (s >= 1) and gradients into stage s (s < p - 1), per micro-batch
-        fwd_into = [[env.event() for _ in range(m)] for _ in range(p)]
-        bwd_into = [[env.event() for _ in range(m)] for _ in range(p)]
+        virtual = p * self.chunks
+        fwd_in = {(k, i): env.event() for k in range(1, virtual) for i in range(m)}
+        bwd_in = {(k, i): env.event() for k in range(virtual - 1) for i in range(m)}
         done = [0.0] * p
         for s in range(p):
-            env.process(self._stage(s, fwd_into[s], bwd_into[s], fwd_into[s + 1] if s + 1 < p else [],
-                                    bwd_into[s - 1] if s > 0 else [], done))
+            env.process(self._stage(s, fwd_in, bwd_in, done))
         env.run()
         events = env.events_processed
         return StepResult(max(done), self.cost.step_s, dict(self.busy), self.coflows, events,
                           time.perf_counter() - started)
 
 
-def simulate_step(cluster: Cluster, step: StepPlan, sharing: str = "max-min") -> StepResult:
+def simulate_step(cluster: Cluster, step: StepPlan, sharing: str = "max-min",
+                  stragglers: dict[int, float] | None = None) -> StepResult:
     """Simulate one training step of ``step`` on ``cluster`` (every GPU of it); see the module docstring."""
-    return StepSimulator(cluster, step, sharing).run()
+    return StepSimulator(cluster, step, sharing, stragglers).run()
 
 
 def write_step(result: StepResult, path: str | Path) -> Path:

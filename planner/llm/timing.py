@@ -12,11 +12,12 @@ the leave-one-out fit ``flexcomm reproduce megatron`` reports beside the unfitte
 activation byte (Korthikanti et al.'s count, :mod:`planner.llm.memory`) is written once and read once in
 the forward pass, and the backward pass moves twice that: forward time = 2 x bytes / HBM bandwidth.
 
-**Collectives**: inside a node on a cluster with a ``gpu_fabric``, as NCCL runs them
+**Collectives**: inside a node or over whole nodes on a cluster with a ``gpu_fabric``, as NCCL runs them
 (:meth:`costmodel.model.CostModel.nccl_choice`: the algorithm, protocol and channels NCCL picks, validated
-against nccl-tests); otherwise, and across nodes, rings (alpha-beta): across nodes every GPU of a node sends at
-once, so a GPU gets ``nics_per_node x inter_link bandwidth / devices_per_node``, and a data-parallel group with
-g members per node moves its ring's 2(d-1)/d share through the node's NICs together with the node's other groups.
+against nccl-tests); otherwise (a group with fewer members on each node than it has GPUs), rings (alpha-beta):
+across nodes every GPU of a node sends at once, so a GPU gets ``nics_per_node x inter_link bandwidth /
+devices_per_node``, and a data-parallel group with g members per node moves its ring's 2(d-1)/d share through
+the node's NICs together with the node's other groups.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.cluster import Cluster, Device
 from flexcomm.costmodel.gemm_efficiency import GemmShape, achievable_fraction, gemm_seconds, shape_fill
 from flexcomm.planner.llm.model import Gemm
 
@@ -61,6 +62,8 @@ class Hardware:
     gemm_ceiling: float
     #: the cluster, where it has a ``gpu_fabric``: intra-node collectives are priced as NCCL runs them
     nccl_cluster: Cluster | None = field(default=None, compare=False, repr=False)
+    #: the slowest device (a compressor's device work is priced on it)
+    device: Device | None = field(default=None, compare=False, repr=False)
     _collective_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -72,7 +75,7 @@ class Hardware:
                    devices_per_node=cluster.devices_per_node, nics_per_node=cluster.nics_per_node or 1,
                    intra_alpha=cluster.intra_link.latency_s, intra_Bps=cluster.intra_link.bandwidth_Bps,
                    inter_alpha=cluster.inter_link.latency_s, inter_Bps=cluster.inter_link.bandwidth_Bps,
-                   gemm_ceiling=ceiling, nccl_cluster=cluster if cluster.gpu_fabric is not None else None)
+                   gemm_ceiling=ceiling, nccl_cluster=cluster if cluster.gpu_fabric is not None else None, device=d)
 
     @property
     def inter_Bps_per_gpu(self) -> float:
@@ -109,9 +112,30 @@ class Hardware:
         bandwidth = min(share, self.intra_Bps) if per_node > 1 else min(share, self.inter_Bps * self.nics_per_node)
         return self.inter_alpha, bandwidth
 
+    def _nccl_describes(self, group: int, per_node: int) -> bool:
+        """NCCL's model prices groups inside one node or of whole nodes (ranks packed onto nodes)."""
+        if self.nccl_cluster is None:
+            return False
+        inside = group <= per_node and group <= self.devices_per_node
+        whole_nodes = (per_node == self.devices_per_node and group % self.devices_per_node == 0
+                       and group <= self.nccl_cluster.world_size)
+        return inside or whole_nodes
+
+    def group_model(self, group: int, per_node: int):  # -> tuple[CostModel, bool]
+        """The cost model a group's exchange is priced on and whether as NCCL runs it: the cluster's NCCL
+        model where it describes the group, else a link with the group's ring bandwidth (NIC sharing)."""
+        if self._nccl_describes(group, per_node):
+            return self._nccl_model, True
+        from flexcomm.costmodel.model import CostModel
+
+        alpha, bandwidth = self._ring_link(group, per_node)
+        return CostModel.from_link(alpha, bandwidth), False
+
     def _nccl_s(self, collective: str, nbytes: float, group: int, per_node: int) -> float | None:
-        """NCCL's time for a group inside one node (``nbytes`` in flexcomm's sizes), or None to use rings."""
-        if self.nccl_cluster is None or group > per_node or group > self.devices_per_node:
+        """NCCL's time for a group inside one node or of whole nodes (``nbytes`` in flexcomm's sizes): what
+        ``flexcomm cost --algorithm nccl`` prices for it; None to use rings (a group spread thinly over nodes,
+        which NCCL's model, pricing ranks packed onto nodes, does not describe)."""
+        if not self._nccl_describes(group, per_node):
             return None
         key = (collective, float(nbytes), group)
         if key not in self._collective_cache:
