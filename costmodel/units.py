@@ -204,6 +204,11 @@ def format_bandwidth(bytes_per_second: float) -> str:
     return _scaled(bits, [(1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1.0, "bit/s")])
 
 
+def format_bus_bandwidth(bytes_per_second: float) -> str:
+    """Bytes/s -> ``busbw 1.25 GB/s``: a collective's bus bandwidth as nccl-tests prints it (GB/s, 1e9 bytes)."""
+    return f"busbw {bytes_per_second / 1e9:.3g} GB/s"
+
+
 _COUNT = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<suffix>[kKmMgGbB]?)\s*$")
 _COUNT_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
 

@@ -107,6 +107,30 @@ def _check_ratios(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 parse_ratio(value, action.option_strings[-1].lstrip("-"))
 
 
+#: Options whose value carries a unit, with an example of the form: a bare number there is read by different
+#: people in different units (``--latency 10`` priced 10 seconds without a word), so the command line refuses
+#: it; Python callers pass numbers in SI base units, as the API documents.
+UNIT_OPTIONS = {
+    "latency": "10us", "bandwidth": "10Gbit/s", "reduce_bandwidth": "20GB/s", "storage_bandwidth": "10GB/s",
+    "optimizer_time": "5ms", "timeout": "30s", "restart_cost": "30s", "repair_time": "5min",
+    "checkpoint_cost": "10s", "jitter_period": "1ms", "horizon": "2d", "mtbf": "1d", "rack_mtbf": "30d",
+    "planning_time": "1min", "compute_time": "28ms",
+}
+_BARE_NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def _refuse_bare_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A number without its unit where a duration or a bandwidth is expected, as one line with the form."""
+    for chosen in _chosen_parsers(parser, getattr(args, "handler", None)):
+        for action in chosen._actions:
+            value = getattr(args, action.dest, None)
+            example = UNIT_OPTIONS.get(action.dest)
+            if (example and action.option_strings and isinstance(value, str) and _BARE_NUMBER.match(value)
+                    and float(value) != 0):
+                raise InputError(action.option_strings[-1].lstrip("-"), value, f"a value with its unit, such as "
+                                 f"{example} (a bare number is read in different units by different people)")
+
+
 def _option_holding(parser: argparse.ArgumentParser, args: argparse.Namespace, filename: str) -> tuple[str, str] | None:
     """The option (``out``, ``trace``...) whose path is ``filename`` or a folder above it, with its value."""
     failed = Path(os.path.abspath(filename))
@@ -165,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _refuse_empty_values(parser, args)
         _check_ratios(parser, args)
+        _refuse_bare_numbers(parser, args)
         with _holding_output_folder(args):
             return int(args.handler(args) or 0)
     except InputError as error:

@@ -28,7 +28,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import (
     coerce,
-    format_bandwidth,
+    format_bus_bandwidth,
     format_size,
     format_time,
     parse_bandwidth,
@@ -127,7 +127,7 @@ class Cost:
         return (f"{what} over {self.ranks} ranks, {format_size(self.nbytes)}: {format_time(self.seconds)} "
                 f"(latency {format_time(self.latency_s)}, bandwidth {format_time(self.bandwidth_s)}, "
                 f"reduction {format_time(self.reduction_s)})"
-                + (f"; bus bandwidth {format_bandwidth(bus)}" if bus is not None else "")
+                + (f"; {format_bus_bandwidth(bus)}" if bus is not None else "")
                 + "".join(f"\n  {c.collective} {format_size(c.nbytes)}: {c.runs}, {format_time(c.seconds)}"
                           for c in self.calls))
 

@@ -56,6 +56,8 @@ class _Spec:
     options: dict[str, Any]  # option name -> default
     input_of: Callable[[dict[str, Any], int, torch.device], Any]
     description: str
+    #: what a user's model was assumed to take (``workloads.user_model``'s words); empty for the zoo's graphs
+    input_text: Callable[[], str] = lambda: ""
 
 
 def _image(opts: dict[str, Any], batch: int, device: torch.device) -> torch.Tensor:
@@ -127,7 +129,7 @@ def _user_spec(reference: str) -> _Spec:
     def input_of(opts: dict[str, Any], batch: int, device: torch.device) -> Any:
         return _resized(built["user"].example, batch, device)
 
-    return _Spec(factory, {}, input_of, reference)
+    return _Spec(factory, {}, input_of, reference, lambda: built["user"].input_text if "user" in built else "")
 
 
 def _resolve(name: str, options: Mapping[str, Any]) -> tuple[_Spec, dict[str, Any]]:
@@ -164,6 +166,7 @@ def trace(name: str, *, batch_size: int = 32, device: str = "meta",
     with _running_model(name, "a module torch.fx can trace (measured per-op times stand in for the FLOP model "
                               "with --op-times)"):
         traced = fx.symbolic_trace(module)
+    traced.meta["input_text"] = spec.input_text()  # said beside the plan: what the user's model was fed
     return traced, example
 
 
@@ -184,9 +187,12 @@ def _tensor_bytes(value: Any) -> int:
 
 
 def _is_tensorish(value: Any) -> bool:
+    """A tensor, or a tuple of tensors and Nones with one tensor at least (``nn.MultiheadAttention`` returns
+    ``(output, None)`` without weights: read as shape arithmetic, its 263k parameters a block went uncounted)."""
     if isinstance(value, torch.Tensor):
         return True
-    return isinstance(value, (tuple, list)) and bool(value) and all(isinstance(v, torch.Tensor) for v in value)
+    return (isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value)
+            and all(isinstance(v, torch.Tensor) or v is None for v in value))
 
 
 def _kind(gm: fx.GraphModule, node: fx.Node) -> str:
@@ -281,6 +287,7 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
                                        else recorder.outputs[arg.name])
                 graph.add_edge(arg.name, node.name, bytes=nbytes)
     graph.graph["parameters"] = parameters
+    graph.graph["input_text"] = gm.meta.get("input_text", "")
     return graph
 
 

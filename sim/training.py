@@ -754,6 +754,8 @@ class TrainingSimulator:
             {k for e in self._events for k in e} - {"kind", "start_s", "end_s"}))
         cfg = asdict(self.config)
         cfg["workload"] = self.workload.name
+        cfg["workload_description"] = self.workload.description
+        cfg["parameters"] = float(self.workload.model.params)
         cfg["batch_per_rank"] = self.workload.batch_per_rank
         cfg["stragglers"] = {str(k): v for k, v in self.config.stragglers.items()}
         cfg.update(cluster=self.cluster.name, ranks=self.ranks, granularity=self.granularity,

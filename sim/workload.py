@@ -96,7 +96,8 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         from flexcomm.workloads.user_model import build_user_model
 
         user = build_user_model(str(name).strip())
-        return TrainingWorkload(user.name, user.spec(), float(user.batch_size), user.reference).with_batch(
+        return TrainingWorkload(user.name, user.spec(), float(user.batch_size),
+                                f"{user.reference}, {user.input_text}").with_batch(
             batch_per_rank)
     names = _package_names()
     if key in names:

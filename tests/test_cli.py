@@ -233,3 +233,27 @@ def test_progress_bars_stay_off_pipes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["reproduce", "megatron", "--out", str(tmp_path / "r")]) == 0
     captured = capsys.readouterr()
     assert "|" not in captured.err and "it/s" not in captured.err and "study/s" not in captured.err, captured.err
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["cost", "--ranks", "8", "--size", "64MiB", "--latency", "10", "--bandwidth", "10Gbit/s"], "latency"),
+    (["cost", "--ranks", "8", "--size", "64MiB", "--latency", "10us", "--bandwidth", "100"], "bandwidth"),
+    (["simulate", "--cluster", "8x1-10gbe", "--workload", "resnet50", "--optimizer-time", "5"], "optimizer-time"),
+])
+def test_a_bare_number_where_a_unit_belongs_is_refused_with_the_form(argv: list[str], field: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``--latency 10`` was priced as 10 seconds without a word: a duration or bandwidth needs its unit."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"flexcomm: error: {field}: got ") and "with its unit" in err[0]
+
+
+def test_a_size_that_reads_like_a_parameter_count_gets_a_hint_and_busbw_is_in_gb_s(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "--ranks", "8", "--size", "7B", "--latency", "10us", "--bandwidth", "10Gbit/s"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip() == ("flexcomm: note: --size 7B is 7 bytes; for the gradient of a 7-billion-parameter "
+                                    "model write --size 28GB (fp32) or 14GB (16-bit)")
+    assert main(["cost", "--ranks", "8", "--size", "64MiB", "--latency", "10us", "--bandwidth", "10Gbit/s"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.strip().endswith("; busbw 1.25 GB/s")  # as nccl-tests prints it

@@ -93,6 +93,25 @@ def raising_forward():
 
 def wrong_example():
     return nn.Linear(8, 4), torch.randn(3, 5)
+
+
+class Block(nn.Module):
+    def __init__(self, d=64):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        x = x + self.attn(x, x, x, need_weights=False)[0]
+        return x + self.mlp(x)
+
+
+def gpt():
+    return nn.Sequential(nn.Embedding(500, 64), Block(), Block(), nn.Linear(64, 500))
+
+
+def gpt_with_shape():
+    return gpt(), (32,)
 '''
 
 
@@ -213,3 +232,27 @@ def test_what_a_factory_prints_stays_out_of_json(models: Path, capsys: pytest.Ca
     out, err = capsys.readouterr()
     assert json.loads(out)["config"]["workload"] == "chatty"  # the whole of stdout is the JSON answer
     assert "loading weights" not in out and "printed 1 line(s) to stdout; left out of flexcomm's output" in err
+
+
+def test_attention_and_token_shapes_are_counted_and_the_input_is_said(models: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The graph planner counted none of nn.MultiheadAttention's parameters (its (output, None) was read as
+    shape arithmetic); a sample shape for a model that starts with an embedding was fed floats; and the input
+    a price assumed was never printed."""
+    import torch
+
+    from flexcomm.planner.graphs import build_graph
+
+    module = build_user_model("mymodels.py:gpt").module
+    total = sum(p.numel() for p in module.parameters())
+    assert build_graph("mymodels.py:gpt", batch_size=1).graph["parameters"] == total
+    user = build_user_model("mymodels.py:gpt_with_shape")
+    assert user.example.dtype == torch.int64 and tuple(user.example.shape) == (8, 32)
+    assert main(["simulate", "--cluster", "dgx-h100", "--workload", "mymodels.py:gpt", "--iterations", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "your model: mymodels.py:gpt, input 8 x 128 int64 (assumed from its first layer (Embedding)" in out
+    assert main(["plan", "--cluster", "dgx-h100", "--model", "mymodels.py:gpt_with_shape", "--out",
+                 str(tmp_path / "plan"), "--no-progress", "--simulate-top", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"({total:,} parameters" in out
+    assert "your model: mymodels.py:gpt_with_shape, input 8 x 32 int64 (a batch of 8 of the factory's sample" in out

@@ -52,6 +52,8 @@ class UserModel:
     name: str
     module: nn.Module
     example: Any
+    #: what the example input is and where it came from (printed beside every price of the model)
+    input_text: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -141,26 +143,47 @@ def load_factory(reference: str) -> Callable[[], Any]:
     return fn
 
 
+#: The layers whose input the factory need not describe (see the module doc).
+INPUT_LAYERS = (nn.Linear, nn.Conv2d, nn.Conv1d, nn.Embedding)
+
+
+def _first_input_layer(module: nn.Module) -> nn.Module | None:
+    return next((layer for layer in module.modules() if isinstance(layer, INPUT_LAYERS)), None)
+
+
 def _example_of_shape(shape: tuple, module: nn.Module, reference: str) -> torch.Tensor:
+    """A batch of one sample's ``shape``: token ids when the first layer is an embedding (a float batch crashed
+    its lookup), floats otherwise."""
     if not shape or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape):
         raise InputError("model", reference, "an example input: a tensor, a tuple of tensors or one sample's shape "
                          f"as positive ints (the factory returned {shape!r})")
+    first = _first_input_layer(module)
+    if isinstance(first, nn.Embedding):
+        return torch.randint(0, first.num_embeddings, (EXAMPLE_BATCH, *shape))
     return torch.randn(EXAMPLE_BATCH, *shape)
 
 
 def _inferred_example(module: nn.Module, reference: str) -> torch.Tensor:
     """An example batch from the first layer that takes the input (see the module doc)."""
-    for layer in module.modules():
-        if isinstance(layer, nn.Linear):
-            return torch.randn(EXAMPLE_BATCH, layer.in_features)
-        if isinstance(layer, nn.Conv2d):
-            return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_IMAGE, DEFAULT_IMAGE)
-        if isinstance(layer, nn.Conv1d):
-            return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_SEQUENCE)
-        if isinstance(layer, nn.Embedding):
-            return torch.randint(0, layer.num_embeddings, (EXAMPLE_BATCH, DEFAULT_SEQUENCE))
+    layer = _first_input_layer(module)
+    if isinstance(layer, nn.Linear):
+        return torch.randn(EXAMPLE_BATCH, layer.in_features)
+    if isinstance(layer, nn.Conv2d):
+        return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_IMAGE, DEFAULT_IMAGE)
+    if isinstance(layer, nn.Conv1d):
+        return torch.randn(EXAMPLE_BATCH, layer.in_channels, DEFAULT_SEQUENCE)
+    if isinstance(layer, nn.Embedding):
+        return torch.randint(0, layer.num_embeddings, (EXAMPLE_BATCH, DEFAULT_SEQUENCE))
     raise InputError("model", reference, "a factory that returns (module, example input) or (module, input shape): "
                      "its first layer does not say what input it takes")
+
+
+def describe_input(example: Any, origin: str) -> str:
+    """``input 8 x 128 int64 (assumed from its first layer (Embedding); ...)``: what a priced step ran on."""
+    tensors = example if isinstance(example, tuple) else (example,)
+    shapes = ", ".join(" x ".join(str(n) for n in t.shape) + f" {str(t.dtype).removeprefix('torch.')}"
+                       for t in tensors)
+    return f"input {shapes} ({origin})"
 
 
 def build_user_model(reference: str) -> UserModel:
@@ -172,8 +195,11 @@ def build_user_model(reference: str) -> UserModel:
     if not isinstance(module, nn.Module):
         raise InputError("model", reference, "a factory returning an nn.Module, or (module, example input or shape) "
                          f"(it returned {type(built).__name__})")
+    origin = "given by the factory"
     if example is None:
         example = _inferred_example(module, reference)
+        first = type(_first_input_layer(module)).__name__
+        origin = f"assumed from its first layer ({first}); return (module, example or shape) to say otherwise"
     elif isinstance(example, torch.Tensor):
         if example.dim() == 0:
             raise InputError("model", reference, "an example input with a batch dimension")
@@ -181,8 +207,9 @@ def build_user_model(reference: str) -> UserModel:
         pass
     elif isinstance(example, (tuple, list)):
         example = _example_of_shape(tuple(example), module, reference)
+        origin = f"a batch of {EXAMPLE_BATCH} of the factory's sample shape"
     else:
         raise InputError("model", reference, "an example input: a tensor, a tuple of tensors or one sample's shape "
                          f"(the factory returned {type(example).__name__})")
     name = reference.rsplit(":", 1)[1]
-    return UserModel(reference, name, module, example)
+    return UserModel(reference, name, module, example, describe_input(example, origin))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.experiments.commands.common import add_network_arguments, print_json
@@ -94,9 +96,26 @@ def _check_ranks_per_node(args: argparse.Namespace) -> None:
                          "many): ranks fill whole nodes")
 
 
+#: ``7B``, ``1.3b``: a size in bytes under a kilobyte written as people write a parameter count.
+PARAMETER_COUNT_LOOKALIKE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?)\s*[Bb]\s*$")
+
+
+def parameter_count_hint(size: str) -> str | None:
+    """A one-line note when ``--size`` reads like a parameter count (``7B`` is 7 bytes, not 7 billion)."""
+    match = PARAMETER_COUNT_LOOKALIKE.match(str(size))
+    if not match or float(match["num"]) >= 1000:
+        return None
+    count = float(match["num"])
+    return (f"flexcomm: note: --size {size.strip()} is {count:g} bytes; for the gradient of a {count:g}-billion-"
+            f"parameter model write --size {4 * count:g}GB (fp32) or {2 * count:g}GB (16-bit)")
+
+
 def run(args: argparse.Namespace) -> int:
     from flexcomm._pricing import cost
 
+    hint = parameter_count_hint(args.size)
+    if hint:
+        print(hint, file=sys.stderr)
     _check_nccl_options(args)
     _check_ranks_per_node(args)
     result = cost(args.collective, args.algorithm, ranks=args.ranks, size=args.size, scheme=args.scheme,

@@ -184,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
     rate = len(result.costs) / result.pricing_s if result.pricing_s > 0 else float("inf")
     print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {len(units)} pipeline units) on "
           f"{cluster.name} ({cluster.world_size} devices), batch {args.batch_size}")
+    if graph.graph.get("input_text"):  # what was assumed about the user's model: said, not hidden
+        print(f"  your model: {args.model}, {graph.graph['input_text']} (one sample of it per sample of the batch)")
     print(f"priced {len(result.costs)} plans in {result.pricing_s:.2f}s ({rate:,.0f} plans/s); "
           f"{len(result.ranked)} fit in memory")
     print(f"best: {best.config.label}: {format_time(best.step_s)} per step "

@@ -12,8 +12,9 @@ from typing import Any
 
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
+from flexcomm.workloads.names import is_factory_reference
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -353,8 +354,11 @@ def run(args: argparse.Namespace) -> int:
     exchange = "allreduce/" + config["algorithm"] if config["scheme"] == "dense" else \
         f"{config['scheme']}" + (f" ratio {config['ratio']:g}" if config["scheme"].startswith("topk") else "") + \
         f" via {config['algorithm']}"
-    print(f"{config['workload']} on {config['cluster']}: {config['ranks']} ranks x batch "
-          f"{config['batch_per_rank']:g}, {exchange}, {cap}, gradient {format_size(sum(b.nbytes for b in buckets))}")
+    print(f"{config['workload']} ({format_count(config['parameters'])} parameters) on {config['cluster']}: "
+          f"{config['ranks']} ranks x batch {config['batch_per_rank']:g}, {exchange}, {cap}, gradient "
+          f"{format_size(sum(b.nbytes for b in buckets))}")
+    if is_factory_reference(args.workload):  # what was assumed about the user's model: said, not hidden
+        print(f"  your model: {config['workload_description']}")
     for line in _table(result.iterations):
         print(line)
     print(f"median iteration {_ms(summary['median_time_s'])}: compute {_ms(summary['median_compute_s'])}, "
