@@ -32,7 +32,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.image import AxesImage  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
-from matplotlib.text import Annotation, Text  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 #: Verdicts by rendered picture: tests that draw the same figure (the same study, the same seed) pay once.
 _VERDICTS: dict[str, list[str]] = {}
@@ -250,11 +250,14 @@ def figure_problems(fig: Figure) -> list[str]:
                     label = text.get_text()
                     if label and label not in drawn and not _proxy_ok(legend, label, fig):
                         problems.append(f"{name!r}: legend entry {label!r} names nothing drawn")
-            boxes = [a.get_window_extent() for a in ax.texts if isinstance(a, Annotation) and a.get_visible()]
+            # every text of the axes, not only annotations: contour labels ("1.25x" over "1.5x") are texts too
+            texts = [a for a in ax.texts if a.get_visible() and a.get_text().strip()]
+            boxes = [Text.get_window_extent(a) for a in texts]
             for i, first in enumerate(boxes):
-                for second in boxes[i + 1:]:
+                for j, second in enumerate(boxes[i + 1:], start=i + 1):
                     if first.overlaps(second):
-                        problems.append(f"{name!r}: two annotations overlap")
+                        problems.append(f"{name!r}: two texts overlap ({texts[i].get_text()!r} and "
+                                        f"{texts[j].get_text()!r})")
         problems += title_overlap_problems(fig)
         _VERDICTS[key] = list(problems)
     finally:
