@@ -89,17 +89,23 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
         if signature(cost.config) not in seen and len(shown) < top:
             seen.add(signature(cost.config))
             shown.append(cost)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, max(3.5, 0.45 * len(shown) + 1.5)),
-                                  gridspec_kw={"width_ratios": [3, 2]})
+    stages_panel = bool(shown) and shown[0].config.pp > 1  # one stage: a single bar says nothing
+    if stages_panel:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14, max(3.5, 0.45 * len(shown) + 1.5)),
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(9, max(3.5, 0.45 * len(shown) + 1.5)))
     y = np.arange(len(shown))[::-1]
     simulated = np.array([result.simulated.get(c.config.label, np.nan) for c in shown])
     model_steps = np.array([sum(getattr(c, key) for key, _ in PARTS) for c in shown])
     longest = float(np.nanmax(np.concatenate([model_steps, simulated])))
     scale, unit = time_unit(longest)
     left = np.zeros(len(shown))
-    for key, label in PARTS:
+    for index, (key, label) in enumerate(PARTS):
         values = np.array([getattr(c, key) for c in shown]) * scale
-        ax.barh(y, values, left=left, label=label)
+        if not values.any():  # a part no shown plan has: no bar, no legend entry naming nothing
+            continue
+        ax.barh(y, values, left=left, label=label, color=f"C{index}")
         left += values
     beyond = np.where(np.isfinite(simulated), np.maximum(simulated - model_steps, 0.0), 0.0) * scale
     if beyond.any():  # the bar ends where the plan is ranked: the simulated step, when it is longer
@@ -117,7 +123,7 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     ax.set_title(f"{pricer.units.model} on {pricer.cluster.name}, batch {pricer.batch_size}: top {len(shown)} "
                  f"plans,\nranked by {ranked_by}", fontsize=9)  # two lines: one overran the panel
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, frameon=False)
-    if shown:
+    if stages_panel:
         best = shown[0]
         det = best.detail
         stages = np.arange(best.config.pp)

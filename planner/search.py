@@ -72,8 +72,11 @@ def loses_on(cost: PlanCost, best: PlanCost) -> str:
 
 
 def signature(cfg: PlanConfig) -> tuple:
-    """What the step's schedule depends on: everything but the ZeRO stage (memory only)."""
-    return (cfg.dp, cfg.tp, cfg.pp, cfg.micro_batches, cfg.order)
+    """What the step's schedule depends on: everything but the ZeRO stage (memory only), and the micro-batch
+    count where there is neither a pipeline nor a tensor-parallel collective per micro-batch (it then splits the
+    same work into equal pieces back to back: memory only; plans.png showed six such rows of one plan)."""
+    micro_batches = cfg.micro_batches if cfg.pp > 1 or cfg.tp > 1 else 1
+    return (cfg.dp, cfg.tp, cfg.pp, micro_batches, cfg.order)
 
 
 def _rank_key(cost: PlanCost) -> tuple:

@@ -309,3 +309,25 @@ def test_the_graph_planner_prices_and_simulates_a_compressed_data_parallel_excha
     simulated = runs["powersgd"]["simulated"][powersgd["plan"]]
     assert simulated == pytest.approx(powersgd["step_s"], rel=0.05)
     assert powersgd["step_s"] != dense["step_s"]
+
+
+def test_plans_that_differ_only_in_memory_are_one_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a pipeline or a tensor-parallel collective per micro-batch, the micro-batch count splits the same
+    work into equal pieces: memory only, like the ZeRO stage. plans.png drew six such rows of one plan."""
+    from flexcomm.experiments.cli import main
+    from flexcomm.planner.plans import PlanConfig
+    from flexcomm.planner.search import signature
+
+    def cfg(**fields):  # noqa: ANN003, ANN202
+        return PlanConfig(**{"dp": 32, "tp": 1, "pp": 1, "micro_batches": 1, "zero": 0, "order": "tp-dp-pp",
+                             **fields})
+
+    assert signature(cfg(micro_batches=1)) == signature(cfg(micro_batches=8)) == signature(cfg(zero=2))
+    assert signature(cfg(dp=16, pp=2, micro_batches=4)) != signature(cfg(dp=16, pp=2, micro_batches=8))
+    assert main(["plan", "--model", "resnet18", "--cluster", "4x8-a100-ib", "--out", str(tmp_path),
+                 "--no-progress", "--simulate-top", "0"]) == 0
+    rows = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.strip()[:2] in
+            {f"{n}." for n in range(1, 6)}]
+    schedules = [tuple(part for part in plan.split("-") if not part.startswith(("z", "m"))) for plan in rows]
+    pp1 = [s for s in schedules if "pp1" in s and "tp1" in s]
+    assert len(pp1) == len(set(pp1)) and len(rows) == 5

@@ -193,8 +193,14 @@ def run(args: argparse.Namespace) -> int:
           + (f", simulated {format_time(result.simulated[best.config.label])}"
              if best.config.label in result.simulated else ""))
     table = result.table()
-    distinct = table[table["feasible"]].drop_duplicates(subset=["dp", "tp", "pp", "micro_batches", "order"])
-    print("top schedules (fastest ZeRO stage of each; numbered as in plans.png):")
+    from flexcomm.planner.search import signature
+
+    feasible = [c for c in result.ranked]
+    keys = {c.config.label: signature(c.config) for c in feasible}
+    rows = table[table["feasible"]]
+    distinct = rows[~rows["plan"].map(keys).duplicated()]
+    print("top schedules (fastest ZeRO stage and micro-batch count where only memory differs; numbered as in "
+          "plans.png):")
     import pandas as pd
 
     for place, row in enumerate(distinct.head(min(args.top, 5)).itertuples(), start=1):
