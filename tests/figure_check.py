@@ -244,6 +244,8 @@ def figure_problems(fig: Figure) -> list[str]:
             problems += tick_notation_problems(ax, name) + legend_marker_problems(fig, ax, name)
             problems += unit_scale_problems(ax, name)
             legend = ax.get_legend()
+            if legend is not None and _legend_over_map(fig, ax, legend):
+                problems.append(f"{name!r}: the legend covers part of a map (put it beside or below the panels)")
             if legend is not None:
                 drawn = {a.get_label() for other in fig.axes for a in _series(other)}
                 for text in legend.get_texts():
@@ -264,6 +266,18 @@ def figure_problems(fig: Figure) -> list[str]:
         fig.set_layout_engine(engine)
         fig.set_dpi(dpi)
     return problems
+
+
+def _legend_over_map(fig: Figure, ax: Axes, legend) -> bool:
+    """A legend drawn inside an axes that holds a map (a mesh or an image filling it): wherever it sits it
+    hides cells (the crossover map's legend covered the dense region of its third panel)."""
+    from matplotlib.collections import QuadMesh
+
+    if not any(isinstance(a, (QuadMesh, AxesImage)) for a in ax.get_children()):
+        return False
+    renderer = fig.canvas.get_renderer()
+    box, frame = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+    return box.overlaps(frame) and box.x0 < frame.x1 - 2 and box.x1 > frame.x0 + 2
 
 
 def _proxy_ok(legend, label: str, fig: Figure) -> bool:

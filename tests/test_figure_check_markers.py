@@ -72,3 +72,17 @@ def test_contour_labels_on_top_of_each_other_are_found_and_the_whatif_maps_space
     assert not [p for p in figure_problems(fig) if "overlap" in p]
     assert len(ax.texts) >= 2 and all(t.get_text().endswith("x") for t in ax.texts)  # one per level at most
     plt.close(fig)
+
+
+def test_a_legend_over_a_map_is_found() -> None:
+    import numpy as np
+
+    fig, ax = plt.subplots()
+    ax.pcolormesh(np.arange(5), np.arange(5), np.arange(16).reshape(4, 4), shading="flat")
+    ax.plot([0, 4], [0, 4], label="a line")
+    ax.legend(loc="lower right")
+    assert any("legend covers part of a map" in p for p in figure_problems(fig))
+    ax.get_legend().remove()
+    fig.legend(loc="outside lower center")
+    assert not any("legend covers" in p for p in figure_problems(fig))
+    plt.close(fig)

@@ -205,7 +205,9 @@ def plot_map(settings: Settings, path: Path) -> Path:
         ax.tick_params(labelleft=True)
     axes[0].set_ylabel("latency per message (s)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=SCHEME_COLOURS[s]) for s in SCHEMES]
-    axes[-1].legend(handles + [axes[0].get_lines()[0]], [*SCHEMES, "paper c*"], fontsize=8, loc="lower right")
+    # below the panels, never over a map (the third panel's dense region sat under it)
+    fig.legend(handles + [axes[0].get_lines()[0]], [*SCHEMES, "paper's closed-form c*"], fontsize=8,
+               loc="outside lower center", ncol=len(SCHEMES) + 1, frameon=False)
     return finish_figure(
         fig, path, "Crossover map: the fastest gradient exchange (ResNet-50, 25.56M parameters)")
 
