@@ -74,14 +74,19 @@ def plot_goodput(results: list[RecoveryResult], path: Path) -> Path:
     left = np.zeros(len(results))
     y = np.arange(len(results))
     colours = plt.get_cmap("tab10").colors
+    too_small = []  # causes under 0.2 % of the horizon: no bar, but named with their hours (the table has them)
     for i, cause in enumerate(CAUSES):
         hours_lost = np.array([r.lost_s[cause] for r in results]) / hours
         if hours_lost.max() <= 0.002 * results[0].horizon_s / hours:
+            if hours_lost.max() > 0:
+                too_small.append(f"{cause.replace('_', ' ')} {hours_lost.max():.2g} h")
             continue
         ax.barh(y, hours_lost, left=left, color=colours[i % 10], label=cause.replace("_", " "))
         left += hours_lost
     ax.set_yticks(y, [r.policy for r in results])
-    ax.set_xlabel("hours lost (at the failure-free plan's rate), per cause")
+    ax.set_xlabel("hours lost (at the failure-free plan's rate), per cause"
+                  + (f"\nnot drawn, under 0.2 % of the horizon each (at most): {', '.join(too_small)}"
+                     if too_small else ""))
     if left.max() > 0:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     else:  # nothing worth a bar: say so rather than draw an empty frame
@@ -91,6 +96,10 @@ def plot_goodput(results: list[RecoveryResult], path: Path) -> Path:
     return save_figure_atomic(fig, path)
 
 
+#: A study cell where no policy trains at all (goodput 0): not any policy's colour.
+NOTHING_TRAINS_COLOUR = "#d9d9d9"
+
+
 def plot_study(table: pd.DataFrame, path: Path) -> Path:
     """Best policy per (node MTBF, job nodes) cell, coloured, with its goodput efficiency and interval."""
     from flexcomm.costmodel.atomic import save_figure_atomic
@@ -98,21 +107,29 @@ def plot_study(table: pd.DataFrame, path: Path) -> Path:
 
     use_file_backend()
     import matplotlib.pyplot as plt
+    import numpy as np
     from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch, Rectangle
 
     best = table.loc[table.groupby(["mtbf_h", "nodes"])["efficiency"].idxmax()]
     mtbfs = sorted(best["mtbf_h"].unique())
     sizes = sorted(best["nodes"].unique())
     policies = list(POLICY_COLOURS)
     grid = best.pivot(index="nodes", columns="mtbf_h", values="policy").reindex(index=sizes, columns=mtbfs)
-    codes = grid.apply(lambda col: col.map(policies.index))
+    codes = grid.apply(lambda col: col.map(policies.index)).to_numpy(dtype=float, copy=True)
+    trains = best.pivot(index="nodes", columns="mtbf_h", values="efficiency").reindex(index=sizes, columns=mtbfs)
+    codes[~(trains.to_numpy(dtype=float) > 0)] = np.nan  # nothing trains: no policy is best there
     fig, ax = plt.subplots(figsize=(1.6 * len(mtbfs) + 2.5, 0.9 * len(sizes) + 1.8))
-    ax.imshow(codes.to_numpy(dtype=float), cmap=ListedColormap(list(POLICY_COLOURS.values())), vmin=-0.5,
-              vmax=len(policies) - 0.5, aspect="auto", origin="lower")
+    cmap = ListedColormap(list(POLICY_COLOURS.values())).with_extremes(bad="none")  # the patch draws the cell
+    ax.imshow(np.ma.masked_invalid(codes), cmap=cmap, vmin=-0.5, vmax=len(policies) - 0.5, aspect="auto",
+              origin="lower")
     for i, n in enumerate(sizes):
         for j, m in enumerate(mtbfs):
             row = best[(best["nodes"] == n) & (best["mtbf_h"] == m)].iloc[0]
+            if np.isnan(codes[i, j]):  # a cell of its own colour, drawn as a patch the key can name
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=NOTHING_TRAINS_COLOUR, label="no policy trains"))
+                ax.text(j, i, "nothing\ntrains", ha="center", va="center", fontsize=7, color="black")
+                continue
             ax.text(j, i, f"{row['efficiency']:.0%}\n{row['interval_label']}", ha="center", va="center", fontsize=7,
                     color="white")
     ax.set_xticks(range(len(mtbfs)), [f"{m:g} h" for m in mtbfs])
@@ -120,8 +137,10 @@ def plot_study(table: pd.DataFrame, path: Path) -> Path:
     ax.set_xlabel("node MTBF")
     ax.set_ylabel("job nodes")
     ax.set_title("best recovery policy per cell (goodput efficiency, best checkpoint interval)", fontsize=9)
-    shown = [p for p in policies if p in set(best["policy"])]
-    ax.legend(handles=[Patch(color=POLICY_COLOURS[p], label=p) for p in shown], fontsize=7,
-              loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    shown = [p for p in policies if p in set(best.loc[best["efficiency"] > 0, "policy"])]
+    handles = [Patch(color=POLICY_COLOURS[p], label=p) for p in shown]
+    if np.isnan(codes).any():
+        handles.append(next(patch for patch in ax.patches if patch.get_label() == "no policy trains"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return save_figure_atomic(fig, path)

@@ -260,11 +260,30 @@ def figure_problems(fig: Figure) -> list[str]:
                     if first.overlaps(second):
                         problems.append(f"{name!r}: two texts overlap ({texts[i].get_text()!r} and "
                                         f"{texts[j].get_text()!r})")
-        problems += title_overlap_problems(fig)
+        problems += title_overlap_problems(fig) + same_key_problems(fig)
         _VERDICTS[key] = list(problems)
     finally:
         fig.set_layout_engine(engine)
         fig.set_dpi(dpi)
+    return problems
+
+
+def same_key_problems(fig: Figure) -> list[str]:
+    """Two entries of one legend whose keys look the same (colour, line, marker and its colours) but name
+    different things: a merged "topk-ar = flexible" drawn exactly as "topk-ar" read as the same series twice."""
+    problems = []
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]:
+        handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
+        seen: dict[tuple, str] = {}
+        for handle, text in zip(handles, legend.get_texts(), strict=False):
+            if not isinstance(handle, Line2D):
+                continue
+            look = (mcolors.to_hex(handle.get_color()), str(handle.get_linestyle()), str(handle.get_marker()),
+                    mcolors.to_hex(handle.get_markerfacecolor()), mcolors.to_hex(handle.get_markeredgecolor()))
+            label = text.get_text()
+            if look in seen and seen[look] != label:
+                problems.append(f"legend: {seen[look]!r} and {label!r} have the same key")
+            seen.setdefault(look, label)
     return problems
 
 

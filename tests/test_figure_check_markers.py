@@ -86,3 +86,17 @@ def test_a_legend_over_a_map_is_found() -> None:
     fig.legend(loc="outside lower center")
     assert not any("legend covers" in p for p in figure_problems(fig))
     plt.close(fig)
+
+
+def test_two_legend_keys_that_look_the_same_are_found() -> None:
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], "-o", color="C1", label="topk-ar")
+    ax.plot([0, 1], [1, 0], "-o", color="C1", label="topk-ar = flexible")
+    fig.legend()
+    assert any("have the same key" in p for p in figure_problems(fig))
+    ax.lines[1].set_markerfacecolor("C2")
+    ax.lines[1].set_markeredgecolor("C2")
+    fig.legends[0].remove()
+    fig.legend()
+    assert not any("have the same key" in p for p in figure_problems(fig))
+    plt.close(fig)

@@ -168,3 +168,38 @@ def test_the_shipped_recovery_study_validates_with_young_daly() -> None:
     spec = load_spec("recovery-small")
     assert spec.engine == "recovery" and "young-daly" in spec.axes["checkpoint_interval"]
     assert math.prod(len(v) for v in spec.axes.values()) * len(spec.strategies) == len(spec.points)
+
+
+def test_the_winners_title_calls_never_best_only_what_never_wins() -> None:
+    """recovery-small's title said "never best: restart, replan, replan+grow" while its summary gave replan
+    16.7 % of the wins: a strategy that wins configurations but no cell's majority is named with its share."""
+    from flexcomm.experiments.study.report import winners_note
+
+    winners = pd.Series(["restart-elastic"] * 13 + ["replan"] * 3 + ["replan+grow"] * 2)
+    note = winners_note(["restart", "restart-elastic", "replan", "replan+grow"], winners, {"restart-elastic"})
+    assert note == ("\nnever best: restart\nbest in some configurations, no cell's most often: replan (16.7%), "
+                    "replan+grow (11.1%)")
+    assert winners_note(["a", "b"], pd.Series(["a", "b"]), {"a", "b"}) == ""
+
+
+def test_a_study_cell_where_nothing_trains_is_not_coloured_as_a_policy(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.colors as mcolors
+    from figure_check import figure_problems
+
+    from flexcomm.costmodel import atomic
+    from flexcomm.sim.recovery_plots import NOTHING_TRAINS_COLOUR, plot_study
+
+    drawn = []
+    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or path)
+    rows = [{"mtbf_h": m, "nodes": n, "policy": policy, "interval_label": "10 min",
+             "efficiency": 0.0 if (m, n) == (1, 4) else share}
+            for m in (1, 10) for n in (2, 4) for policy, share in (("restart", 0.5), ("replan", 0.6))]
+    plot_study(pd.DataFrame(rows), tmp_path / "recovery_study.png")
+    (fig,) = drawn
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.texts].count("nothing\ntrains") == 1
+    grey = [p for p in ax.patches if mcolors.to_hex(p.get_facecolor()) == NOTHING_TRAINS_COLOUR]
+    assert len(grey) == 1 and grey[0].get_xy() == (-0.5, 0.5)  # MTBF 1 h, 4 nodes
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["replan", "no policy trains"]
+    assert not figure_problems(fig)

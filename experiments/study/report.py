@@ -167,8 +167,12 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                     xs = _x(x, line.index.to_series()).to_numpy(dtype=float)
                     values = line.to_numpy(dtype=float) * scale
                     twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
-                    if twin is not None:  # one line would hide the other: draw it once, named for both
+                    if twin is not None:  # one line would hide the other: draw it once, named for both, its
+                        # markers in the second series' colour, so its key differs from the first's own key
                         twin.set_label(f"{twin.get_label()} = {label}")
+                        twin.set_markerfacecolor(colour)
+                        twin.set_markeredgecolor(colour)
+                        twin.set_markersize(5)
                         continue
                     (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
                     drawn.append((artist, xs, values))
@@ -221,6 +225,21 @@ def _spread(values: pd.Series) -> float:
     return float(values.max() / values.min()) if len(values) and values.min() > 0 else 1.0
 
 
+def winners_note(strategies: list[str], winners: pd.Series, shown: set[str]) -> str:
+    """The title's words for the strategies a winners map does not colour: "never best" only for those that
+    win no configuration; one that wins some but is no cell's most frequent winner is named with its share
+    (the title called replan "never best" where the summary gave it 16.7 % of the wins)."""
+    won_somewhere = set(winners)
+    never = [n for n in strategies if n not in won_somewhere]
+    outvoted = [n for n in strategies if n in won_somewhere and n not in shown]
+    note = f"\nnever best: {', '.join(never)}" if never else ""
+    if outvoted:
+        shares = winners.value_counts(normalize=True)
+        note += "\nbest in some configurations, no cell's most often: " + ", ".join(
+            f"{n} ({shares[n]:.1%})" for n in outvoted)
+    return note
+
+
 def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     """The winning strategy (colour) over the first two swept axes; each cell says how often it won
     over the remaining axes (the most frequent winner is shown)."""
@@ -271,8 +290,7 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     others = [_name(c) for c in axes[2:]]
     sub = (f"\neach cell: the strategy best most often over {' x '.join(others)}, and how often" if others else "")
     won = {names[int(v)] for v in grid[np.isfinite(grid)]}
-    never = [n for n in spec.strategies if n not in won]
-    sub += f"\nnever best: {', '.join(never)}" if never else ""
+    sub += winners_note(spec.strategies, best["winner"], won)
     ax.set_title(f"{spec.name}: best by {spec.winner_metric}{sub}", fontsize=9)
     from matplotlib.patches import Patch
 
