@@ -45,11 +45,11 @@ def readable_log_axis(ax: Any, which: str = "x") -> None:
     canvas and its labels' font: 1-2-5 ticks while they fit, then one per decade, then every k-th decade, and
     round linear steps within one decade. Choosing them when the axis is set up (from the data alone) let a
     short panel of measured data get more labels than fit, so they overlapped for some data and not others."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import NullFormatter
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_locator(FittingLogLocator(which))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: plain_number(value)))
+    axis.set_major_formatter(OneNotationFormatter())
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -72,11 +72,37 @@ def plain_number(value: float) -> str:
         return "0" if value == 0 else str(value)
     if 1e-4 <= abs(value) < 1e6:
         return np.format_float_positional(value, precision=3, fractional=False, trim="-")
+    return power_of_ten_label(value)
+
+
+def power_of_ten_label(value: float) -> str:
+    """``$10^{-5}$`` or ``$5\\times10^{-5}$``: the notation of an axis that reaches beyond plain decimals."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
     exponent = math.floor(math.log10(abs(value)) + 1e-9)
     mantissa = value / 10 ** exponent
     if abs(mantissa - round(mantissa)) < 1e-6 and round(abs(mantissa)) == 1:
         return f"$10^{{{exponent}}}$" if mantissa > 0 else f"$-10^{{{exponent}}}$"
     return f"${mantissa:.2g}\\times10^{{{exponent}}}$"
+
+
+def OneNotationFormatter() -> Any:  # noqa: N802 (a class made on first use: matplotlib loads lazily)
+    """Tick labels in one notation per axis: plain decimals when every tick is one (1e-4 to 1e6), powers of
+    ten on every tick otherwise. Labelled one at a time, an axis from 2e-6 to 5e-4 read "5x10^-5" beside
+    "0.0001" (predicted_vs_measured.png)."""
+    from matplotlib.ticker import Formatter
+
+    class _OneNotation(Formatter):
+        def __call__(self, value: float, pos: int | None = None) -> str:
+            return plain_number(value)
+
+        def format_ticks(self, values: Any) -> list[str]:
+            finite = [abs(v) for v in values if v and math.isfinite(v)]
+            if all(1e-4 <= v < 1e6 for v in finite):
+                return [plain_number(v) for v in values]
+            return [power_of_ten_label(v) for v in values]
+
+    return _OneNotation()
 
 
 def _round_inside(lo: float, hi: float) -> float:

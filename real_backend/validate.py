@@ -636,12 +636,12 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ax.tick_params(labelleft=True)  # both panels readable on their own
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("predicted seconds")
+    for ax in axes:  # before the layout, so it makes room for the labels these ticks get (they poked into the
+        readable_log_axis(ax, "x")  # next panel when set after it)
+        readable_log_axis(ax, "y")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.16, 1, 1))
-    for ax in axes:
-        readable_log_axis(ax, "x")
-        readable_log_axis(ax, "y")
     save_figure_atomic(fig, path)
 
 

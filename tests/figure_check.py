@@ -475,6 +475,8 @@ def text_over_marker_problems(fig: Figure, ax: Axes, name: str) -> list[str]:
 #: matplotlib's "%g" scientific labels ("1e+03", "2.5e-05"), the minus sign either ASCII or Unicode.
 _SCIENTIFIC_LABEL = r"^[-\u2212]?\d+(\.\d+)?e[+\-\u2212]?\d+$"
 _PLAIN_LABEL = r"^[-\u2212]?(\d+(\.\d*)?|\.\d+)$"
+#: A power of ten in mathtext ("\\mathdefault{5\\times10^{-5}}", "10^{3}"): a notation of its own too.
+_POWER_LABEL = r"10\^\{?[-\u2212]?\d+"
 
 
 #: A unit in an axis label: "ms per step", "(GB/s)", "time (s)", "hours lost"; the values under it should read
@@ -510,7 +512,7 @@ def tick_notation_problems(ax: Axes, name: str) -> list[str]:
     problems = []
     for which in ("x", "y"):
         labels = [label.strip().strip("$") for label in _tick_labels(ax, which)]
-        scientific = [label for label in labels if re.match(_SCIENTIFIC_LABEL, label)]
+        scientific = [label for label in labels if re.match(_SCIENTIFIC_LABEL, label) or re.search(_POWER_LABEL, label)]
         plain = [label for label in labels if re.match(_PLAIN_LABEL, label)]
         if scientific and plain:
             problems.append(f"{name!r}: the {which} axis mixes {scientific[0]!r} with plain numbers ({plain[0]!r})")

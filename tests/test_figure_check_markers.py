@@ -100,3 +100,32 @@ def test_two_legend_keys_that_look_the_same_are_found() -> None:
     fig.legend()
     assert not any("have the same key" in p for p in figure_problems(fig))
     plt.close(fig)
+
+
+def test_powers_of_ten_in_mathtext_beside_plain_decimals_are_found() -> None:
+    """predicted_vs_measured.png read "5x10^-5" (mathtext) beside "0.0001": the check knew only "5e-05"."""
+    fig, ax = plt.subplots()
+    ax.plot([1e-6, 1e-3], [1e-6, 1e-3])
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator([5e-5, 1e-4, 2e-4]))
+    ax.yaxis.set_major_formatter(FixedFormatter(["$\\mathdefault{5\\times10^{-5}}$", "0.0001", "0.0002"]))
+    assert tick_notation_problems(ax, "panel")
+    plt.close(fig)
+
+
+def test_readable_log_axes_keep_one_notation_for_any_range() -> None:
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from flexcomm.costmodel.plotting import readable_log_axis
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        low = 10 ** rng.uniform(-8, 5)
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([low, low * 10 ** rng.uniform(0.3, 4)], [1, 2])
+        ax.set_xscale("log")
+        readable_log_axis(ax, "x")
+        fig.canvas.draw()
+        assert not tick_notation_problems(ax, "panel"), [t.get_text() for t in ax.get_xticklabels()]
+        plt.close(fig)
