@@ -83,21 +83,30 @@ def plot_emulation(frames: dict[str, pd.DataFrame], path: str | Path, title: str
     """
     adaptive = [n for n in frames if n in ADAPTIVE and "scheme" in frames[n]]
     network = _network_phases(next(iter(frames.values()))) if frames else []
-    strip_rows = len(adaptive) + (1 if len(network) > 1 else 0)
+    strip_rows = len(adaptive) + (1 if len(network) > 1 else 0) if adaptive else 0
+    # a ratio panel only where the ratio tells something: a run that chose it, or runs at different ratios
+    # (with one fixed c for every run it was a quarter of the figure holding one constant bar)
+    fixed = {float(f["ratio"].iloc[0]) for n, f in frames.items() if n != "dense" and n not in adaptive and len(f)}
+    ratio_panel = bool(adaptive) or len(fixed) > 1
     fig = plt.figure(figsize=(12, 9.0 + 0.25 * strip_rows), layout="constrained")
     grid = fig.add_gridspec(3, 2, height_ratios=(3.2, 2.4, 0.35 + 0.3 * strip_rows if strip_rows else 0.01))
     ax_time, ax_step = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    ax_clock = fig.add_subplot(grid[1:, 0])
-    ax_ratio = fig.add_subplot(grid[1, 1]) if strip_rows else fig.add_subplot(grid[1:, 1])
+    ax_clock = fig.add_subplot(grid[1:, 0] if ratio_panel else grid[1:, :])
     names = _names(frames)
     _accuracy_panels(ax_time, ax_step, frames, bands, names)
     _clock_panel(ax_clock, frames, names)
-    _ratio_panel(ax_ratio, frames, names)
-    if strip_rows:
-        _scheme_strip(fig.add_subplot(grid[2, 1]), frames, adaptive, network, names, ax_ratio)
+    logs = [(ax_time, "x"), (ax_clock, "y")]
+    if ratio_panel:
+        ax_ratio = fig.add_subplot(grid[1, 1]) if strip_rows else fig.add_subplot(grid[1:, 1])
+        _ratio_panel(ax_ratio, frames, names, beneath=bool(strip_rows))
+        logs.append((ax_ratio, "y"))
+        if strip_rows:
+            _scheme_strip(fig.add_subplot(grid[2, 1]), frames, adaptive, network, names, ax_ratio)
+    elif fixed:
+        ax_clock.set_title(ax_clock.get_title() + f"; every compressed run kept c = {fixed.pop():.3g}")
     if title:
         fig.suptitle(title)
-    for ax, which in ((ax_time, "x"), (ax_clock, "y"), (ax_ratio, "y")):
+    for ax, which in logs:
         readable_log_axis(ax, which)
     return save_figure_atomic(fig, path)
 
@@ -157,7 +166,8 @@ def _clock_panel(ax, frames: dict[str, pd.DataFrame], names: dict[str, str]) -> 
     ax.legend(fontsize=8, loc="lower right")
 
 
-def _ratio_panel(ax, frames: dict[str, pd.DataFrame], names: dict[str, str]) -> None:  # noqa: ANN001
+def _ratio_panel(ax, frames: dict[str, pd.DataFrame], names: dict[str, str],  # noqa: ANN001
+                 beneath: bool = True) -> None:
     """The ratio c each run kept per step: runs at one configured c share one wide band (named together); MOO's
     chosen c is a line, however rarely it changed."""
     fixed: dict[tuple, list[str]] = {}  # runs by their ratio series: identical ones share a band
@@ -178,7 +188,7 @@ def _ratio_panel(ax, frames: dict[str, pd.DataFrame], names: dict[str, str]) -> 
     ax.set_xlabel("step")
     ax.set_ylabel("compression ratio c\n(fraction kept)")
     ax.set_yscale("log")
-    ax.set_title("compression ratio per step (scheme per step beneath)")
+    ax.set_title("compression ratio per step" + (" (scheme per step beneath)" if beneath else ""))
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)

@@ -63,3 +63,20 @@ def test_cli_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "2 seeds (0..1)" in out and "+-" in out
     assert main(["train-emulated", "--seeds", "0", "--out", str(tmp_path / "x")]) == 2
     assert "seeds" in capsys.readouterr().err
+
+
+def test_without_an_adaptive_run_the_figure_draws_no_ratio_panel_and_promises_no_strip(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--seeds with static strategies at one c drew a quarter of the figure as one constant bar, under a title
+    promising a scheme strip that was not drawn; the clock panel now says the c every run kept."""
+    from flexcomm.emulation import plots
+    from flexcomm.experiments.cli import main
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or path)
+    assert main(["train-emulated", "--strategies", "dense,topk-ag", "--seeds", "2", "--steps", "6", "--workers", "2",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    (fig,) = drawn
+    titles = [ax.get_title() for ax in fig.axes]
+    assert not any("compression ratio" in t or "beneath" in t for t in titles), titles
+    assert any(t.endswith("every compressed run kept c = 0.01") for t in titles)
