@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
 from flexcomm.costmodel.plotting import coinciding_line, readable_log_axis, use_file_backend  # noqa: E402
 
 use_file_backend()  # files only, unless a notebook's pyplot is already in use
@@ -20,14 +18,24 @@ COLOURS = {"gsde": "#9467bd", "gaussian": "#ff7f0e", "moo": "#d62728", "dense": 
 STATIC_STYLES = {"topk-ag": "-", "topk-ar": "--"}
 
 
+#: A static baseline's colour by its ratio (a hue each: six shades of one blue could not be told apart); its
+#: scheme is its line style and marker (:data:`STATIC_STYLES`, :data:`STATIC_MARKERS`).
+RATIO_COLOURS = {0.1: "#1f77b4", 0.01: "#2ca02c", 0.001: "#8c564b", 0.0001: "#e377c2"}
+STATIC_MARKERS = {"topk-ag": "o", "topk-ar": "^"}
+
+
 def _colour(name: str) -> str | None:
     if name in COLOURS:
         return COLOURS[name]
     if name.startswith(("topk-ag", "topk-ar")):
         ratio = float(name.split("@")[1]) if "@" in name else 0.01
-        shade = float(np.clip(0.35 + 0.25 * (-np.log10(ratio) - 1), 0.2, 1.0))  # 0.1 light .. 0.001 dark
-        return matplotlib.colors.to_hex(plt.cm.Blues(shade))
+        nearest = min(RATIO_COLOURS, key=lambda r: abs(np.log10(r) - np.log10(ratio)))
+        return RATIO_COLOURS[nearest]
     return None
+
+
+def _marker(name: str) -> str:
+    return STATIC_MARKERS.get(name.split("@")[0], "o")
 
 
 def _style(name: str) -> str:
@@ -105,7 +113,7 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
     for col, trace in enumerate(traces):
         ax_acc, ax_c, ax_net = axes[0, col], axes[1, col], axes[2, col]
         part = frames[frames["trace"] == trace]
-        drawn, low = 0, 0.5
+        drawn, low, triangles = 0, 0.5, False
         accuracy_lines: list = []  # (line, x, y) drawn in this column's accuracy panel
         ratio_lines: list = []
         for name, runs in part.groupby("strategy", sort=False):
@@ -122,12 +130,12 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
             if twin is not None:  # the same curve (a short or static trace): drawn once, named for both
                 twin.set_label(f"{twin.get_label()} = {name}")
             else:
-                if len(per_seed) > 1:
+                if len(per_seed) > 1 and (learned or name == "dense"):  # the static baselines' bands overlapped
                     ax_acc.fill_between(band["sim_time_s"], band["test_acc_lo"], band["test_acc_hi"],
                                         color=_colour(name), alpha=0.12, lw=0, zorder=1)
                 (line,) = ax_acc.plot(band["sim_time_s"], band["test_acc"], color=_colour(name), ls=_style(name),
-                                      lw=width, marker="o", ms=2 + width, markevery=max(1, len(band) // 8),
-                                      label=name, zorder=3)
+                                      lw=width, marker=_marker(name), ms=2 + width,
+                                      markevery=max(1, len(band) // 8), label=name, zorder=3)
                 accuracy_lines.append((line, band["sim_time_s"].to_numpy(dtype=float),
                                        band["test_acc"].to_numpy(dtype=float)))
             ratio_twin = coinciding_line(run["step"], run["ratio"], ratio_lines, rtol=0.005) if learned else None
@@ -139,26 +147,33 @@ def plot_comparison(frames: pd.DataFrame, path: str | Path, targets: dict[str, f
                 ar = run[run["scheme"] == "topk-ar"]
                 if len(ar):
                     ax_c.scatter(ar["step"], ar["ratio"], marker="^", s=8, color=_colour(name), zorder=5)
+                    triangles = True
         if targets and trace in targets and np.isfinite(targets[trace]):
             ax_acc.axhline(targets[trace], color="k", lw=0.6, ls=":")
         first = part[part["strategy"] == part["strategy"].iloc[0]]
         if "seed" in first:  # the trace is the same for every seed
             first = first[first["seed"] == first["seed"].iloc[0]]
         ax_net.step(first["step"], first["net_bandwidth_Bps"] * 8 / 1e9, where="post", color="k")
-        ax_lat = ax_net.twinx()
-        ax_lat.step(first["step"], first["net_latency_s"] * 1e3, where="post", color="tab:red", lw=0.8)
-        ax_lat.set_ylabel("latency (ms)", color="tab:red")
+        latency_ms = first["net_latency_s"].to_numpy(dtype=float) * 1e3
+        if np.ptp(latency_ms) > 0:  # a second axis only for a latency that changes: two flat lines coincided
+            ax_lat = ax_net.twinx()
+            ax_lat.step(first["step"], latency_ms, where="post", color="tab:red", lw=0.8, ls="--")
+            ax_lat.set_ylabel("latency (ms)", color="tab:red")
+        else:
+            ax_net.set_title(f"latency {latency_ms[0]:.3g} ms throughout", fontsize=8)
         ax_acc.set_xscale("log")
         readable_log_axis(ax_acc, "x")  # the ticks that fit, whatever span the runs' times cover
         ax_acc.set_ylim(max(0.0, low - 0.05), 1.0)  # no run below the frame, however short
         seeds = part["seed"].nunique() if "seed" in part else 1
-        ax_acc.set_title(f"trace {trace}" + (f": mean and 95 % band over {seeds} seeds" if seeds > 1 else ""))
+        ax_acc.set_title(f"trace {trace}" + (f": mean over {seeds} seeds, 95 % band for the learned and dense"
+                                             if seeds > 1 else ""))
         ax_acc.set_xlabel("simulated time (s)")
         ax_acc.set_ylabel("test accuracy")
         ax_c.set_yscale("log")
         ax_c.set_ylim(8e-4, 0.12)
         ax_c.set_xlabel("iteration")
-        ax_c.set_ylabel("compression ratio c (triangles: topk-ar)" + (", first seed" if seeds > 1 else ""))
+        ax_c.set_ylabel("compression ratio c" + (" (triangles: topk-ar)" if triangles else "")
+                        + (", first seed" if seeds > 1 else ""))
         ax_net.set_xlabel("iteration")
         ax_net.set_ylabel("bandwidth (Gbit/s)")
         for ax in (ax_acc, ax_c):

@@ -217,3 +217,42 @@ def test_training_curves_show_every_episodes_return(tmp_path: Path, monkeypatch:
     assert len(dots) == 4 and all(len(c.get_offsets()) == 60 for c in dots)
     assert min(c.get_alpha() for c in dots) >= 0.5 and min(c.get_sizes()[0] for c in dots) >= 12
     assert len({c.get_paths()[0].vertices.tobytes() for c in dots}) == 2  # one marker per seed
+
+
+def test_the_comparison_figure_tells_the_static_baselines_apart(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six static baselines were six shades of blue under overlapping bands; the ratio panel promised
+    triangles for topk-ar steps none of the runs took; a static trace drew bandwidth and latency, two flat lines
+    on two axes, as one."""
+    import matplotlib.colors as mcolors
+    import numpy as np
+    import pandas as pd
+    from figure_check import figure_problems
+
+    from flexcomm.controller import plots
+
+    drawn = []
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or path)
+    rng = np.random.default_rng(0)
+    rows = []
+    names = [f"{s}@{r:g}" for s in ("topk-ag", "topk-ar") for r in (0.1, 0.01, 0.001)] + ["gsde", "dense"]
+    for k, name in enumerate(names):
+        for seed in (0, 1):
+            for step in range(0, 50, 5):
+                rows.append({"trace": "t0", "strategy": name, "seed": seed, "step": step,
+                             "sim_time_s": (step + 1) * (1 + 0.1 * k),
+                             "ratio": 1.0 if name == "dense" else 0.013 + 0.004 * np.sin(step) if name == "gsde"
+                             else float(name.split("@")[1]),
+                             "test_acc": min(0.99, 0.5 + 0.008 * step + 0.01 * k + 0.01 * rng.uniform()),
+                             "scheme": "topk-ag", "net_bandwidth_Bps": 1.25e9, "net_latency_s": 1e-3})
+    plots.plot_comparison(pd.DataFrame(rows), tmp_path / "comparison.png")
+    (fig,) = drawn
+    acc, ratio, net = fig.axes[:3]
+    static = [line for line in acc.lines if line.get_label().startswith("topk")]
+    looks = {(mcolors.to_hex(line.get_color()), line.get_linestyle(), line.get_marker()) for line in static}
+    assert len(static) == 6 and len(looks) == 6
+    assert len({mcolors.to_hex(line.get_color()) for line in static}) == 3  # one hue per ratio
+    assert len(acc.collections) == 2  # bands for gsde and dense only
+    assert "triangles" not in ratio.get_ylabel()
+    assert len(fig.axes) == 3 and net.get_title() == "latency 1 ms throughout"
+    assert not figure_problems(fig)
