@@ -34,6 +34,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
+#: Pixels (at the check's dpi) two texts of one axes keep between them.
+TEXT_GAP_PX = 1.5
 #: Verdicts by rendered picture: tests that draw the same figure (the same study, the same seed) pay once.
 _VERDICTS: dict[str, list[str]] = {}
 CHECK_DPI = 50  # small renders (a 1.5 pt line is still a pixel wide), cheap enough to repeat
@@ -254,7 +256,8 @@ def figure_problems(fig: Figure) -> list[str]:
                         problems.append(f"{name!r}: legend entry {label!r} names nothing drawn")
             # every text of the axes, not only annotations: contour labels ("1.25x" over "1.5x") are texts too
             texts = [a for a in ax.texts if a.get_visible() and a.get_text().strip()]
-            boxes = [Text.get_window_extent(a) for a in texts]
+            # a point's gap at least: names that touch read as one ("agg1.3agg2.0")
+            boxes = [Text.get_window_extent(a).expanded(1.0, 1.0).padded(TEXT_GAP_PX / 2) for a in texts]
             for i, first in enumerate(boxes):
                 for j, second in enumerate(boxes[i + 1:], start=i + 1):
                     if first.overlaps(second):
@@ -279,7 +282,8 @@ def same_key_problems(fig: Figure) -> list[str]:
             if not isinstance(handle, Line2D):
                 continue
             look = (mcolors.to_hex(handle.get_color()), str(handle.get_linestyle()), str(handle.get_marker()),
-                    mcolors.to_hex(handle.get_markerfacecolor()), mcolors.to_hex(handle.get_markeredgecolor()))
+                    mcolors.to_hex(handle.get_markerfacecolor()), mcolors.to_hex(handle.get_markeredgecolor()),
+                    round(float(handle.get_linewidth()), 1))
             label = text.get_text()
             if look in seen and seen[look] != label:
                 problems.append(f"legend: {seen[look]!r} and {label!r} have the same key")

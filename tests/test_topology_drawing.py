@@ -189,3 +189,16 @@ def test_a_name_over_a_marker_is_flagged_and_one_beside_or_inside_it_is_not() ->
     fig.canvas.draw()
     assert text_over_marker_problems(fig, ax, "t") == []
     plt.close(fig)
+
+
+def test_a_node_of_several_nics_drawn_as_one_cable_says_why_and_keys_wrap(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """4x8-a100-ib's drawing showed one 200 Gbit/s cable a node where the file names 8 NICs, unsaid (the flow
+    simulator's flat fabric is one link a node: the drawing is right about the model, and now says it); its
+    key's longest line reached the image's edge."""
+    from flexcomm.costmodel.topologies.draw import KEY_CHARS
+
+    facts, problems = _drawn("4x8-a100-ib", tmp_path, monkeypatch)
+    assert not problems
+    assert "the cluster names 8 NICs a node" in " ".join(facts["caption"].split())
+    assert all(len(line) <= KEY_CHARS for _, text in _legend(facts) for line in text.split("\n"))

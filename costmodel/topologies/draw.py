@@ -29,6 +29,11 @@ def _caption(cluster: Any, pic: Picture, notes: list[str], width_in: float) -> s
     if fabric.kind in ("rail-optimized", "nvlink-domain") or (cluster.devices_per_node > 1 and not any(
             g.kind == "host" for g in pic.glyphs.values())):
         lines.append(f"each node: {draw_parts.intra_text(cluster)}")
+    nics = cluster.nics_per_node or 1
+    if fabric.kind in ("flat", "two-level") and nics > 1:  # the drawing is the flow model's, which is not the file's
+        lines.append(f"one cable a node: the flow simulator models each node's NICs as one link at inter_link's "
+                     f"bandwidth; the cluster names {nics} NICs a node, which NCCL's model (--algorithm nccl, the "
+                     f"default on a gpu_fabric cluster) prices")
     if fabric.kind not in ("torus", "ring"):  # switched fabrics: each tier's capacity down and up
         lines += draw_parts.capacity_notes(fabric, tiers(fabric.graph))
     if pic.aggregated:
@@ -37,6 +42,24 @@ def _caption(cluster: Any, pic: Picture, notes: list[str], width_in: float) -> s
                      + (f"; {pic.hidden_cables:,} cables inside a group not drawn" if pic.hidden_cables else ""))
     chars = max(60, int(width_in * 72 / (0.55 * 8)))
     return "\n".join(textwrap.fill(line, chars, subsequent_indent="  ") for line in lines)
+
+
+#: Characters of a key's line before it wraps: the key's column is a fixed width (a longer line ran off the
+#: image's right edge).
+KEY_CHARS = 40
+
+
+def _wrap_labels(ax: Any, handles: list, width: int) -> None:
+    """Wrap long key labels, and the labels of the artists they name, alike (the checks pair them by label)."""
+    for handle in handles:
+        label = handle.get_label()
+        if len(label) <= width:
+            continue
+        wrapped = textwrap.fill(label, width, subsequent_indent="  ")
+        for artist in [*ax.collections, *ax.lines, *ax.patches]:
+            if artist.get_label() == label:
+                artist.set_label(wrapped)
+        handle.set_label(wrapped)
 
 
 def draw_fabric(cluster: Any, path: str | Path, dpi: int | None = None) -> Path:
@@ -56,6 +79,7 @@ def draw_fabric(cluster: Any, path: str | Path, dpi: int | None = None) -> Path:
         handles, notes = draw_torus.draw(ax, cluster, pic)
     else:
         handles, notes = draw_tiered.draw(ax, size[0], cluster, pic, rows), []
+    _wrap_labels(ax, handles, KEY_CHARS)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     gpus = f"{cluster.devices_per_node} GPU{'s' if cluster.devices_per_node != 1 else ''}"
     domains = (f", {fabric.islands} NVLink domains of {fabric.domain_size} GPUs"

@@ -57,6 +57,12 @@ def _boxed(cluster: Any, pic: Picture) -> bool:
             and all(g.tier == 0 for g in hosts))
 
 
+#: Width of a character of the drawing's font, in ems (DejaVu Sans averages about 0.6), and the gap between two
+#: neighbours' names, in points.
+CHAR_WIDTH_EM = 0.6
+LABEL_GAP_PT = 6.0
+
+
 def figure_size(cluster: Any, pic: Picture, rows: dict[int, list[Glyph]] | None) -> tuple[float, float]:
     if rows is None:
         return 12.0, 8.0
@@ -64,7 +70,13 @@ def figure_size(cluster: Any, pic: Picture, rows: dict[int, list[Glyph]] | None)
     per_glyph = 1.1 if pic.aggregated else 0.3  # a group's two-line name needs room
     if _boxed(cluster, pic):  # a box holds its GPUs 6 pt apart
         per_glyph = max(per_glyph, (6.0 * cluster.devices_per_node + 14.0) / 72)
-    return min(22.0, max(10.0, per_glyph * widest + 5.0)), 3.2 + 1.3 * len(rows)
+    need = per_glyph * widest
+    if not pic.aggregated:  # every named row's names side by side with a gap ("agg1.3agg2.0" ran together)
+        for row in rows.values():
+            named = [g for g in row if g.kind != "host"]
+            longest = max((len(g.label) for g in named), default=0)
+            need = max(need, len(named) * (longest * parts.FONT * CHAR_WIDTH_EM + LABEL_GAP_PT) / 72)
+    return min(22.0, max(10.0, need + 5.0)), 3.2 + 1.3 * len(rows)
 
 
 def draw(ax: Any, fig_width_in: float, cluster: Any, pic: Picture, rows: dict[int, list[Glyph]] | None) -> list:
