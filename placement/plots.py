@@ -58,8 +58,10 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
             continue
         xs = [max(c[0], 1e-3) for c in curve] + [horizon]
         ys = [c[2] * 1e3 for c in curve] + [curve[-1][2] * 1e3]
+        # opaque: a search running along a baseline hides it there (at alpha 0.85 the baseline's dashes showed
+        # through async-es's line, which read as the search running under it)
         ax.step(xs, ys, where="post", label=method, color=_COLOURS.get(method), lw=_WIDTHS.get(method, 3),
-                alpha=0.85, zorder=3)
+                zorder=3)
     for k, (ms, methods) in enumerate(same.items()):
         colour, dash = _BASELINE_STYLES[k % len(_BASELINE_STYLES)]
         label = f"{', '.join(methods)} ({ms:.3g} ms)"

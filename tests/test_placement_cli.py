@@ -47,3 +47,17 @@ def test_place_bad_input_is_one_line_and_exit_2(argv: list[str], field: str, tmp
     assert code == 2
     assert err.count("\n") == 1 and field in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_ppo_stopped_by_iterations_is_reproducible_per_seed(tmp_path: Path) -> None:
+    """The docs said PPO was reproducible per seed; under a wall-clock budget it stops where the machine's speed
+    says. Bounded by --iterations, two runs give the same placement and step time (only wall times differ)."""
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"run{k}"
+        assert main(["place", "--method", "ppo", "--iterations", "2", "--budget-s", "600", "--seed", "3",
+                     "--out", str(out), "--no-progress", "--no-plot"]) == 0
+        table = pd.read_csv(out / "comparison.csv").drop(columns=["search_s"])
+        runs.append((json.loads((out / "placement.json").read_text()), table))
+    assert runs[0][0] == runs[1][0]
+    pd.testing.assert_frame_equal(runs[0][1], runs[1][1])
