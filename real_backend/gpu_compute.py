@@ -174,7 +174,7 @@ def layer_section(ctx: Context) -> list[dict[str, Any]]:
         predicted = None
         if ctx.catalog:
             cluster = ctx.cluster()
-            pricer = LLMPricer(model, Hardware.of(cluster), 1, 1, cluster.device.memory_bytes)
+            pricer = LLMPricer(model, Hardware.of(cluster), 1, 1, cluster.device.memory_bytes, attention="unfused")
             forward, backward, _ = pricer.layer_passes_s(1, 1, False, "none")
             predicted = forward + backward
         rows.append(ctx.row("layer", f"{name} forward+backward", measured, predicted,

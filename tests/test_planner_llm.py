@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
 from flexcomm.planner.llm import korthikanti, megatron
 from flexcomm.planner.llm.memory import in_flight, layer_activation_bytes, model_state_bytes
@@ -187,9 +188,9 @@ def test_the_default_precision_is_what_every_gpu_of_the_pool_runs(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     base = ["plan", "--model", "gpt", "--no-progress"]
     assert main([*base, "--cluster", "8x1-v100-40g", "--out", str(tmp_path / "v100")]) == 0  # no bf16 on Volta
-    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, fp16")
+    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, fp16, fused attention")
     assert main([*base, "--cluster", "4x8-a100-ib", "--out", str(tmp_path / "a100")]) == 0
-    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, bf16")
+    assert capsys.readouterr().out.splitlines()[0].endswith("batch 512 sequences, bf16, fused attention")
 
 
 # --- Korthikanti et al.'s table: a second paper, nothing fitted -----------------------------------
@@ -300,3 +301,21 @@ def test_the_flagship_plan_simulates_and_says_why_its_tensor_groups_span_nodes(
                  "--json"]) == 0
     step = json.loads(capsys.readouterr().out)
     assert step["step_s"] == pytest.approx(best["step_s"], rel=0.1)
+
+
+def test_fused_attention_keeps_no_scores_and_recomputes_them_in_the_backward() -> None:
+    """FlashAttention (the default): none of Korthikanti's 5 a s / h activation bytes per layer are stored or
+    move through memory, and the backward recomputes QK^T; unfused (the 2021-2022 papers' software) keeps them."""
+    fused, unfused = (LLMPricer(Transformer(layers=8, hidden=2048, heads=16, seq_len=4096, vocab=51200),
+                                Hardware.of(load_cluster("dgx-h100")), 8, 8, 80e9, attention=a)
+                      for a in ("fused", "unfused"))
+    plan = LLMPlan(tp=8, pp=1, dp=1, micro_batch_size=1, recompute="none")
+    f, u = fused.price(plan), unfused.price(plan)
+    assert f.memory_bound_s < u.memory_bound_s and f.peak_memory_bytes < u.peak_memory_bytes
+    gemm, core, _, _ = fused._layer(1, 8, False)
+    fwd_f, bwd_f, _ = fused.layer_passes_s(1, 8, False, "none")
+    fwd_u, bwd_u, _ = unfused.layer_passes_s(1, 8, False, "none")
+    assert (bwd_f - fwd_f) - (bwd_u - fwd_u) == pytest.approx(core / 2 + (fwd_f - fwd_u), rel=1e-9)
+    with pytest.raises(InputError):
+        LLMPricer(Transformer(layers=8, hidden=2048, heads=16, seq_len=4096, vocab=51200),
+                  Hardware.of(load_cluster("dgx-h100")), 8, 8, 80e9, attention="flash")

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "cluster's nics_per_node, else 1)")
     llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
     llm.add_argument("--pp", type=int, help="fix the pipeline-parallel size")
+    llm.add_argument("--attention", default="fused", help="fused (FlashAttention: no s x s scores in memory, the "
+                     "backward recomputes them; default) or unfused (scores, softmax and dropout as separate "
+                     "kernels, as Megatron-LM ran in 2021-2022)")
     parser.add_argument("--scheme", default="dense", help="how data-parallel groups exchange gradients: "
                         + ", ".join(PRICED_SCHEMES) + " (default dense); priced as whatif and simulate price it: "
                         "the exchange, the device work and the error-feedback memory")
@@ -132,6 +135,9 @@ def run(args: argparse.Namespace) -> int:
         args.batch_size = GPT_SEQUENCES if args.model == "gpt" else SAMPLES_PER_DEVICE * cluster.world_size
     options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
                if getattr(args, k) is not None}
+    if args.model != "gpt" and args.attention != "fused":
+        raise InputError("attention", args.attention, "--model gpt: the transformer planner prices attention one way "
+                         "or the other; a traced model's ops are what it runs")
     if args.model == "gpt":
         from flexcomm.planner.llm.cli import plan_transformer
 

@@ -58,17 +58,17 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
         raise InputError("pp", args.pp, f"a divisor of the {model.layers} layers")
     pricer = LLMPricer(model, Hardware.of(base, args.efficiency), cluster.world_size, args.batch_size,
                        float(cluster.memory_bytes.min()), precision=args.precision,
-                       memory_fraction=args.memory_fraction, exchange=exchange)
+                       memory_fraction=args.memory_fraction, exchange=exchange, attention=args.attention)
     result = search(pricer, tp=args.tp, pp=args.pp)
     best = result.best
     out = Path(args.out)
     written = write_outputs(result, out, args.top, extra={
         "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
         "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
-        "scheme": (exchange or GradientScheme()).scheme})
+        "scheme": (exchange or GradientScheme()).scheme, "attention": args.attention})
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
           f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size} GPUs), batch {args.batch_size} "
-          f"sequences, {args.precision}")
+          f"sequences, {args.precision}, {args.attention} attention")
     slowest_device = min(base.rank_devices, key=lambda dev: dev.peak_flops)
     ceiling_source = ("--efficiency" if args.efficiency is not None
                       else achievable_source(slowest_device.name))

@@ -71,7 +71,7 @@ def price_range(row: KorthikantiRow, recompute: str, sequence_parallel: bool,
     it): fastest, median (the prediction) and slowest."""
     cluster = row_cluster(row)
     pricer = LLMPricer(row.model, Hardware.of(cluster, gemm_ceiling), row.gpus, row.batch,
-                       cluster.device.memory_bytes)
+                       cluster.device.memory_bytes, attention="unfused")  # the paper's 2022 Megatron-LM
     d = row.gpus // (row.tp * row.pp)
     costs = [pricer.price(LLMPlan(row.tp, row.pp, d, b, 1, sequence_parallel, recompute, 0))
              for b in MICRO_BATCH_SIZES if (row.batch // d) % b == 0]

@@ -82,7 +82,9 @@ def row_cluster(row: MegatronRow) -> Cluster:
 
 def pricer(row: MegatronRow, gemm_ceiling: float) -> LLMPricer:
     cluster = row_cluster(row)
-    return LLMPricer(row.model, Hardware.of(cluster, gemm_ceiling), row.gpus, row.batch, cluster.device.memory_bytes)
+    # the paper's software: Megatron-LM of 2021 ran attention as separate kernels
+    return LLMPricer(row.model, Hardware.of(cluster, gemm_ceiling), row.gpus, row.batch, cluster.device.memory_bytes,
+                     attention="unfused")
 
 
 def as_published(result: LLMSearchResult) -> LLMPlanCost:

@@ -25,7 +25,6 @@ from flexcomm.planner.llm.memory import (
     RECOMPUTE,
     MemoryUse,
     activation_scale,
-    full_layer_activation_bytes,
     in_flight,
     layer_activation_bytes,
     model_state_bytes,
@@ -89,18 +88,28 @@ class LLMPlanCost:
                 "fits": self.fits}
 
 
+#: How attention runs: fused (FlashAttention; the default, what current stacks run) or unfused.
+ATTENTION = ("fused", "unfused")
+
+
 class LLMPricer:
     """Prices plans of one model, global batch and precision on one cluster (device memory x fraction)."""
 
     def __init__(self, model: Transformer, hardware: Hardware, world: int, batch_size: int,
                  memory_bytes: float, *, precision: str = "bf16", memory_fraction: float = 1.0,
-                 overlap_dp: bool = True, cache: bool = True, exchange: GradientScheme | None = None) -> None:
+                 overlap_dp: bool = True, cache: bool = True, exchange: GradientScheme | None = None,
+                 attention: str = "fused") -> None:
         if precision not in PRECISIONS:
             raise InputError("precision", precision, "one of " + ", ".join(PRECISIONS))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError("batch-size", batch_size, "an integer >= 1 (sequences per step)")
         if not 0 < memory_fraction <= 1:
             raise InputError("memory-fraction", memory_fraction, "a fraction in (0, 1]")
+        if attention not in ATTENTION:
+            raise InputError("attention", attention, "one of " + ", ".join(ATTENTION))
+        #: fused (FlashAttention: the s x s scores never reach memory, the backward recomputes them) or
+        #: unfused (scores, softmax and dropout as separate kernels, as Megatron-LM ran in 2021-2022)
+        self.attention = attention
         self.model, self.hw, self.world, self.batch_size = model, hardware, world, batch_size
         self.precision, self.overlap_dp = precision, overlap_dp
         self.memory_limit = memory_bytes * memory_fraction
@@ -144,8 +153,12 @@ class LLMPricer:
         times = {g.name: self.hw.gemm_s(g, e) for g in gemms}
         gemm = sum(times.values())
         core = times["scores"] + times["context"]
-        stored = layer_activation_bytes(self.model, b, t, sp, "none", self.precision)
-        softmax = (5.0 * self.model.heads * self.model.seq_len**2 * b / t) * activation_scale(self.precision)
+        fused = self.attention == "fused"
+        # fused attention keeps no s x s tensor: its memory-bound traffic is the layer's without those terms
+        # (Korthikanti's selective count), and its softmax never goes through memory
+        stored = layer_activation_bytes(self.model, b, t, sp, "selective" if fused else "none", self.precision)
+        softmax = 0.0 if fused else (5.0 * self.model.heads * self.model.seq_len**2 * b / t) * activation_scale(
+            self.precision)
         value = (gemm, core, self.hw.memory_bound_s(stored), self.hw.memory_bound_s(softmax))
         self._layer_cache[key] = value
         return value
@@ -168,7 +181,9 @@ class LLMPricer:
         tp_pass = self._tp_pass_s(b, t, sp)
         forward = gemm + elem + tp_pass
         extra = forward if recompute == "full" else core + softmax_elem if recompute == "selective" else 0.0
-        return forward, 2 * (gemm + elem) + tp_pass, extra
+        # FlashAttention's backward recomputes the scores (Dao et al. 2022, algorithm 4): one more QK^T
+        rescore = core / 2 if self.attention == "fused" else 0.0
+        return forward, 2 * (gemm + elem) + rescore + tp_pass, extra
 
     def head_s(self, b: int, t: int) -> float:
         """The logit layer and its cross entropy (fp32 logits), forward and a backward of twice that: the last
@@ -206,7 +221,8 @@ class LLMPricer:
         sp = plan.sequence_parallel and t > 1
         m = self.micro_batches(plan)
         layers = mdl.layers // p
-        gemm, _, elem, _ = self._layer(b, t, sp)
+        gemm, core, elem, _ = self._layer(b, t, sp)
+        rescore = core / 2 if self.attention == "fused" else 0.0  # the backward's recomputed scores
         tp_pass = self._tp_pass_s(b, t, sp)
         forward, backward, recompute = self.layer_passes_s(b, t, sp, plan.recompute)
         head = self.head_s(b, t)
@@ -231,8 +247,10 @@ class LLMPricer:
         step = pipeline + device_work + dp_exposed + optimizer
 
         states = model_state_bytes(params_gpu, self.precision, plan.zero, d) + feedback
-        kept = layers * layer_activation_bytes(mdl, b, t, sp, plan.recompute, self.precision)
-        working = full_layer_activation_bytes(mdl, b, t, sp, self.precision) if plan.recompute == "full" else 0.0
+        kept_as = "selective" if self.attention == "fused" and plan.recompute == "none" else plan.recompute
+        kept = layers * layer_activation_bytes(mdl, b, t, sp, kept_as, self.precision)
+        working = (layer_activation_bytes(mdl, b, t, sp, "selective" if self.attention == "fused" else "none",
+                                          self.precision) if plan.recompute == "full" else 0.0)
         logit_bytes = 4.0 * mdl.seq_len * b * mdl.vocab / t  # fp32 logits for the cross entropy
         first = MemoryUse(states, kept * in_flight(p, m, v) + working, logit_bytes if p == 1 else 0.0)
         last = MemoryUse(states, kept + working, logit_bytes)  # the last stage holds one micro-batch in flight
@@ -244,7 +262,7 @@ class LLMPricer:
         capacity = hw.peak_flops * step * self.world  # FLOPs the GPUs could have done in the step
         return LLMPlanCost(
             plan=plan, micro_batches=m, step_s=step,
-            compute_s=m * (layers * 3 * gemm + head), recompute_s=m * layers * recompute,
+            compute_s=m * (layers * (3 * gemm + rescore) + head), recompute_s=m * layers * recompute,
             memory_bound_s=m * layers * 3 * elem, tp_comm_s=m * layers * 2 * tp_pass, p2p_s=m * p2p,
             bubble_s=(p - 1) / v * stage,
             dp_exposed_s=dp_exposed, optimizer_s=optimizer, tflops_per_gpu=flops / (step * self.world) / 1e12,

@@ -79,6 +79,8 @@ class StepPlan:
     plan: LLMPlan
     precision: str = "bf16"
     experts: Experts | None = None
+    #: how attention runs (:data:`planner.llm.pricing.ATTENTION`): the plan's, fused unless it says otherwise
+    attention: str = "fused"
 
 
 @dataclass
@@ -119,7 +121,8 @@ def load_step_plan(path: str | Path) -> StepPlan:
     if data.get("experts") is not None:
         e = data["experts"]
         experts = Experts(ep=int(e["ep"]), top_k=int(e.get("top_k", 2)), every=int(e.get("every", 2)))
-    return StepPlan(model, int(data["batch_size"]), plan, str(data.get("precision", "bf16")), experts)
+    return StepPlan(model, int(data["batch_size"]), plan, str(data.get("precision", "bf16")), experts,
+                    str(data.get("attention", options.get("attention", "fused"))))
 
 
 def _channel_ring(group: np.ndarray, dpn: int, channel: int) -> np.ndarray:
@@ -191,17 +194,17 @@ class StepSimulator:
         self.slowdown = [max([1.0, *[f for r, f in (stragglers or {}).items() if r // stage_size == st]])
                          for st in range(plan.pp)]
         self.pricer = LLMPricer(model, Hardware.of(cluster), world, step.batch_size, cluster.device.memory_bytes,
-                                precision=step.precision)
+                                precision=step.precision, attention=step.attention)
         self.pricer.check(plan)
         self.cost = self.pricer.price(plan)
         t, b = plan.tp, plan.micro_batch_size
         sp = plan.sequence_parallel and t > 1
-        gemm, _, elem, _ = self.pricer._layer(b, t, sp)
-        _, _, extra = self.pricer.layer_passes_s(b, t, sp, plan.recompute)
+        forward, backward, extra = self.pricer.layer_passes_s(b, t, sp, plan.recompute)
+        tp_pass = self.pricer._tp_pass_s(b, t, sp)  # the rings below carry it
         self.chunks = plan.virtual_stages
         self.layers = model.layers // (plan.pp * self.chunks)  # one chunk's layers (all of a stage's when v = 1)
-        self.fwd_s = self.layers * (gemm + elem)
-        self.bwd_s = self.layers * (2 * (gemm + elem) + extra)
+        self.fwd_s = self.layers * (forward - tp_pass)
+        self.bwd_s = self.layers * (backward - tp_pass + extra)
         self.head_s = self.pricer.head_s(b, t)
         e = self.pricer.element_bytes
         tokens = model.seq_len * b
