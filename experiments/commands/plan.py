@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate-top", type=int, default=3, help="best plans re-ranked on the simulator "
                         "(default 3, 0 for none)")
     parser.add_argument("--balance", default="speed", help="speed (resource-aware, default) or even")
-    parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s reached (default 0.65; gpt: the "
-                        "fraction a perfectly shaped GEMM reaches, default the device's measured MAMF from the "
-                        "catalog)")
+    parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s reached (default: the device's "
+                        "measured matmul rate over its peak, from the catalog's MAMF, as simulate prices a model "
+                        "counted by its FLOPs; gpt: the fraction a perfectly shaped GEMM reaches, the same source)")
     parser.add_argument("--op-times", help="measured per-op forward medians replacing the FLOP model for those ops "
                         "(JSON: batch_size, peak_flops of the measuring device (default: the cluster's fastest), "
                         "ops: {op: seconds})")
@@ -105,7 +105,6 @@ def _check_shared(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
     from flexcomm.costmodel.units import format_size, format_time
     from flexcomm.experiments.options import GRAPH_NAMES
     from flexcomm.planner.devices import load_plan_cluster
@@ -158,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         calibrate_op_times(graph, measured, device=peak)
     else:
         graph = build_graph(args.model, batch_size=1, **options)
-    units = build_units(graph, efficiency=DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency,
+    units = build_units(graph, efficiency=graph_efficiency(cluster) if args.efficiency is None else args.efficiency,
                         reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None)
     pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction,
                     exchange=exchange)
@@ -216,6 +215,16 @@ def run(args: argparse.Namespace) -> int:
     print("wrote " + ", ".join(str(p) for p in written))
     print_exchange(exchange)
     return 0
+
+
+def graph_efficiency(cluster) -> float:  # cluster: planner.devices.PlanCluster
+    """The fraction of peak the graph planner prices FLOPs at: the fastest device's achievable matmul fraction
+    (the catalog's measured MAMF over its peak), what ``simulate`` prices a model counted by its FLOPs at
+    (:class:`costmodel.device_compute.DeviceCompute`); a flat 0.65 made plan and simulate differ by a third."""
+    from flexcomm.costmodel.gemm_efficiency import achievable_fraction
+
+    fastest = max(cluster.devices, key=lambda device: device.peak_flops)
+    return float(achievable_fraction(fastest.name))
 
 
 def print_exchange(exchange: GradientScheme) -> None:
