@@ -16,13 +16,15 @@ from flexcomm.workloads.names import FACTORY_FORM
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "whatif",
-        help="sweep ratio, bandwidth, latency and ranks: which gradient exchange is fastest",
+        help="sweep ratio, bandwidth, latency and ranks: which gradient exchange gives the fastest step",
         description="Prices dense ring allreduce, Top-k over Allgather and Allreduce-compatible Top-k "
         "for ResNet-50, VGG-16 and a 1.3B transformer over compression ratios 1e-1..1e-4, 1 Gbit/s..3.2 Tbit/s, "
-        "latencies 1us..10ms and 2..1024 ranks (or a cluster's own links), writing a tidy CSV and PNG maps. On "
+        "latencies 1us..10ms and 2..1024 ranks (or a cluster's own links), writing a tidy CSV and PNG maps. With "
+        "--cluster the schemes are ranked by the training step as simulate prices it (buckets overlapping the "
+        "backward, the compressor's device work, memory per GPU; the exchange alone in exchange_* columns). On "
         "a cluster with a gpu_fabric every exchange (dense, topk-ag, topk-ar, powersgd, fp16, bf16) is priced "
         "as NCCL runs it over the cluster's rank counts and NIC speeds of 10-800 Gbit/s and its own, and the "
-        "command says where compression does not pay.",
+        "command says where compression pays and what it costs in accuracy where the project measured it.",
     )
     add_cluster_arguments(parser)
     parser.add_argument("--model", help="comma-separated models to price (default resnet50,vgg16,transformer-1.3b): "
