@@ -221,8 +221,10 @@ def plot_step_lines(table: pd.DataFrame, out_dir: Path, x: str, xlabel: str, tit
             fastest = rows[rows["scheme"] == scheme].groupby(x)["step_seconds"].min().sort_index()
             xs, ys = fastest.index.to_numpy(dtype=float), fastest.to_numpy()
             same = coinciding_line(xs, ys, drawn)
-            if same is not None:  # drawn once, named for both
-                same.set_label(f"{same.get_label()} = {STEP_LABELS[scheme]}")
+            if same is not None:  # drawn once, named for both, its markers in the second one's colour so its
+                same.set_label(f"{same.get_label()} = {STEP_LABELS[scheme]}")  # key differs from the first's own
+                same.set_markerfacecolor(SCHEME_COLOURS[scheme])
+                same.set_markeredgecolor(SCHEME_COLOURS[scheme])
                 continue
             (line,) = ax.plot(xs, ys, color=SCHEME_COLOURS[scheme], marker=STEP_MARKERS[scheme], lw=1.6, ms=5,
                               label=STEP_LABELS[scheme])

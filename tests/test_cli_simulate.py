@@ -23,7 +23,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 def test_prints_a_table_and_the_median_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, *BASE, "--straggler", "3=1.5")
     assert code == 0 and err == ""
-    assert "resnet18 on 8x1-10gbe: 8 ranks x batch 256" in out
+    assert "resnet18 (11.7M parameters) on 8x1-10gbe: 8 ranks x batch 256" in out
     assert "attempt" in out and "exposed" in out and "stall" in out
     assert "median iteration" in out and "samples/s" in out
     assert len([line for line in out.splitlines() if line.strip().endswith("ms") and " ok " in line]) == 3
