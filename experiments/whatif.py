@@ -38,7 +38,7 @@ from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_time
 from flexcomm.experiments.whatif_step import (
     StepPricer,
-    accuracy_cost,
+    accuracy_costs,
     rank_schemes,
     step_columns,
 )
@@ -135,32 +135,32 @@ def run_whatif(
     beta = 1.0 / configs["bandwidth_Bps"].to_numpy()
     ranks = configs["ranks"].to_numpy(dtype=float)
     ratio = configs["ratio"].to_numpy()
+    # with a cluster, a device to compute on: the step, as simulate prices it on these links
+    link_model = CostModel.from_cluster(cluster, gamma=grid.reduce_gamma_s_per_byte) if cluster is not None else None
     frames = []
     for model_name, params in grid.models.items():
-        times, compress = {}, {}
+        per_scheme = []
         for scheme in SCHEMES:
             cost = scheme_coefficients(scheme, params, ranks, ratio, grid.payload, grid.algorithms).time(
                 alpha, beta, grid.reduce_gamma_s_per_byte)
-            times[scheme] = cost
-            compress[scheme] = np.full_like(cost.total, _compress_seconds(grid, scheme, params))
-        for scheme in SCHEMES:
+            compress = np.full_like(cost.total, _compress_seconds(grid, scheme, params))
             frame = configs.copy()
             frame.insert(0, "model", model_name)
             frame.insert(1, "params", params)
             frame.insert(2, "scheme", scheme)
-            frame["seconds"] = times[scheme].total + compress[scheme]
-            frame["communication_seconds"] = times[scheme].total
-            frame["compression_seconds"] = compress[scheme]
-            frame["latency_seconds"] = times[scheme].latency
-            frame["bandwidth_seconds"] = times[scheme].bandwidth
-            frame["compute_seconds"] = times[scheme].compute
-            frames.append(frame)
-        if cluster is not None:  # a device to compute on: the step, as simulate prices it on these links
-            frame = pd.concat(frames[-len(SCHEMES):], ignore_index=True)
-            model = CostModel.from_cluster(cluster, gamma=grid.reduce_gamma_s_per_byte)
+            frame["seconds"] = cost.total + compress
+            frame["communication_seconds"] = cost.total
+            frame["compression_seconds"] = compress
+            frame["latency_seconds"] = cost.latency
+            frame["bandwidth_seconds"] = cost.bandwidth
+            frame["compute_seconds"] = cost.compute
+            per_scheme.append(frame)
+        frame = pd.concat(per_scheme, ignore_index=True)
+        if link_model is not None:
             steps = step_columns(frame, _pricer(grid, cluster, model_name),
-                                 {float(b): model for b in frame["bandwidth_Bps"].unique()})
-            frames[-len(SCHEMES):] = [pd.concat([frame, steps], axis=1)]
+                                 {float(b): link_model for b in frame["bandwidth_Bps"].unique()})
+            frame = pd.concat([frame, steps], axis=1)
+        frames.append(frame)
     return _finish(pd.concat(frames, ignore_index=True))
 
 
@@ -170,8 +170,7 @@ RANK_KEYS = ["model", "ratio", "bandwidth_Bps", "latency_s", "ranks"]  #: what o
 def _finish(table: pd.DataFrame) -> pd.DataFrame:
     """Rank the schemes of every configuration (by the step where there is one) and say their accuracy cost."""
     table = rank_schemes(table, RANK_KEYS)
-    table["accuracy_cost"] = [accuracy_cost(s, r if s.startswith("topk") else 1.0)
-                              for s, r in zip(table["scheme"], table["ratio"], strict=True)]
+    table["accuracy_cost"] = accuracy_costs(table["scheme"], table["ratio"])
     table["bandwidth_gbit_s"] = table["bandwidth_Bps"] * 8 / 1e9
     return table
 

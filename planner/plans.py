@@ -147,6 +147,7 @@ class Pricer:
         self._nccl = (CostModel.from_cluster(base) if base.gpu_fabric is not None and not base.node_devices
                       else None)
         self._nccl_times: dict[tuple[int, float], float] = {}
+        self._exchanges: dict[tuple, tuple[float, str]] = {}
 
     # --- validation -----------------------------------------------------------------------------
     def check(self, cfg: PlanConfig) -> None:
@@ -287,6 +288,13 @@ class Pricer:
         of a GPU fabric, the formulas on the group's ring link otherwise, bandwidth shared ``share`` ways)."""
         if self.exchange.dense:
             return self._best_allreduce(ranks, nbytes, share)
+        key = (ranks.tobytes(), nbytes, share)  # stages of many plans share a group and a shard
+        hit = self._exchanges.get(key) if self.cache else None
+        if hit is None:
+            hit = self._exchanges[key] = self._compressed_exchange(ranks, nbytes, share)
+        return hit
+
+    def _compressed_exchange(self, ranks: np.ndarray, nbytes: float, share: float) -> tuple[float, str]:
         numel = nbytes / GRADIENT_BYTES
         if self._nccl is not None and share == 1.0 and self._whole_block(ranks):
             return self.exchange.exchange_seconds(numel, len(ranks), self._nccl, True), f"{self.exchange.scheme}/nccl"

@@ -346,9 +346,15 @@ def data_parallel_memory_bytes(model: ModelSpec, precision: str, scheme: str, bu
     return state + sum(scheme_memory_bytes(scheme, b.numel, payloads[b.index]) for b in buckets)
 
 
-def check_data_parallel_memory(cluster: Cluster, nodes: Sequence[int], workload: str, need_bytes: float) -> None:
+def smallest_device(cluster: Cluster, ranks: int):  # -> costmodel.cluster.Device
+    """The device of least memory among the nodes ranks 0..ranks-1 run on: what a data-parallel job must fit."""
+    dpn = cluster.devices_per_node
+    return min((cluster.node_device(n) for n in range(-(-ranks // dpn))), key=lambda d: d.memory_bytes)
+
+
+def check_data_parallel_memory(cluster: Cluster, ranks: int, workload: str, need_bytes: float) -> None:
     """Refuse a data-parallel job whose state alone does not fit the smallest device it runs on."""
-    device = min((cluster.node_device(n) for n in nodes), key=lambda d: d.memory_bytes)
+    device = smallest_device(cluster, ranks)
     if need_bytes > device.memory_bytes:
         raise InputError("memory", f"{workload}: {need_bytes / 1e9:.1f} GB per GPU",
                          f"at most the {device.name}'s {device.memory_bytes / 1e9:.1f} GB: in data parallel every "
@@ -440,7 +446,7 @@ class TrainingSimulator:
         self.memory_bytes = data_parallel_memory_bytes(model, self.cluster.device.precision, config.scheme,
                                                        self.buckets, self.payloads)
         if config.check_memory:
-            check_data_parallel_memory(self.cluster, self.job_nodes, self.workload.name, self.memory_bytes)
+            check_data_parallel_memory(self.cluster, self.ranks, self.workload.name, self.memory_bytes)
         check_random_failures(self.fault_sources, len(self.job_nodes), config.iterations, self.compute_total,
                               self.policy.checkpoint_every, self.policy.elastic,
                               self.policy.max_restarts)  # before a run that would not end for minutes

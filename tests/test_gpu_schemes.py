@@ -334,3 +334,24 @@ def test_an_nccl_call_simulated_alone_equals_the_cost_model(which: str, collecti
     env.run()
     expected = CostModel.from_cluster(cluster).nccl_choice(collective, "nccl", size, ranks).seconds
     assert call.value == pytest.approx(expected, rel=0.01)
+
+
+def test_whatif_and_simulate_share_one_memory_rule_on_a_mixed_pool() -> None:
+    """A data-parallel job must fit the smallest device of its ranks' nodes: the what-if says so per rank
+    count as simulate refuses it (on 4x4-a100-v100 ranks 8-15 sit on V100-32GB nodes)."""
+    import numpy as np
+
+    from flexcomm.costmodel.compute import LayerSpec, ModelSpec
+    from flexcomm.costmodel.errors import InputError
+    from flexcomm.experiments.whatif import WhatIfGrid, run_whatif
+    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+    from flexcomm.sim.workload import TrainingWorkload
+
+    big = TrainingWorkload("big", ModelSpec("big", [LayerSpec("w", int(2.5e9), 2 * 2.5e9)]), 1.0)  # 40 GB of state
+    cluster = load_cluster("4x4-a100-v100")
+    table = run_whatif(WhatIfGrid(models={"big": 2.5e9}, workloads={"big": big}, ratios=np.array([0.01])), cluster)
+    dense = table[table["scheme"] == "dense"].drop_duplicates("ranks").set_index("ranks")["fits_memory"]
+    assert dense[8] and not dense[16]
+    TrainingSimulator(cluster, TrainingConfig(workload=big, ranks=8))
+    with pytest.raises(InputError, match="V100"):
+        TrainingSimulator(cluster, TrainingConfig(workload=big, ranks=16))

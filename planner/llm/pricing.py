@@ -118,6 +118,7 @@ class LLMPricer:
         #: how data-parallel groups exchange gradients (``plan --scheme``): dense allreduce unless told
         self.exchange = exchange or GradientScheme()
         self._layer_cache: dict[tuple, tuple[float, float, float, float]] = {}
+        self._exchange_cache: dict[tuple, tuple[float, float, float]] = {}
 
     def check(self, plan: LLMPlan) -> None:
         m = self.model
@@ -181,9 +182,12 @@ class LLMPricer:
         tp_pass = self._tp_pass_s(b, t, sp)
         forward = gemm + elem + tp_pass
         extra = forward if recompute == "full" else core + softmax_elem if recompute == "selective" else 0.0
-        # FlashAttention's backward recomputes the scores (Dao et al. 2022, algorithm 4): one more QK^T
-        rescore = core / 2 if self.attention == "fused" else 0.0
-        return forward, 2 * (gemm + elem) + rescore + tp_pass, extra
+        return forward, 2 * (gemm + elem) + self._rescore_s(core) + tp_pass, extra
+
+    def _rescore_s(self, core: float) -> float:
+        """What FlashAttention's backward adds: it recomputes the scores, one more QK^T (Dao et al. 2022,
+        algorithm 4), half the attention core's two GEMMs of equal FLOPs; nothing unfused."""
+        return core / 2 if self.attention == "fused" else 0.0
 
     def head_s(self, b: int, t: int) -> float:
         """The logit layer and its cross entropy (fp32 logits), forward and a backward of twice that: the last
@@ -202,6 +206,15 @@ class LLMPricer:
             return 0.0, 0.0, 0.0
         if scheme.dense:
             return hw.allreduce_s(grad_bytes, d, per_node), 0.0, 0.0
+        key = (t, layers, d, per_node)  # the plans of one split share it (micro-batches, recompute, ZeRO vary)
+        hit = self._exchange_cache.get(key) if self.cache else None
+        if hit is None:
+            hit = self._exchange_cache[key] = self._compressed_exchange(params_gpu, t, layers, d, per_node)
+        return hit
+
+    def _compressed_exchange(self, params_gpu: float, t: int, layers: int, d: int,
+                             per_node: int) -> tuple[float, float, float]:
+        hw, scheme = self.hw, self.exchange
         h = self.model.hidden
         # one layer's weight matrices on a tensor rank (rows, columns): QKV, projection, FC1, FC2
         shapes = [(h, 3 * h / t), (h / t, h), (h, 4 * h / t), (4 * h / t, h)] * layers
@@ -222,7 +235,7 @@ class LLMPricer:
         m = self.micro_batches(plan)
         layers = mdl.layers // p
         gemm, core, elem, _ = self._layer(b, t, sp)
-        rescore = core / 2 if self.attention == "fused" else 0.0  # the backward's recomputed scores
+        rescore = self._rescore_s(core)
         tp_pass = self._tp_pass_s(b, t, sp)
         forward, backward, recompute = self.layer_passes_s(b, t, sp, plan.recompute)
         head = self.head_s(b, t)
