@@ -249,3 +249,11 @@ def coinciding_line(x: Any, y: Any, drawn: list[tuple[Any, Any, Any]], rtol: flo
                 and np.allclose(ys, seen_y, rtol=rtol, atol=0.0, equal_nan=True)):
             return artist
     return None
+
+
+def name_coinciding(line: Any, label: str, colour: Any) -> None:
+    """Name a drawn ``line`` for a second series that lies on it (``A = B``), its markers in the second one's
+    ``colour``: the merged key then differs from A's own key where A is drawn alone in another panel."""
+    line.set_label(f"{line.get_label()} = {label}")
+    line.set_markerfacecolor(colour)
+    line.set_markeredgecolor(colour)

@@ -209,7 +209,7 @@ def plot_step_lines(table: pd.DataFrame, out_dir: Path, x: str, xlabel: str, tit
     """One panel per model: the training step of every scheme over ``x`` (rank count or NIC speed), Top-k at
     its fastest ratio. A line, not a map: on a GPU cluster the schemes that matter (PowerSGD, fp16) have no
     ratio, so a ratio axis drew stripes; the step is what the user waits for."""
-    from flexcomm.costmodel.plotting import coinciding_line, readable_log_axis
+    from flexcomm.costmodel.plotting import coinciding_line, name_coinciding, readable_log_axis
 
     models = list(table["model"].unique())
     fig, axes = plt.subplots(1, len(models), figsize=(4.4 * len(models), 3.8), squeeze=False)
@@ -221,10 +221,8 @@ def plot_step_lines(table: pd.DataFrame, out_dir: Path, x: str, xlabel: str, tit
             fastest = rows[rows["scheme"] == scheme].groupby(x)["step_seconds"].min().sort_index()
             xs, ys = fastest.index.to_numpy(dtype=float), fastest.to_numpy()
             same = coinciding_line(xs, ys, drawn)
-            if same is not None:  # drawn once, named for both, its markers in the second one's colour so its
-                same.set_label(f"{same.get_label()} = {STEP_LABELS[scheme]}")  # key differs from the first's own
-                same.set_markerfacecolor(SCHEME_COLOURS[scheme])
-                same.set_markeredgecolor(SCHEME_COLOURS[scheme])
+            if same is not None:  # drawn once, named for both
+                name_coinciding(same, STEP_LABELS[scheme], SCHEME_COLOURS[scheme])
                 continue
             (line,) = ax.plot(xs, ys, color=SCHEME_COLOURS[scheme], marker=STEP_MARKERS[scheme], lw=1.6, ms=5,
                               label=STEP_LABELS[scheme])

@@ -61,28 +61,31 @@ def _order(text: str) -> str | list[int]:
 
 
 def _check_nccl_options(args: argparse.Namespace) -> None:
-    """``--explain``, ``--nccl-version`` and ``--gpus-per-process`` only mean something for NCCL's model."""
-    from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+    """The NCCL options' own values, before anything is priced."""
     from flexcomm.costmodel.collective_libraries.versions import parse_version
     from flexcomm.costmodel.errors import InputError
 
-    algorithm = args.algorithm
-    if algorithm is None and args.cluster and not args.profile:
-        from flexcomm._pricing import default_cost_algorithm
-        from flexcomm.costmodel.cluster import load_cluster
-
-        algorithm = default_cost_algorithm(load_cluster(args.cluster), bool(args.scheme), _order(args.order))
-    nccl = algorithm is not None and is_nccl_algorithm(algorithm)
-    for flag, used in (("explain", args.explain), ("nccl-version", args.nccl_version is not None),
-                       ("gpus-per-process", args.gpus_per_process != 1)):
-        if used and not nccl:
-            raise InputError(flag, args.algorithm, "--algorithm nccl (or nccl:ALGO[/PROTO]) with --cluster: "
-                             f"--{flag} explains or prices NCCL's model only")
     if args.nccl_version is not None:
         parse_version(args.nccl_version, "nccl-version")
     if not 0 <= args.gpus_per_process <= max(1, args.ranks):
         raise InputError("gpus-per-process", args.gpus_per_process, f"an integer from 0 (a CUDA-graph replay) to the "
                          f"{args.ranks} ranks (GPUs one thread launches)")
+
+
+def _refuse_nccl_options_without_nccl(args: argparse.Namespace, algorithm: str) -> None:
+    """``--explain``, ``--nccl-version`` and ``--gpus-per-process`` only mean something for NCCL's model: refused
+    when the price came from a formula (named, or the default where the cluster has no gpu_fabric or a rank
+    order was asked for); the engine says which it priced, so its default is decided in one place."""
+    from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+    from flexcomm.costmodel.errors import InputError
+
+    if is_nccl_algorithm(algorithm):
+        return
+    for flag, used in (("explain", args.explain), ("nccl-version", args.nccl_version is not None),
+                       ("gpus-per-process", args.gpus_per_process != 1)):
+        if used:
+            raise InputError(flag, args.algorithm, "--algorithm nccl (or nccl:ALGO[/PROTO]) with --cluster: "
+                             f"--{flag} explains or prices NCCL's model only")
 
 
 def _check_ranks_per_node(args: argparse.Namespace) -> None:
@@ -124,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
                   reduce_bandwidth=args.reduce_bandwidth, ranks_per_node=args.ranks_per_node, order=_order(args.order),
                   nccl_version=args.nccl_version, gpus_per_process=args.gpus_per_process,
                   powersgd_rank=args.powersgd_rank, powersgd_matrix=args.powersgd_matrix)
+    _refuse_nccl_options_without_nccl(args, result.algorithm)
     executions = [e for e in ([c.execution for c in result.calls] or [result.execution]) if e is not None] \
         if args.explain else []
     if args.json:

@@ -200,8 +200,7 @@ def run(args: argparse.Namespace) -> int:
     table = result.table()
     from flexcomm.planner.search import signature
 
-    feasible = [c for c in result.ranked]
-    keys = {c.config.label: signature(c.config) for c in feasible}
+    keys = {c.config.label: signature(c.config) for c in result.ranked}
     rows = table[table["feasible"]]
     distinct = rows[~rows["plan"].map(keys).duplicated()]
     print("top schedules (fastest ZeRO stage and micro-batch count where only memory differs; numbered as in "

@@ -126,7 +126,7 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     coincide in a panel (within 2 % at every point) are drawn once and labelled ``A = B``: one would hide the
     other whatever the styles.
     """
-    from flexcomm.costmodel.plotting import coinciding_line, use_file_backend
+    from flexcomm.costmodel.plotting import coinciding_line, name_coinciding, use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
@@ -167,11 +167,8 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                     xs = _x(x, line.index.to_series()).to_numpy(dtype=float)
                     values = line.to_numpy(dtype=float) * scale
                     twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
-                    if twin is not None:  # one line would hide the other: draw it once, named for both, its
-                        # markers in the second series' colour, so its key differs from the first's own key
-                        twin.set_label(f"{twin.get_label()} = {label}")
-                        twin.set_markerfacecolor(colour)
-                        twin.set_markeredgecolor(colour)
+                    if twin is not None:  # one line would hide the other: draw it once, named for both
+                        name_coinciding(twin, label, colour)
                         twin.set_markersize(5)
                         continue
                     (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)

@@ -309,7 +309,7 @@ class StepSimulator:
         last = p * self.chunks - 1
         dp_proc = None
         order = self._order(s, m)
-        final_backward = max(i for i, (kind, _, _) in enumerate(order) if kind == "bwd")
+        final_backward = len(order) - 1  # every schedule ends on a backward
         for position, (kind, i, chunk) in enumerate(order):
             k = chunk * p + s
             if kind == "fwd":
