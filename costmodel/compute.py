@@ -137,7 +137,10 @@ class LayerSpec:
 
     Optional, for pricing on a device (:mod:`costmodel.device_compute`): ``gemms``, the shapes behind the
     FLOPs (tile, wave and K-loop losses), and ``memory_accesses``, the elements its memory-bound kernels
-    (normalisation, activation, element-wise, pooling) read or write per sample in the forward pass.
+    (normalisation, activation, element-wise, pooling) read or write per sample in the forward pass;
+    ``backward_gemms``, GEMMs only the backward runs (FlashAttention's recomputed scores); ``memory_kernels``,
+    the accesses of each memory-bound kernel where they are known one by one (a traced model: each takes at least
+    a launch), summing to ``memory_accesses``; empty: the layer's accesses are one kernel.
     """
 
     name: str
@@ -145,6 +148,8 @@ class LayerSpec:
     forward_flops: float
     gemms: tuple[LayerGemm, ...] = ()
     memory_accesses: float = 0.0
+    backward_gemms: tuple[LayerGemm, ...] = ()
+    memory_kernels: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -165,6 +170,8 @@ class LayerSpec:
         object.__setattr__(self, "params", int(self.params))
         object.__setattr__(self, "forward_flops", flops)
         object.__setattr__(self, "gemms", tuple(self.gemms))
+        object.__setattr__(self, "backward_gemms", tuple(self.backward_gemms))
+        object.__setattr__(self, "memory_kernels", tuple(float(a) for a in self.memory_kernels))
         object.__setattr__(self, "memory_accesses", accesses)
 
 
@@ -490,22 +497,32 @@ def alexnet_spec(image_size: int = 224, num_classes: int = 1000) -> ModelSpec:
     return ModelSpec("alexnet", net.layers, f"torchvision AlexNet, {image_size}px")
 
 
-def _encoder_block(prefix: str, d: int, s: int, heads: int, ffn_mult: int) -> list[LayerSpec]:
+#: How a transformer's attention runs: fused (FlashAttention, what current stacks run; the default) or unfused
+#: (scores, softmax and dropout as separate kernels, as Megatron-LM and BERT ran in 2019-2022).
+ATTENTION_KINDS = ("fused", "unfused")
+
+
+def _encoder_block(prefix: str, d: int, s: int, heads: int, ffn_mult: int, attention: str) -> list[LayerSpec]:
     """One pre- or post-norm transformer block's four layers (norm, attention, norm, MLP) for one sequence.
 
     GEMMs as Megatron-LM runs them (QKV, per-head scores and context, projection, two MLP matrices); memory-bound
     traffic from Korthikanti et al.'s activation count (2022, section 4.1: attention 11sh + 5as^2 bytes, MLP 19sh,
     each layer norm 2sh, at 16-bit), every stored byte written once and read once, i.e. that many 16-bit element
-    accesses.
+    accesses. Fused attention never writes the s x s scores (no 5as^2 term) and its backward recomputes them
+    (Dao et al. 2022, algorithm 4: one more scores GEMM), as the transformer planner prices it
+    (:class:`planner.llm.pricing.LLMPricer`).
     """
+    if attention not in ATTENTION_KINDS:
+        raise InputError("attention", attention, " or ".join(ATTENTION_KINDS))
     head_dim = d // heads
-    attn = (LayerGemm(s, 3 * d, d), LayerGemm(s, s, head_dim, heads, batched=True),
-            LayerGemm(s, head_dim, s, heads, batched=True), LayerGemm(s, d, d))
+    scores = LayerGemm(s, s, head_dim, heads, batched=True)
+    attn = (LayerGemm(s, 3 * d, d), scores, LayerGemm(s, head_dim, s, heads, batched=True), LayerGemm(s, d, d))
     mlp = (LayerGemm(s, ffn_mult * d, d), LayerGemm(s, d, ffn_mult * d))
+    fused = attention == "fused"
     return [
         LayerSpec(f"{prefix}.ln1", 2 * d, 0.0, (), 2.0 * s * d),
         LayerSpec(f"{prefix}.attn", 4 * d * d + 4 * d, sum(g.flops for g in attn), attn,
-                  11.0 * s * d + 5.0 * heads * s * s),
+                  11.0 * s * d + (0.0 if fused else 5.0 * heads * s * s), (scores,) if fused else ()),
         LayerSpec(f"{prefix}.ln2", 2 * d, 0.0, (), 2.0 * s * d),
         LayerSpec(f"{prefix}.mlp", 2 * ffn_mult * d * d + (ffn_mult + 1) * d, sum(g.flops for g in mlp), mlp,
                   19.0 * s * d),
@@ -521,8 +538,10 @@ def transformer_spec(
     ffn_mult: int = 4,
     tied_embeddings: bool = True,
     heads: int | None = None,
+    attention: str = "fused",
 ) -> ModelSpec:
-    """GPT-style decoder, one sample = one sequence of ``seq_len`` tokens (``heads`` default: 128-wide heads).
+    """GPT-style decoder, one sample = one sequence of ``seq_len`` tokens (``heads`` default: 128-wide heads),
+    attention ``fused`` (the default, as the transformer planner's) or ``unfused``.
 
     Per block: attention 4d^2 + 4d params, MLP 2 ffn_mult d^2 + (ffn_mult + 1) d, two layer norms;
     forward FLOPs 2 x params x tokens for the matmuls plus 4 seq^2 d for QK^T and AV (no causal
@@ -537,12 +556,12 @@ def transformer_spec(
     layers = [LayerSpec("embed.tokens", vocab * d, 0.0, (), 3.0 * s * d),  # gather + position add
               LayerSpec("embed.positions", s * d, 0.0)]
     for i in range(num_layers):
-        layers += _encoder_block(f"blocks.{i}", d, s, heads, ffn_mult)
+        layers += _encoder_block(f"blocks.{i}", d, s, heads, ffn_mult, attention)
     head = LayerGemm(s, vocab, d)
     layers.append(LayerSpec("ln_f", 2 * d, 0.0, (), 2.0 * s * d))
     layers.append(LayerSpec("lm_head", 0 if tied_embeddings else vocab * d, head.flops, (head,),
                             3.0 * s * vocab))  # softmax cross-entropy over the logits
-    desc = f"GPT-style decoder: {num_layers} layers, d_model {d}, seq {s}, vocab {vocab}"
+    desc = f"GPT-style decoder: {num_layers} layers, d_model {d}, seq {s}, vocab {vocab}, {attention} attention"
     return ModelSpec(name, layers, desc)
 
 
@@ -555,7 +574,7 @@ def bert_spec(seq_len: int = 384, predictions: int | None = None, num_layers: in
     d, s = d_model, seq_len
     layers = [LayerSpec("embeddings", (vocab + 512 + 2) * d + 2 * d, 0.0, (), 7.0 * s * d)]  # 3 gathers, LN
     for i in range(num_layers):
-        layers += _encoder_block(f"encoder.{i}", d, s, heads, 4)
+        layers += _encoder_block(f"encoder.{i}", d, s, heads, 4, "unfused")  # NVIDIA's 2019-2021 BERT runs
     if predictions is None:
         span = LayerGemm(s, 2, d)
         layers.append(LayerSpec("qa_outputs", 2 * d + 2, span.flops, (span,), 3.0 * s * 2))
@@ -626,10 +645,13 @@ def layers_from_torch(
     if batch_size < 1:
         raise InputError("batch_size", batch_size, "an integer >= 1")
 
+    from flexcomm.costmodel.torch_kernels import KernelCounter, by_module
+
     modes = {m: m.training for m in module.modules()}
+    kernels = KernelCounter()
     try:
         module.eval()
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter, kernels, by_module(module, kernels):
             module(*args)
     finally:
         for m, training in modes.items():
@@ -642,7 +664,7 @@ def layers_from_torch(
         key = root if not path else f"{root}.{path}"
         return float(sum(counts.get(key, {}).values()))
 
-    layers: list[LayerSpec] = []
+    owned: list[tuple[str, int, float]] = []
     seen_params: set[int] = set()
     for path, sub in module.named_modules():
         own_params = 0
@@ -651,11 +673,48 @@ def layers_from_torch(
                 seen_params.add(id(p))
                 own_params += p.numel()
         children = [f"{path}.{child}" if path else child for child, _ in sub.named_children()]
-        own_flops = inclusive(path) - sum(inclusive(c) for c in children)
-        own_flops = max(own_flops, 0.0)
+        own_flops = max(inclusive(path) - sum(inclusive(c) for c in children), 0.0)
         if own_params or own_flops > 0:
-            layers.append(LayerSpec(path or root, own_params, own_flops / batch_size))
-    if not layers:
+            owned.append((path, own_params, own_flops))
+    if not owned:
         raise InputError("module", root, "a module with parameters or FLOPs")
-    desc = description or f"counted by torch.utils.flop_counter at batch {batch_size}"
+    tallies = _kernels_by_layer(kernels, {path for path, _, _ in owned})
+    layers = [_layer_of(path or root, params, flops, tallies.get(path), batch_size)
+              for path, params, flops in owned]
+    desc = description or (f"counted by torch.utils.flop_counter at batch {batch_size}, its kernels by "
+                           "costmodel.torch_kernels")
     return ModelSpec(name or root, layers, desc)
+
+
+def _kernels_by_layer(kernels, layers: set[str]) -> dict[str, Any]:  # KernelCounter -> {path: KernelTally}
+    """Each layer's kernels: its own, and those of the parameterless modules and functional calls that ran after
+    it (a ReLU module, a residual add in its block's forward), as the zoo's specs charge an activation to the
+    layer before it; kernels before any layer go to the first."""
+    from flexcomm.costmodel.torch_kernels import KernelTally
+
+    tallies: dict[str, KernelTally] = {}
+    pending: list[KernelTally] = []
+    last: str | None = None
+    for key, call in kernels.calls:
+        if key in layers:
+            last = key
+        if last is None:
+            pending.append(call)
+            continue
+        tally = tallies.setdefault(last, KernelTally())
+        for item in [*pending, call]:
+            tally.add(item)
+        pending = []
+    return tallies
+
+
+def _layer_of(name: str, params: int, flops: float, tally, batch: int) -> LayerSpec:  # tally: KernelTally | None
+    """One layer per sample: its FLOPs, the GEMMs whose batch dimension divides by the batch (the rest priced by
+    their FLOPs, with no shape) and its element accesses."""
+    from flexcomm.costmodel.torch_kernels import per_sample
+
+    if tally is None:
+        return LayerSpec(name, params, flops / batch)
+    gemms = tuple(g for g in (per_sample(gemm, batch) for gemm in tally.gemms) if g is not None)
+    return LayerSpec(name, params, flops / batch, gemms, tally.memory_accesses / batch,
+                     memory_kernels=tuple(a / batch for a in tally.memory_kernels))

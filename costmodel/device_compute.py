@@ -21,6 +21,8 @@ Measured layers of a profile override all of this, as in :meth:`ModelSpec.layer_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from flexcomm.costmodel.compute import LayerSpec, ModelSpec
@@ -37,6 +39,8 @@ from flexcomm.costmodel.gemm_efficiency import (
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 #: Backward memory-bound traffic per forward element access.
 BACKWARD_MEMORY_FACTOR = 2.0
+#: FLOPs of a layer beyond its GEMMs' (relative) below which they are rounding, not unshaped work.
+UNSHAPED_TOLERANCE = 1e-6
 
 
 def element_bytes(precision: str) -> int:
@@ -62,25 +66,36 @@ class DeviceCompute:
         return gemm_seconds(shape, self.peak_flops, self.achievable, self.sms, self.memory_bandwidth_Bps,
                             self.element_bytes, self.config)
 
-    def layer(self, layer: LayerSpec, batch: float) -> tuple[float, float]:
-        """(forward, backward) seconds of one layer at ``batch`` samples."""
+    def kernels(self, gemms: Sequence[GemmShape], memory_kernels: Sequence[float], other_flops: float = 0.0,
+                backward_gemms: Sequence[GemmShape] = ()) -> tuple[float, float]:
+        """(forward, backward) seconds of GEMMs of these shapes, memory-bound kernels of these element accesses
+        (each at least a launch), ``other_flops`` counted with no shape (at the achievable rate, no shape loss)
+        and GEMMs only the backward runs. The one price of a layer of the zoo (:meth:`layer`) and of a traced op
+        (:mod:`costmodel.torch_kernels`)."""
         memory = 0.0
-        if layer.memory_accesses > 0 and self.memory_bandwidth_Bps:
-            memory = max(layer.memory_accesses * batch * self.element_bytes / self.memory_bandwidth_Bps,
-                         LAUNCH_FLOOR_S)
-        if layer.gemms:
-            forward = backward = 0.0
-            for gemm in layer.gemms:
-                s = gemm.at_batch(batch)
-                forward += self._gemm(s)
-                backward += self._gemm(GemmShape(s.m, s.k, s.n, s.count))  # input gradient
-                backward += self._gemm(GemmShape(s.n, s.k, s.m, s.count, s.a_elements))  # weight gradient
-        elif layer.forward_flops > 0:
-            forward = max(layer.forward_flops * batch / (self.peak_flops * self.achievable), LAUNCH_FLOOR_S)
-            backward = 2.0 * forward
-        else:
-            forward = backward = 0.0
+        if self.memory_bandwidth_Bps:
+            memory = sum(max(accesses * self.element_bytes / self.memory_bandwidth_Bps, LAUNCH_FLOOR_S)
+                         for accesses in memory_kernels if accesses > 0)
+        forward = backward = 0.0
+        for s in gemms:
+            forward += self._gemm(s)
+            backward += self._gemm(GemmShape(s.m, s.k, s.n, s.count))  # input gradient
+            backward += self._gemm(GemmShape(s.n, s.k, s.m, s.count, s.a_elements))  # weight gradient
+        backward += sum(self._gemm(s) for s in backward_gemms)
+        if other_flops > 0:
+            unshaped = max(other_flops / (self.peak_flops * self.achievable), LAUNCH_FLOOR_S)
+            forward, backward = forward + unshaped, backward + 2.0 * unshaped
         return forward + memory, backward + BACKWARD_MEMORY_FACTOR * memory
+
+    def layer(self, layer: LayerSpec, batch: float) -> tuple[float, float]:
+        """(forward, backward) seconds of one layer at ``batch`` samples (its FLOPs beyond its GEMMs' priced
+        with no shape)."""
+        shaped = sum(gemm.flops for gemm in layer.gemms)  # per sample
+        other = layer.forward_flops - shaped
+        other = other if other > UNSHAPED_TOLERANCE * max(shaped, 1.0) else 0.0
+        memory = layer.memory_kernels or (layer.memory_accesses,)
+        return self.kernels([gemm.at_batch(batch) for gemm in layer.gemms], [a * batch for a in memory],
+                            other * batch, [gemm.at_batch(batch) for gemm in layer.backward_gemms])
 
     def layer_seconds(self, model: ModelSpec, batch: float) -> tuple[np.ndarray, np.ndarray]:
         """Per-layer (forward, backward) seconds in forward order; measured layers take the profile's medians."""

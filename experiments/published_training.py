@@ -378,7 +378,8 @@ def _model_spec(model: str, seq_len: int | None):  # -> ModelSpec
     if model == "resnet50":
         return get_model("resnet50")
     # BERT-Large's shape: 24 layers, hidden 1024, vocab 30522 (Devlin et al. 2019): ~335M parameters
-    return transformer_spec("bert-large", 24, 1024, seq_len or 384, vocab=30522)
+    return transformer_spec("bert-large", 24, 1024, seq_len or 384, vocab=30522,
+                            attention="unfused")  # NVIDIA's published BERT runs: unfused softmax
 
 
 def _cluster_for(hardware: str, gpus: int):  # -> Cluster

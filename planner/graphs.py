@@ -7,12 +7,15 @@ batch_size=32, **options) -> networkx.DiGraph`` for any name in :data:`GRAPH_NAM
 batch, 2 per multiply-accumulate, counted by ``torch.utils.flop_counter``), ``param_bytes`` (the
 parameters the op reads, each tied parameter counted once), ``grad_bytes`` (= param_bytes, fp32
 gradients), ``activation_bytes`` (bytes of its output for the whole batch), ``order`` (its index
-in the traced topological order), ``module`` (the owning module's dotted path) and, once
-calibrated, ``measured_s`` (forward seconds at the graph's batch). Each edge carries ``bytes``,
-the tensor bytes flowing from producer to consumer. Graph attributes: ``name``, ``batch_size``,
-``parameters`` (total count), ``options``. :func:`op_time_s` prices one op's forward on a device
-(FLOPs / (efficiency x peak), or the calibrated median), :func:`calibrate_op_times` attaches
-measured medians, and :func:`measure_op_times` times the real fx graph op by op on this CPU.
+in the traced topological order), ``module`` (the owning module's dotted path), ``gemms`` and
+``memory_kernels`` (the GEMM shapes and other kernels' element accesses it runs at the graph's batch,
+:mod:`costmodel.torch_kernels`) and, once calibrated, ``measured_s`` (forward seconds at the graph's
+batch). Each edge carries ``bytes``, the tensor bytes flowing from producer to consumer. Graph
+attributes: ``name``, ``batch_size``, ``parameters`` (total count), ``options``. :func:`op_time_s`
+prices one op's forward on a device (FLOPs / (efficiency x peak), or the calibrated median),
+:func:`op_step_s` its forward and backward on a device as ``simulate`` prices a layer,
+:func:`calibrate_op_times` attaches measured medians, and :func:`measure_op_times` times the real fx
+graph op by op on this CPU.
 
 Why fx on meta tensors: tracing keeps the true dataflow (residual adds, Inception's branches,
 tied weights) instead of a module list, and meta tensors carry shapes without storage, so a
@@ -38,7 +41,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.device_compute import UNSHAPED_TOLERANCE, DeviceCompute
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.torch_kernels import KernelCounter
 from flexcomm.planner import zoo
 from flexcomm.workloads.models import ECAResNet
 
@@ -216,16 +221,18 @@ def _module_path(node: fx.Node) -> str:
 
 
 class _Recorder(fx.Interpreter):
-    """Runs the graph on meta tensors, recording each node's output and FLOPs."""
+    """Runs the graph on meta tensors, recording each node's output, FLOPs and kernels (its GEMM shapes and the
+    element accesses of the rest, :mod:`costmodel.torch_kernels`)."""
 
-    def __init__(self, gm: fx.GraphModule, counter: FlopCounterMode) -> None:
+    def __init__(self, gm: fx.GraphModule, counter: FlopCounterMode, kernels: KernelCounter) -> None:
         super().__init__(gm)
-        self.counter = counter
+        self.counter, self.kernels = counter, kernels
         self.flops: dict[str, float] = {}
         self.outputs: dict[str, Any] = {}
 
     def run_node(self, n: fx.Node) -> Any:
         before = self.counter.get_total_flops()
+        self.kernels.key = n.name
         result = super().run_node(n)
         self.flops[n.name] = float(self.counter.get_total_flops() - before)
         self.outputs[n.name] = result
@@ -255,9 +262,9 @@ def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
 def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGraph:
     """The operator graph of model ``name`` for a batch of ``batch_size`` (see the module doc)."""
     gm, example = trace(name, batch_size=batch_size, **options)
-    counter = FlopCounterMode(display=False)
-    recorder = _Recorder(gm, counter)
-    with torch.no_grad(), counter, _running_model(name, "a model whose forward runs on its example input"):
+    counter, kernels = FlopCounterMode(display=False), KernelCounter()
+    recorder = _Recorder(gm, counter, kernels)
+    with torch.no_grad(), counter, kernels, _running_model(name, "a model whose forward runs on its example input"):
         recorder.run(example)
     _, opts = _resolve(name, options)
     graph = nx.DiGraph(name=str(name).strip().lower(), batch_size=batch_size, options=opts)
@@ -276,9 +283,11 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
                 seen.add(id(p))
                 param_bytes += p.numel() * p.element_size()
                 parameters += p.numel()
+        tally = kernels.tally(node.name)
         graph.add_node(
             node.name, kind=_kind(gm, node), flops=recorder.flops[node.name], param_bytes=param_bytes,
             grad_bytes=param_bytes, activation_bytes=_tensor_bytes(out), order=order, module=_module_path(node),
+            gemms=tally.shapes, memory_kernels=tuple(tally.memory_kernels),
         )
         order += 1
         for arg in node.all_input_nodes:
@@ -320,6 +329,19 @@ def op_time_s(graph: nx.DiGraph, node: str, device: Any, efficiency: float = DEF
         reference = graph.graph.get("measured_peak_flops")
         return float(measured) * (reference / peak if reference else 1.0)
     return attrs["flops"] / (efficiency * peak)
+
+
+def op_step_s(graph: nx.DiGraph, node: str, compute: DeviceCompute) -> float:
+    """Forward + backward seconds of ``node`` for the graph's batch on ``compute``'s device, priced as ``simulate``
+    prices a layer (:meth:`costmodel.device_compute.DeviceCompute.kernels`): its GEMMs by their shapes, its other
+    kernels by the elements they move, FLOPs the GEMMs do not account for at the achievable rate."""
+    attrs = graph.nodes[node]
+    gemms = attrs.get("gemms", ())
+    shaped = sum(g.flops for g in gemms)
+    other = attrs["flops"] - shaped
+    forward, backward = compute.kernels(gemms, attrs.get("memory_kernels", ()),
+                                        other if other > UNSHAPED_TOLERANCE * max(shaped, 1.0) else 0.0)
+    return forward + backward
 
 
 def calibrate_op_times(graph: nx.DiGraph, measured: Mapping[str, float], device: Any = None) -> nx.DiGraph:

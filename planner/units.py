@@ -9,7 +9,12 @@ This is the rule-based detection of repeated layers the planner's search works o
 
 Work is in "seconds x FLOP/s": an op's forward seconds on a device of peak P are work / P, so
 one number serves every device type; calibrated ops contribute their measured median scaled by
-the measuring device's peak (see :func:`planner.graphs.op_time_s`).
+the measuring device's peak (see :func:`planner.graphs.op_time_s`). Priced on a device
+(``compute``), an op's work is its forward and backward on that device, as ``simulate`` prices them
+(:func:`planner.graphs.op_step_s`), split forward : backward as 1 : 2: the step is the simulator's,
+the split within it the planner's. On a mixed pool the other devices scale that work by their peak,
+so their memory-bound kernels are scaled by peak FLOP/s, not by HBM bandwidth (an approximation,
+said here).
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.compute import DEFAULT_BACKWARD_FACTOR, DEFAULT_EFFICIENCY
+from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
-from flexcomm.planner.graphs import SHARDABLE_KINDS, VIEW_KINDS, op_time_s
+from flexcomm.planner.graphs import SHARDABLE_KINDS, VIEW_KINDS, op_step_s, op_time_s
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def clean_cuts(graph: nx.DiGraph) -> tuple[list[str], list[int]]:
 
 
 def build_units(graph: nx.DiGraph, efficiency: float = DEFAULT_EFFICIENCY,
-                reference_peak_flops: float | None = None) -> Units:
+                reference_peak_flops: float | None = None, compute: DeviceCompute | None = None) -> Units:
     """Group the graph's ops into units between clean cuts (merging units with no work of their own).
 
     ``reference_peak_flops`` is the peak of the device calibrated times were measured on when
@@ -112,6 +118,8 @@ def build_units(graph: nx.DiGraph, efficiency: float = DEFAULT_EFFICIENCY,
             a = graph.nodes[n]
             if "measured_s" in a and not graph.graph.get("measured_peak_flops"):
                 work = a["measured_s"] * float(reference_peak_flops)  # type: ignore[arg-type]
+            elif compute is not None and "measured_s" not in a:
+                work = op_step_s(graph, n, compute) / (1.0 + DEFAULT_BACKWARD_FACTOR) * compute.peak_flops
             else:
                 work = op_time_s(graph, n, unit_peak, efficiency)
             act = 0.0 if a["kind"] in VIEW_KINDS else a["activation_bytes"]

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
+from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
+from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
 from flexcomm.costmodel.limits import Limit
@@ -17,8 +19,9 @@ from flexcomm.experiments.commands.common import add_cluster_arguments, output_f
 #: (ResNet-50 on ImageNet, BERT with LAMB) and a few thousand sequences (LLM pre-training, 4-16M tokens); 2^20
 #: is 16x beyond, while 10^12 priced an 8-year step without a word.
 MAX_GLOBAL_BATCH = Limit("FLEXCOMM_MAX_GLOBAL_BATCH", 2**20, "samples in one global batch")
-#: Default batch of the graph planner's models, per device: Goyal et al. 2017 ("Accurate, Large Minibatch SGD")
-#: train ResNet-50 with 32 images per GPU at every scale, as data-parallel CNN training commonly does.
+#: Default batch of the graph planner's models, per device, where ``simulate`` names no default of its own: Goyal
+#: et al. 2017 ("Accurate, Large Minibatch SGD") train ResNet-50 with 32 images per GPU at every scale, as
+#: data-parallel CNN training commonly does.
 SAMPLES_PER_DEVICE = 32
 #: Default batch of ``--model gpt``, in sequences: GPT-2's (Radford et al. 2019: "a larger batchsize of 512").
 GPT_SEQUENCES = 512
@@ -36,8 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, help="graph name (resnet18, resnet50, eca-resnet50, eca-resnet20, "
                         "gpt, inception)")
     add_cluster_arguments(parser, default="4x8-a100-ib")
-    parser.add_argument("--batch-size", type=int, help=f"global batch in samples (default {SAMPLES_PER_DEVICE} per "
-                        f"device, Goyal et al. 2017; --model gpt: {GPT_SEQUENCES} sequences, GPT-2's)")
+    parser.add_argument("--batch-size", type=int, help="global batch in samples (default per device: simulate's "
+                        "batch per rank for a model it also names, resnet18 and resnet50 256, else "
+                        f"{SAMPLES_PER_DEVICE}, Goyal et al. 2017; --model gpt: {GPT_SEQUENCES} sequences, GPT-2's)")
     parser.add_argument("--out", default="results/plan", help="output directory (default results/plan)")
     parser.add_argument("--top", type=int, default=10, help="plans in the markdown table and figure (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random search (default 0)")
@@ -46,9 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--simulate-top", type=int, default=3, help="best plans re-ranked on the simulator "
                         "(default 3, 0 for none)")
     parser.add_argument("--balance", default="speed", help="speed (resource-aware, default) or even")
-    parser.add_argument("--efficiency", type=float, help="fraction of peak FLOP/s reached (default: the device's "
-                        "measured matmul rate over its peak, from the catalog's MAMF, as simulate prices a model "
-                        "counted by its FLOPs; gpt: the fraction a perfectly shaped GEMM reaches, the same source)")
+    parser.add_argument("--efficiency", type=float, help="price FLOPs alone at this fraction of peak (default: each "
+                        "traced kernel priced on the device as simulate prices a layer: GEMMs by their shapes at the "
+                        "catalog's measured matmul rate, other kernels by the bytes they move at HBM bandwidth; gpt: "
+                        "the fraction a perfectly shaped GEMM reaches, the same source)")
     parser.add_argument("--op-times", help="measured per-op forward medians replacing the FLOP model for those ops "
                         "(JSON: batch_size, peak_flops of the measuring device (default: the cluster's fastest), "
                         "ops: {op: seconds})")
@@ -131,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
     if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
-        args.batch_size = GPT_SEQUENCES if args.model == "gpt" else SAMPLES_PER_DEVICE * cluster.world_size
+        args.batch_size = GPT_SEQUENCES if args.model == "gpt" else default_batch_per_device(args.model) * \
+            cluster.world_size
     options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
                if getattr(args, k) is not None}
     if args.model != "gpt" and args.attention != "fused":
@@ -151,14 +157,16 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.planner.units import build_units
 
     output_folder(args.out)  # after the checks (a refused plan creates nothing), before the graph is traced
+    compute = None if args.efficiency is not None else DeviceCompute.of(pricing_device(cluster))
     if args.op_times:
         measured_batch, measured, peak = load_op_times(args.op_times)
         graph = build_graph(args.model, batch_size=measured_batch, **options)
         calibrate_op_times(graph, measured, device=peak)
-    else:
-        graph = build_graph(args.model, batch_size=1, **options)
-    units = build_units(graph, efficiency=graph_efficiency(cluster) if args.efficiency is None else args.efficiency,
-                        reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None)
+    else:  # traced at a data-parallel rank's batch: the shapes its kernels run at, priced per sample
+        graph = build_graph(args.model, batch_size=max(1, round(args.batch_size / cluster.world_size)), **options)
+    units = build_units(graph, efficiency=DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency,
+                        reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None,
+                        compute=compute)
     pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction,
                     exchange=exchange)
 
@@ -194,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"priced {len(result.costs)} plans in {result.pricing_s:.2f}s ({rate:,.0f} plans/s); "
           f"{len(result.ranked)} fit in memory")
     print(f"best: {best.config.label}: {format_time(best.step_s)} per step "
-          f"({best.extra.get('samples_per_s', 0):.1f} samples/s), peak memory {format_size(best.peak_memory_bytes)}"
+          f"({best.extra.get('samples_per_s', 0):,.0f} samples/s), peak memory {format_size(best.peak_memory_bytes)}"
           + (f", simulated {format_time(result.simulated[best.config.label])}"
              if best.config.label in result.simulated else ""))
     table = result.table()
@@ -216,14 +224,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def graph_efficiency(cluster) -> float:  # cluster: planner.devices.PlanCluster
-    """The fraction of peak the graph planner prices FLOPs at: the fastest device's achievable matmul fraction
-    (the catalog's measured MAMF over its peak), what ``simulate`` prices a model counted by its FLOPs at
-    (:class:`costmodel.device_compute.DeviceCompute`); a flat 0.65 made plan and simulate differ by a third."""
-    from flexcomm.costmodel.gemm_efficiency import achievable_fraction
+def default_batch_per_device(model: str) -> int:
+    """Samples per device when ``--batch-size`` is not given: ``simulate``'s default batch per rank for a model
+    both engines name (one job, one default), else :data:`SAMPLES_PER_DEVICE`."""
+    from flexcomm.sim.workload import DEFAULT_BATCH
 
-    fastest = max(cluster.devices, key=lambda device: device.peak_flops)
-    return float(achievable_fraction(fastest.name))
+    return DEFAULT_BATCH.get(str(model).strip().lower(), SAMPLES_PER_DEVICE)
+
+
+def pricing_device(cluster):  # cluster: planner.devices.PlanCluster -> costmodel.cluster.Device
+    """The device the graph planner prices a traced model's kernels on: the fastest of the pool, as ``simulate``
+    prices each layer on its rank's device (:class:`costmodel.device_compute.DeviceCompute`); slower devices of a
+    mixed pool scale that price by their peak (:mod:`planner.units`)."""
+    return max(cluster.devices, key=lambda device: device.peak_flops)
 
 
 def print_exchange(exchange: GradientScheme) -> None:

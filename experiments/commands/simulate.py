@@ -128,8 +128,12 @@ def _records(frame: Any) -> list[dict[str, Any]]:
     return [_plain(row) for row in frame.to_dict("records")]
 
 
+#: Below this a simulated duration is float rounding of event times (a stall of 1.4e-17 s printed as 1.39e-08ns).
+ROUNDING_S = 1e-12
+
+
 def _ms(seconds: float) -> str:
-    return "-" if not math.isfinite(seconds) else format_time(seconds) if seconds else "0"
+    return "-" if not math.isfinite(seconds) else format_time(seconds) if abs(seconds) >= ROUNDING_S else "0"
 
 
 def _table(iterations: Any) -> list[str]:
