@@ -79,16 +79,22 @@ def plot_training_curves(curves: pd.DataFrame, path: str | Path, window: int = 1
         ax_eval = axes[0, 1]
         references = {"random": "#bcbd22", "c=0.01 auto": "#17becf"}
         eval_seeds = list(dict.fromkeys(evals["seed"])) if "seed" in evals else [None]
+        drawn = 0
         for i, seed in enumerate(eval_seeds):
             part = evals if seed is None else evals[evals["seed"] == seed]
             suffix = "" if seed is None else f" seed {seed}"
             for variant, run in part.groupby("variant", sort=False):
                 if variant in references:
+                    # beneath the policies, widest first: a reference equal to another line (a policy that
+                    # learnt the static c, the random policy's return) shows as its border, not hidden by it
+                    width = WIDTHS[min(len(WIDTHS) - 1, drawn)]
+                    drawn += 1
                     ax_eval.axhline(run["mean_return"].iloc[0], color=references[str(variant)],
-                                    ls=styles[i % len(styles)], lw=1, label=f"{variant}{suffix}")
+                                    ls=styles[i % len(styles)], lw=width, alpha=0.6, zorder=1,
+                                    label=f"{variant}{suffix}")
                 else:
                     ax_eval.plot(run["timesteps"], run["mean_return"], marker="o", color=COLOURS.get(str(variant)),
-                                 ls=styles[i % len(styles)], lw=2, label=f"{variant}{suffix}")
+                                 ls=styles[i % len(styles)], lw=1.6, zorder=3, label=f"{variant}{suffix}")
         ax_eval.set_xlabel("timesteps")
         ax_eval.set_ylabel("mean return on the fixed episodes (deterministic policy)")
         ax_eval.set_title("evaluation: same traces and model seeds every time")

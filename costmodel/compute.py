@@ -708,11 +708,21 @@ def _kernels_by_layer(kernels, layers: set[str]) -> dict[str, Any]:  # KernelCou
     return tallies
 
 
+def per_sample(gemm, batch: int) -> LayerGemm | None:  # gemm: costmodel.torch_kernels.RecordedGemm
+    """A GEMM recorded at ``batch`` samples as one sample's, or None where its batch dimension does not divide by
+    the batch (its FLOPs are then priced with no shape)."""
+    s = gemm.shape
+    a = None if s.a_elements is None else max(1, round(s.a_elements / batch))
+    if gemm.batch_dim == "rows" and s.m % batch == 0:
+        return LayerGemm(s.m // batch, s.n, s.k, s.count, False, a)
+    if gemm.batch_dim == "count" and s.count % batch == 0:
+        return LayerGemm(s.m, s.n, s.k, s.count // batch, True, a)
+    return None
+
+
 def _layer_of(name: str, params: int, flops: float, tally, batch: int) -> LayerSpec:  # tally: KernelTally | None
     """One layer per sample: its FLOPs, the GEMMs whose batch dimension divides by the batch (the rest priced by
     their FLOPs, with no shape) and its element accesses."""
-    from flexcomm.costmodel.torch_kernels import per_sample
-
     if tally is None:
         return LayerSpec(name, params, flops / batch)
     gemms = tuple(g for g in (per_sample(gemm, batch) for gemm in tally.gemms) if g is not None)

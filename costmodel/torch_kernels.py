@@ -32,7 +32,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from flexcomm.costmodel.compute import LayerGemm
 from flexcomm.costmodel.gemm_efficiency import GemmShape
 
 #: Element accesses a bias add costs for each output element (read the product, write the sum).
@@ -201,15 +200,3 @@ def by_module(module: torch.nn.Module, counter: KernelCounter) -> Iterator[None]
     finally:
         for handle in handles:
             handle.remove()
-
-
-def per_sample(gemm: RecordedGemm, batch: int) -> LayerGemm | None:
-    """A GEMM recorded at ``batch`` samples as one sample's (:class:`costmodel.compute.LayerGemm`), or None where
-    its batch dimension does not divide by the batch (its FLOPs are then priced with no shape)."""
-    s = gemm.shape
-    a = None if s.a_elements is None else max(1, round(s.a_elements / batch))
-    if gemm.batch_dim == "rows" and s.m % batch == 0:
-        return LayerGemm(s.m // batch, s.n, s.k, s.count, False, a)
-    if gemm.batch_dim == "count" and s.count % batch == 0:
-        return LayerGemm(s.m, s.n, s.k, s.count // batch, True, a)
-    return None

@@ -297,6 +297,7 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
                 graph.add_edge(arg.name, node.name, bytes=nbytes)
     graph.graph["parameters"] = parameters
     graph.graph["input_text"] = gm.meta.get("input_text", "")
+    graph.graph["description"] = _spec(name).description if not gm.meta.get("input_text") else ""
     return graph
 
 

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
-from flexcomm.costmodel.compute import get_model, resnet_spec, transformer_spec
+from flexcomm.costmodel.compute import get_model, per_sample, resnet_spec, transformer_spec
 from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.gemm_efficiency import GemmShape
-from flexcomm.costmodel.torch_kernels import KernelCounter, RecordedGemm, per_sample
+from flexcomm.costmodel.torch_kernels import KernelCounter, RecordedGemm
 from flexcomm.experiments.cli import main
 from flexcomm.planner import zoo
 
@@ -106,14 +106,14 @@ def test_plan_and_simulate_price_a_zoo_cnn_alike(model: str, tmp_path: Path,
     plans = pd.read_csv(tmp_path / "plans.csv")
     pure = plans[(plans["dp"] == 32) & (plans["tp"] == 1) & (plans["pp"] == 1) & (plans["micro_batches"] == 1)]
     assert float(pure["compute_s"].iloc[0]) == pytest.approx(simulated, rel=0.02)
-    assert "batch 8192" in printed
+    assert "batch 8,192 (256 a device)" in printed
 
 
 def test_plan_and_simulate_default_to_the_same_batch_for_a_model_both_name(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--cluster", "dgx-a100-80g", "--model", "resnet50", "--out", str(tmp_path),
                  "--no-progress", "--simulate-top", "0"]) == 0
-    assert "batch 8192" in capsys.readouterr().out  # 256 a GPU, simulate's default for resnet50
+    assert "batch 8,192 (256 a device, the default)" in capsys.readouterr().out  # simulate's for resnet50
     assert main(["simulate", "--cluster", "dgx-a100-80g", "--workload", "resnet50", "--iterations", "1"]) == 0
     assert "32 ranks x batch 256" in capsys.readouterr().out
 

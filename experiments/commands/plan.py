@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = load_plan_cluster(args.cluster)
     if args.profile:
         cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
+    defaulted = args.batch_size is None
     if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
         args.batch_size = GPT_SEQUENCES if args.model == "gpt" else default_batch_per_device(args.model) * \
             cluster.world_size
@@ -195,8 +196,10 @@ def run(args: argparse.Namespace) -> int:
                                    "batch_size": args.batch_size, "balance": args.balance, "seed": args.seed,
                                    "search": args.search})
     rate = len(result.costs) / result.pricing_s if result.pricing_s > 0 else float("inf")
-    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {len(units)} pipeline units) on "
-          f"{cluster.name} ({cluster.world_size} devices), batch {args.batch_size}")
+    described = f"; {graph.graph['description']}" if graph.graph.get("description") else ""
+    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {len(units)} pipeline units{described}) "
+          f"on {cluster.name} ({cluster.world_size:,} devices), batch {args.batch_size:,} "
+          f"({args.batch_size / cluster.world_size:,.4g} a device{', the default' if defaulted else ''})")
     if graph.graph.get("input_text"):  # what was assumed about the user's model: said, not hidden
         print(f"  your model: {args.model}, {graph.graph['input_text']} (one sample of it per sample of the batch)")
     print(f"priced {len(result.costs)} plans in {result.pricing_s:.2f}s ({rate:,.0f} plans/s); "

@@ -92,7 +92,7 @@ def run_recovery(args: argparse.Namespace) -> int:
     c0 = configs[0]
     source = f" ({FLEET_NODE_MTBF_SOURCE})" if args.mtbf is None else ""
     print(f"{args.workload} ({row.model.parameters / 1e9:.1f}B parameters) on {nodes} nodes of {cluster.name} "
-          f"({nodes * cluster.devices_per_node} GPUs), batch {batch}; {duration(c0.horizon_s)} simulated, node "
+          f"({nodes * cluster.devices_per_node:,} GPUs), batch {batch:,}; {duration(c0.horizon_s)} simulated, node "
           f"MTBF {duration(c0.mtbf_s)}{source}, repair {duration(c0.repair_s)}, detection {duration(c0.detection_s)}, "
           f"checkpoint every {duration(c0.checkpoint_every_s)}, seed {c0.seed}")
     print(f"failure-free plan: {results[0].timeline[0]['plan']}, {results[0].ideal_samples_per_s:.2f} samples/s")

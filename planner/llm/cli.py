@@ -67,8 +67,8 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
         "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
         "scheme": (exchange or GradientScheme()).scheme, "attention": args.attention})
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
-          f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size} GPUs), batch {args.batch_size} "
-          f"sequences, {args.precision}, {args.attention} attention")
+          f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size:,} GPUs), batch "
+          f"{args.batch_size:,} sequences, {args.precision}, {args.attention} attention")
     slowest_device = min(base.rank_devices, key=lambda dev: dev.peak_flops)
     ceiling_source = ("--efficiency" if args.efficiency is not None
                       else achievable_source(slowest_device.name))

@@ -1,0 +1,327 @@
+"""The README's numbers are read off the runs that produce them (issue 46, part 5).
+
+Console blocks are rerun and compared whole by ``tests/test_docs.py``; this file does the same for numbers
+written in prose. Each :class:`Quote` finds a sentence of a page (whitespace-normalised, so line wraps do not
+matter) by a regular expression whose named groups are the numbers, and a source produces those numbers:
+either by running the command the page names (a few seconds each), or, for measurements made on real ranks that
+take minutes to hours, by reading the run committed beside the project (``validation/``), which other tests
+replay (``tests/test_trace_validate.py``, ``tests/test_real_validate.py``). A number compares equal when the
+source's value, rounded to the digits the page shows, is the page's number. Wall-clock times ("in 0.12 s",
+"25 s here") are not compared: they are this machine's, as ``tests/test_docs.py`` masks them in console blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A sentence of ``page`` whose named groups are numbers a source gives."""
+
+    page: str
+    pattern: str
+
+
+def _text(page: str) -> str:
+    return " ".join((ROOT / page).read_text(encoding="utf-8").split())
+
+
+def _run(argv: list[str], cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, "-m", "flexcomm.experiments.cli", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout + proc.stderr
+
+
+def _find(pattern: str, text: str) -> re.Match[str]:
+    match = re.search(pattern, text, re.S)
+    assert match, f"not found: {pattern!r}"
+    return match
+
+
+def _pct(fraction: float) -> float:
+    return 100.0 * fraction
+
+
+# --- sources: each returns {group name: value} ---------------------------------------------------------------
+
+
+def whatif_default(tmp: Path) -> dict[str, float]:
+    out = _run(["whatif", "--out", str(tmp / "whatif")], tmp)
+    return {"predictions": float(_find(r"priced ([\d,]+) predictions", out).group(1).replace(",", ""))}
+
+
+def emulated_c1(tmp: Path) -> dict[str, float]:
+    _run(["train-emulated", "--strategies", "dense,topk-ag,topk-ar,flexible,moo", "--steps", "300", "--network",
+          "c1", "--price-params", "25.56M", "--compute-time", "28ms", "--workers", "8", "--out", str(tmp / "emu"),
+          "--no-progress"], tmp)
+    s = json.loads((tmp / "emu" / "summary.json").read_text())["strategies"]
+    flex, ag, ar, moo = s["flexible"], s["topk-ag"], s["topk-ar"], s["moo"]
+    return {
+        "flex_ahead_pct": _pct(1 - flex["sim_time_s"] / ag["sim_time_s"]),
+        "flex_s": flex["sim_time_s"], "ag_s": ag["sim_time_s"],
+        "ar_over_flex": ar["sim_time_s"] / flex["sim_time_s"],
+        "flex_target_s": flex["time_to_target_s"], "ag_target_s": ag["time_to_target_s"],
+        "moo_step_s": moo["mean_step_s"], "ag_step_s": ag["mean_step_s"],
+        "moo_behind_pct": _pct(moo["sim_time_s"] / ag["sim_time_s"] - 1), "moo_probe_s": moo["probe_s"],
+    }
+
+
+def korthikanti(tmp: Path) -> dict[str, float]:
+    out = _run(["reproduce", "korthikanti", "--out", str(tmp / "k")], tmp)
+    model = _find(r"mean \|error\| ([\d.]+)%, worst ([\d.]+)%", out)
+    naive = _find(r"Naive baseline.*?mean \|error\| ([\d.]+)%", out)
+    return {"mean": float(model.group(1)), "worst": float(model.group(2)), "naive": float(naive.group(1))}
+
+
+def megatron(tmp: Path) -> dict[str, float]:
+    out = _run(["reproduce", "megatron", "--out", str(tmp / "m")], tmp)
+    table = pd.read_csv(tmp / "m" / "megatron.csv")
+    catalog, naive = table["catalog_rel_error"].abs() * 100, table["naive_rel_error"].abs() * 100
+    return {"low": catalog.min(), "high": catalog.max(),
+            "median": float(_find(r"median \|error\| ([\d.]+)%", out).group(1)),
+            "naive_low": naive.min(), "naive_high": naive.max()}
+
+
+def scenario(tmp: Path) -> dict[str, float]:
+    _run(["simulate", "--scenario", "experiments/studies/scenario-two-jobs.yaml".replace(
+        "experiments", str(ROOT / "experiments"), 1), "--out", str(tmp / "s")], tmp)
+    jobs = pd.read_csv(tmp / "s" / "jobs.csv").set_index("job")["slowdown"]
+    return {f"job{i}": float(value) for i, value in enumerate(jobs)}
+
+
+def whatif_h100(tmp: Path) -> dict[str, float]:
+    out = _run(["whatif", "--cluster", "dgx-h100", "--out", str(tmp / "h")], tmp)
+    block = out[out.index("transformer-1.3b"):]
+    step = _find(r"dense step ([\d.]+)ms(?:-([\d.]+)ms)?, of which the exchange exposes at most ([\d.]+)ms", block)
+    return {"step_ms": float(step.group(2) or step.group(1)), "exposed_ms": float(step.group(3)),
+            "powersgd_alone": float(_find(r"powersgd: .*?exchange alone is up to ([\d.]+)x", block).group(1)),
+            "powersgd_work_ms": float(_find(r"powersgd: .*?device work \(([\d.]+)ms\)", block).group(1)),
+            "at_10g": float(_find(r"10G powersgd ([\d.]+)x", block).group(1))}
+
+
+def network_trace_c1(_: Path) -> dict[str, float]:
+    """The committed C1 run (replayed to the last digit by tests/test_trace_validate.py)."""
+    base = ROOT / "validation" / "network-trace"
+    c1 = json.loads((base / "c1" / "summary.json").read_text())
+    c2 = json.loads((base / "c2" / "summary.json").read_text())
+    old = json.loads((base / "c1-4r200" / "network_check.json").read_text())
+    s = c1["strategies"]
+    flex = s["flexible"]
+    phase3 = c1["adaptive"]["phases"]["flexible"]["3"]["vs_best"]
+    medians = list(c1["adaptive"]["error_network_bound"].values())  # the network-bound phases' medians
+    naive = [v["closed"]["naive_median_abs_error"] for v in s.values()]
+    mechanism = c1["adaptive"]["mechanism"]["flexible"]
+    return {
+        "check_c1": c1["network_check"]["ratio"], "check_old": old["ratio"],
+        "vs_ag": _pct(flex["vs_static"]["topk-ag"]), "vs_ar": _pct(flex["vs_static"]["topk-ar"]),
+        "sim_vs_ag": _pct(flex["vs_static_simulated"]["topk-ag"]),
+        "sim_vs_ar": _pct(flex["vs_static_simulated"]["topk-ar"]),
+        "machinery_pct": _pct(mechanism["share_of_step"]),
+        "moo_vs_own": _pct(-c1["adaptive"]["moo_vs_its_ratio"]["vs_static"]),
+        "agree_pct": _pct(flex["open"]["decision_agreement"]),
+        "median_low": _pct(min(medians)), "median_high": _pct(max(medians)),
+        "naive_low": _pct(min(naive)), "naive_high": _pct(max(naive)),
+        "last_phase": _pct(phase3), "c2_vs_ar": _pct(c2["strategies"]["flexible"]["vs_static"]["topk-ar"]),
+    }
+
+
+def published(tmp: Path) -> dict[str, float]:
+    out = _run(["validate", "--published", "--out", str(tmp / "p"), "--no-progress"], tmp)
+    rows = pd.read_csv(tmp / "p" / "errors.csv")
+    error, size = rows["rel_error"].abs(), rows["bytes"]
+    mib = 2.0**20
+    per_run = rows[size >= mib].groupby("run")["rel_error"].apply(lambda e: e.abs().median())
+    amd = rows[(rows["hardware_class"] == "amd-mi300x") & (size >= 256 * mib)]
+    amd_runs = amd.groupby("run")["rel_error"].apply(lambda e: e.abs().median())
+    head = _find(r"(\d+) runs, (\d+) predicted; .*? met by (\d+) of (\d+) described runs", out)
+    closer = _find(r"closer on (\d+) of (\d+) runs", out)
+    amd_class = rows[rows["hardware_class"] == "amd-mi300x"]
+    in_node = amd_class[(amd_class["ranks"] <= 8) & (amd_class["bytes"] >= 256 * mib)]["rel_error"].abs().median()
+    across = amd_class[(amd_class["ranks"] > 8) & (amd_class["bytes"] >= 256 * mib)]["rel_error"].abs().median()
+    return {"runs": float(head.group(1)), "predicted": float(head.group(2)), "met": float(head.group(3)),
+            "judged": float(head.group(4)), "closer": float(closer.group(1)), "with_rows": float(closer.group(2)),
+            "mid": _pct(error[(size >= mib) & (size < 256 * mib)].median()),
+            "big": _pct(error[size >= 256 * mib].median()),
+            "run_median": _pct(per_run.median()), "small": _pct(error[size < mib].median()),
+            "amd_in": _pct(in_node), "amd_across": _pct(across),
+            "amd_low": _pct(amd_runs.min()), "amd_high": _pct(amd_runs.max())}
+
+
+def transfer(tmp: Path) -> dict[str, float]:
+    out = _run(["validate", "--published", "--transfer", "--out", str(tmp / "t"), "--no-progress"], tmp)
+    line = _find(r"transfer: (\d+) of (\d+) judged pairs .*? on (\d+) of (\d+) systems", out)
+    return dict(zip(("met", "pairs", "beats", "systems"), map(float, line.groups()), strict=True))
+
+
+def published_training(tmp: Path) -> dict[str, float]:
+    out = _run(["validate", "--published-training", "--out", str(tmp / "t")], tmp)
+    rows = _find(r"rows within 3%: model (\d+) of (\d+), linear scaling (\d+) of", out)
+    multi = _find(r"multi-node rows: model median \|error\| ([\d.]+)%, linear scaling ([\d.]+)%", out)
+    table = pd.read_csv(tmp / "t" / "training.csv")
+    visible = table[(table["model"] == "bert-pretraining") & (table["precision"] == "tf32")
+                    & (table["seq_len"] == 512) & (table["nodes"] >= 16)]  # where communication shows
+    errors = pd.concat([visible["rel_error"], visible["baseline_rel_error"]]) * 100
+    return {"within": float(rows.group(1)), "rows": float(rows.group(2)), "linear": float(rows.group(3)),
+            "multi_model": float(multi.group(1)), "multi_linear": float(multi.group(2)),
+            "shows_low": errors.min(), "shows_high": errors.max()}
+
+
+def from_trace(_: Path) -> dict[str, float]:
+    """The committed profiled-step run (predicted again from its trace by tests/test_real_validate.py)."""
+    base = ROOT / "validation" / "from-trace"
+    rows = pd.read_csv(base / "from_trace.csv")
+    summary = json.loads((base / "summary.json").read_text())
+    ddp = rows[(rows["strategy"] == "builtin") & ~rows["traced"]]["error"].abs()
+    compressed = rows[rows["strategy"] != "builtin"]["error"].abs()
+    return {"ddp_worst": _pct(ddp.max()), "short_low": _pct(compressed.min()), "short_high": _pct(compressed.max()),
+            "naive": _pct(summary["naive_median_abs_error"]), "replay": _pct(summary["median_abs_error"])}
+
+
+def _plan(tmp: Path, *argv: str) -> str:
+    return _run(["plan", *argv, "--out", str(tmp / "plan"), "--no-progress"], tmp)
+
+
+def _best(out: str) -> re.Match[str]:
+    return _find(r"best: (\S+): ([\d.]+)(ms|s) per step.*?(?:simulated ([\d.]+)ms)?\n", out)
+
+
+def planner_cases(tmp: Path) -> dict[str, float]:
+    small = _plan(tmp, "--model", "gpt")
+    xl = _plan(tmp, "--model", "gpt", "--layers", "24", "--hidden", "2048", "--heads", "16", "--seq-len", "2048",
+               "--cluster", "4x8-a100-ib")
+    resnet18 = _best(_plan(tmp, "--model", "resnet18", "--cluster", "4x8-a100-ib"))
+    speed, even = (_best(_plan(tmp, "--model", "resnet50", "--cluster", "4x4-a100-v100", "--batch-size", "256",
+                               "--balance", balance)) for balance in ("speed", "even"))
+    inception = _best(_plan(tmp, "--model", "inception", "--cluster", "16x8-h100-2to1", "--batch-size", "4096"))
+    xl_priced = _find(r"priced ([\d,]+) plans.*?; ([\d,]+) fit", xl)
+    return {
+        "gpt_plans": float(_find(r"priced ([\d,]+) plans", small).group(1).replace(",", "")),
+        "gpt_ms": float(_best(small).group(2)), "gpt_tokens": float(_find(r"([\d,]+) tokens/s", small).group(1)
+                                                                    .replace(",", "")),
+        "gpt_mfu": float(_find(r"MFU ([\d.]+)%", small).group(1)),
+        "xl_over": float(xl_priced.group(1).replace(",", "")) - float(xl_priced.group(2).replace(",", "")),
+        "xl_plans": float(xl_priced.group(1).replace(",", "")), "xl_s": float(_best(xl).group(2)),
+        "xl_mfu": float(_find(r"MFU ([\d.]+)%", xl).group(1)),
+        "r18_ms": float(resnet18.group(2)), "r18_sim": float(resnet18.group(4)),
+        "speed_m": float(speed.group(1).split("-m")[1].split("-")[0]), "speed_ms": float(speed.group(2)),
+        "speed_sim": float(speed.group(4)), "even_m": float(even.group(1).split("-m")[1].split("-")[0]),
+        "even_ms": float(even.group(2)), "even_over_speed": float(even.group(2)) / float(speed.group(2)),
+        "inception_gap": _pct(float(inception.group(4)) / float(inception.group(2)) - 1),
+        "inception_m": float(inception.group(1).split("-m")[1].split("-")[0]),
+    }
+
+
+def flagship(tmp: Path) -> dict[str, float]:
+    out = _plan(tmp, "--model", "gpt", "--layers", "96", "--hidden", "12288", "--heads", "96", "--seq-len", "2048",
+                "--batch-size", "1536", "--cluster", "superpod-h100-16k")
+    best = _find(r"best: t(\d+)-p(\d+)-d(\d+)-b\d+-v(\d+)", out)
+    contained = _find(r"takes [\d.]+m?s \(\+([\d.]+)%\), its pipeline bubble ([\d.]+)ms", out)
+    return {"t": float(best.group(1)), "p": float(best.group(2)), "d": float(best.group(3)), "v": float(best.group(4)),
+            "contained_pct": float(contained.group(1)), "bubble_ms": float(contained.group(2))}
+
+
+SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
+    "whatif": (whatif_default, [Quote("README.md", r"\((?P<predictions>[\d,]+) predictions priced and ranked")]),
+    "emulated-c1": (emulated_c1, [Quote(
+        "README.md",
+        r"flexible ends (?P<flex_ahead_pct>[\d.]+) % ahead of Top-k over Allgather alone \((?P<flex_s>[\d.]+) s "
+        r"against (?P<ag_s>[\d.]+) s of simulated time\) and (?P<ar_over_flex>[\d.]+)x ahead of AR-compatible "
+        r"Top-k alone.*?reaches 95 % of the best accuracy later \((?P<flex_target_s>[\d.]+) s against "
+        r"(?P<ag_target_s>[\d.]+) s\)\. MOO takes the cheapest steps \((?P<moo_step_s>[\d.]+) s against "
+        r"(?P<ag_step_s>[\d.]+) s\) yet finishes (?P<moo_behind_pct>[\d.]+) % behind Top-k over Allgather: .*? "
+        r"cost (?P<moo_probe_s>[\d.]+) s")]),
+    "korthikanti": (korthikanti, [Quote(
+        "README.md", r"eight iteration times .*? come out (?P<mean>[\d.]+) % off on average, (?P<worst>[\d.]+) % "
+        r"worst, against (?P<naive>[\d.]+) % for the naive")]),
+    "megatron": (megatron, [Quote(
+        "README.md", r"up to 2,520 A100s, (?P<low>\d+)-(?P<high>\d+) % fast from the catalog \(median "
+        r"(?P<median>[\d.]+) %.*?the naive estimate (?P<naive_low>\d+)-(?P<naive_high>\d+) %")]),
+    "scenario": (scenario, [Quote(
+        "README.md", r"Here the allreduce loop runs (?P<job1>[\d.]+)x slower than alone, the MoE all-to-all "
+        r"(?P<job2>[\d.]+)x and the ResNet-50 job (?P<job0>[\d.]+)x")]),
+    "whatif-h100": (whatif_h100, [Quote(
+        "docs/studies.md", r"PowerSGD pays .*?decompression: (?P<powersgd_work_ms>[\d.]+) ms for the 1\.3B model "
+        r"on an H100\).*?"
+        r"the backward hides all but (?P<exposed_ms>[\d.]+) ms of the 1\.3B model's dense exchange, so no scheme "
+        r"shortens its (?P<step_ms>[\d.]+) ms step, although PowerSGD's exchange alone is "
+        r"(?P<powersgd_alone>[\d.]+)x dense's; on 10 Gbit/s NICs PowerSGD.*?\((?P<at_10g>[\d.]+)x")]),
+    "published": (published, [Quote(
+        "README.md", r"`flexcomm validate --published` predicts (?P<predicted>\d+) of the (?P<runs>\d+) published "
+        r"nccl-tests runs.*?are met by (?P<met>\d+) of the (?P<judged>\d+) runs whose hardware is described.*?the "
+        r"median row misses by (?P<mid>[\d.]+) % at 1-256 MiB and (?P<big>[\d.]+) % at >= 256 MiB, the median run "
+        r"by (?P<run_median>[\d.]+) %, calls under 1 MiB by (?P<small>[\d.]+) %.*?class medians (?P<amd_in>[\d.]+) % "
+        r"in a node and (?P<amd_across>[\d.]+) % across at the plateau, (?P<amd_low>\d+)-(?P<amd_high>\d+) % per "
+        r"run\).*?the NCCL model is closer on (?P<closer>\d+) of the (?P<with_rows>\d+) runs with rows")]),
+    "transfer": (transfer, [Quote(
+        "README.md", r"--transfer`\): (?P<met>\d+) of (?P<pairs>\d+) pairs meet .*? on (?P<beats>\d+) of the "
+        r"(?P<systems>\d+) systems where the collective")]),
+    "published-training": (published_training, [Quote(
+        "README.md", r"linear scaling: (?P<within>\d+) of (?P<rows>\d+) rows within 3 % against (?P<linear>\d+) for "
+        r"linear scaling, and on the multi-node rows a median error of (?P<multi_model>[\d.]+) % against "
+        r"(?P<multi_linear>[\d.]+) %.*?16-32 nodes\) both are (?P<shows_low>\d+)-(?P<shows_high>\d+) % optimistic")]),
+    "from-trace": (from_trace, [Quote(
+        "README.md", r"DDP's step at other rates and rank counts comes out within (?P<ddp_worst>[\d.]+) %; compressed "
+        r"steps are predicted (?P<short_low>\d+)-(?P<short_high>\d+) % too short.*?The naive estimate \(compute plus "
+        r"bytes at the link rate\) is (?P<naive>\d+) % median off against the replay's (?P<replay>\d+) %")]),
+    "planner-cases": (planner_cases, [Quote(
+        "docs/planner-and-placement.md", r"\| (?P<gpt_plans>[\d,]+) plans; best t1-p1-d32-b16 \(plain data "
+        r"parallelism, ZeRO-1\), (?P<gpt_ms>[\d.]+) ms, (?P<gpt_tokens>[\d,]+) tokens/s, MFU (?P<gpt_mfu>[\d.]+) % \|"
+        r".*?\| (?P<xl_over>\d+) of (?P<xl_plans>[\d,]+) plans over memory .*?best t1-p1-d32-b16, (?P<xl_s>[\d.]+) s "
+        r"per step, MFU (?P<xl_mfu>[\d.]+) % \|.*?best dp32 \(plain data parallelism\), (?P<r18_ms>[\d.]+) ms, "
+        r"simulated (?P<r18_sim>[\d.]+) ms;.*?best dp4-tp1-pp4-m(?P<speed_m>\d+), (?P<speed_ms>[\d.]+) ms "
+        r"\(simulated (?P<speed_sim>[\d.]+) ms\) vs dp4-tp1-pp4-m(?P<even_m>\d+), (?P<even_ms>[\d.]+) ms even "
+        r"\((?P<even_over_speed>[\d.]+)x\).*?, (?P<inception_gap>[-\d.]+) % \(Inception on `16x8-h100-2to1`, batch "
+        r"4,096, dp64-tp1-pp2-m(?P<inception_m>\d+)\)")]),
+    "flagship": (flagship, [
+        Quote("README.md", r"picks for GPT-3 175B on 16,384 GPUs \(t(?P<t>\d+)-p(?P<p>\d+)-d(?P<d>\d+) with "
+              r"(?P<v>\d+) interleaved stages"),
+        Quote("docs/planner-and-placement.md", r"leave t8 plans a (?P<bubble_ms>\d+) ms bubble")]),
+    "network-trace": (network_trace_c1, [Quote(
+        "README.md", r"\(3 ranks at 10 Mbit/s: (?P<check_c1>[\d.]+)x the unshaped step; 4 ranks at 200 Mbit/s: "
+        r"(?P<check_old>[\d.]+)x, refused\).*?flexible is faster than both static schemes \((?P<vs_ag>[-+\d.]+) % "
+        r"time per step against topk-ag, (?P<vs_ar>[-+\d.]+) % against topk-ar; simulated (?P<sim_vs_ag>[-+\d.]+) % "
+        r"and (?P<sim_vs_ar>[-+\d.]+) %\), its machinery costs (?P<machinery_pct>[\d.]+) % of a step, MOO is "
+        r"(?P<moo_vs_own>[\d.]+) % faster than the static scheme at its own ratio, real and simulated decisions "
+        r"agree on (?P<agree_pct>[\d.]+) % of exchanges and the per-step error is (?P<median_low>[\d.]+)-"
+        r"(?P<median_high>[\d.]+) % median \(the naive estimate, the logged bytes at the trace's rate, "
+        r"(?P<naive_low>[\d.]+)-(?P<naive_high>[\d.]+) %\).*? (?P<last_phase>[-+\d.]+) % in C1's last phase\).*?"
+        r"over C2 flexible loses to topk-ar \((?P<c2_vs_ar>[-+\d.]+) %")]),
+}
+
+
+def _matches(shown: str, value: float) -> bool:
+    """The page's number is the value rounded to the digits the page shows."""
+    digits = len(shown.split(".")[1]) if "." in shown else 0
+    return round(float(shown.replace(",", "")), digits) == round(value, digits)
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_prose_numbers_are_what_their_runs_give(source: str, tmp_path: Path) -> None:
+    produce, quotes = SOURCES[source]
+    values = produce(tmp_path)
+    problems = []
+    for quote in quotes:
+        match = _find(quote.pattern, _text(quote.page))
+        for name, shown in match.groupdict().items():
+            if not _matches(shown, values[name]):
+                problems.append(f"{quote.page}: {name} shows {shown}, the run gives {values[name]:.4g}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_number_the_run_does_not_give_is_caught() -> None:
+    assert _matches("1.8", 0.01804 * 100) and _matches("87,750", 87750.0) and _matches("40", 40.4)
+    assert not _matches("1.9", 1.8) and not _matches("32", 61.2)
