@@ -100,7 +100,21 @@ def scenario(tmp: Path) -> dict[str, float]:
     _run(["simulate", "--scenario", "experiments/studies/scenario-two-jobs.yaml".replace(
         "experiments", str(ROOT / "experiments"), 1), "--out", str(tmp / "s")], tmp)
     jobs = pd.read_csv(tmp / "s" / "jobs.csv").set_index("job")["slowdown"]
-    return {f"job{i}": float(value) for i, value in enumerate(jobs)}
+    use = pd.read_csv(tmp / "s" / "utilization.csv")
+    uplinks = [link for link in use.columns if "spine" in link]
+    return {**{f"job{i}": float(value) for i, value in enumerate(jobs)},
+            "uplink_peak": _pct(float(use[uplinks].max().max()))}
+
+
+def ring_order(tmp: Path) -> dict[str, float]:
+    """The same 16-rank ring on a 2:1 leaf-spine, crossing the uplink at every hop and rack-major."""
+    def ring_s(order: range) -> float:
+        out = _run(["cost", "--cluster", "16x8-h100-2to1", "--ranks", "16", "--size", "256MiB", "--order",
+                    ",".join(map(str, order))], tmp)
+        return float(_find(r"256MiB: ([\d.]+)ms", out).group(1))
+
+    crossing = [8 * (4 * (i % 4) + i // 4) for i in range(16)]  # 0, 32, 64, 96, 8, 40, ...
+    return {"ratio": ring_s(crossing) / ring_s(range(0, 128, 8))}
 
 
 def whatif_h100(tmp: Path) -> dict[str, float]:
@@ -252,7 +266,10 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
         r"(?P<median>[\d.]+) %.*?the naive estimate (?P<naive_low>\d+)-(?P<naive_high>\d+) %")]),
     "scenario": (scenario, [Quote(
         "README.md", r"Here the allreduce loop runs (?P<job1>[\d.]+)x slower than alone, the MoE all-to-all "
-        r"(?P<job2>[\d.]+)x and the ResNet-50 job (?P<job0>[\d.]+)x")]),
+        r"(?P<job2>[\d.]+)x and the ResNet-50 job (?P<job0>[\d.]+)x.*?carry all three jobs at once but reach "
+        r"(?P<uplink_peak>\d+) % only while")]),
+    "ring-order": (ring_order, [Quote(
+        "README.md", r"a ring whose order crosses a 2:1 uplink at every hop costs (?P<ratio>[\d.]+)x the rack-major")]),
     "whatif-h100": (whatif_h100, [Quote(
         "docs/studies.md", r"PowerSGD pays .*?decompression: (?P<powersgd_work_ms>[\d.]+) ms for the 1\.3B model "
         r"on an H100\).*?"
