@@ -458,7 +458,7 @@ def resnet_spec(depth: int = 50, image_size: int = 224, num_classes: int = 1000)
                 assert (net.channels, net.size) == (out_channels, out_size)
     net.linear("fc", 512 * expansion, num_classes)
     return ModelSpec(
-        f"resnet{depth}", net.layers, f"torchvision ResNet-{depth}, {image_size}px, batch of 1 sample"
+        f"resnet{depth}", net.layers, f"torchvision ResNet-{depth}, {image_size}px images"
     )
 
 

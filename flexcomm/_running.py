@@ -148,7 +148,7 @@ def simulate(
     elif isinstance(stragglers, Mapping):
         straggling = dict(stragglers)
     else:
-        straggling = parse_stragglers(stragglers, resolved.devices_per_node)
+        straggling = parse_stragglers(stragglers, resolved.devices_per_node, resolved.nodes)
     if isinstance(faults, str):  # one fault given as a string, not its characters
         faults = [faults]
     fault_sources = [parse_fault(spec, seed) if isinstance(spec, str) else spec for spec in faults]

@@ -244,16 +244,23 @@ def parse_straggler(text: str) -> tuple[int, float]:
     return r, f
 
 
-def parse_stragglers(texts: str | Sequence[str], devices_per_node: int | None) -> dict[int, float]:
+def parse_stragglers(texts: str | Sequence[str], devices_per_node: int | None,
+                     nodes: int | None = None) -> dict[int, float]:
     """``["3=1.5", "node1=1.3"]`` -> {rank: factor}: a rank, or every GPU of a node (a slow node is one flag,
-    not one per GPU); a rank named twice keeps its slowest factor."""
+    not one per GPU; ``nodes``, the cluster's count, checks N); a rank named twice keeps its slowest factor."""
     found: dict[int, float] = {}
     for text in [texts] if isinstance(texts, str) else texts:
         head, sep, factor = str(text).partition("=")
         if head.strip().lower().startswith("node"):
-            node, f = parse_straggler(f"{head.strip()[4:]}{sep}{factor}")
             if devices_per_node is None:
                 raise InputError("straggler", text, "RANK=FACTOR here (nodeN=FACTOR needs a cluster's nodes)")
+            last = f"node{nodes - 1}" if nodes else "nodeN"
+            try:
+                node, f = parse_straggler(f"{head.strip()[4:]}{sep}{factor}")
+            except InputError:  # said with what the user wrote, not the rank form it was read as
+                raise InputError("straggler", text, f"node0..{last}=FACTOR, a factor > 0") from None
+            if nodes is not None and node >= nodes:
+                raise InputError("straggler", text, f"node0..{last}=FACTOR (the cluster has {nodes} nodes)")
             ranks = range(node * devices_per_node, (node + 1) * devices_per_node)
         else:
             rank, f = parse_straggler(text)

@@ -248,6 +248,17 @@ def flagship(tmp: Path) -> dict[str, float]:
             "contained_pct": float(contained.group(1)), "bubble_ms": float(contained.group(2))}
 
 
+def recovery_week(tmp: Path) -> dict[str, float]:
+    out = _run(["simulate", "--recovery", "all", "--workload", "gpt-18.4b", "--cluster", "dgx-a100-80g", "--nodes",
+                "128", "--checkpoint-interval", "young-daly", "--out", str(tmp / "r")], tmp)
+
+    def goodput(policy: str) -> float:
+        return float(_find(rf"\n{re.escape(policy)} +[\d.]+ +([\d.]+)%", out).group(1))
+
+    return {"shrink": goodput("shrink"), "restart": goodput("restart"), "replan": goodput("replan"),
+            "grow": goodput("replan+grow"), "repair_h": float(_find(r"repair wait ([\d.]+) h", out).group(1))}
+
+
 SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "whatif": (whatif_default, [Quote("README.md", r"\((?P<predictions>[\d,]+) predictions priced and ranked")]),
     "emulated-c1": (emulated_c1, [Quote(
@@ -307,6 +318,11 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
         Quote("README.md", r"picks for GPT-3 175B on 16,384 GPUs \(t(?P<t>\d+)-p(?P<p>\d+)-d(?P<d>\d+) with "
               r"(?P<v>\d+) interleaved stages"),
         Quote("docs/planner-and-placement.md", r"leave t8 plans a (?P<bubble_ms>\d+) ms bubble")]),
+    "recovery-week": (recovery_week, [Quote(
+        "docs/simulator.md", r"`shrink` loses only the checkpoint writes and the work since the last one "
+        r"\((?P<shrink>[\d.]+) %\); `restart` waits (?P<repair_h>[\d.]+) h for the repair \((?P<restart>[\d.]+) %\);"
+        r".*?remaining 100 hours \((?P<replan>[\d.]+) %\); `replan\+grow` plans again once the node is back "
+        r"\((?P<grow>[\d.]+) %\)")]),
     "network-trace": (network_trace_c1, [Quote(
         "README.md", r"\(3 ranks at 10 Mbit/s: (?P<check_c1>[\d.]+)x the unshaped step; 4 ranks at 200 Mbit/s: "
         r"(?P<check_old>[\d.]+)x, refused\).*?flexible is faster than both static schemes \((?P<vs_ag>[-+\d.]+) % "

@@ -27,8 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
     )
     add_cluster_arguments(parser)
-    parser.add_argument("--workload", help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b "
-                        "(or a workloads-package model such as resnet-synthetic); required unless --scenario")
+    parser.add_argument("--workload", help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b (or a "
+                        "workloads-package model such as resnet-synthetic), your own model as module.path:factory or "
+                        "path/to/file.py:factory, or a profiler trace as path/to/trace.json; required unless "
+                        "--scenario")
     parser.add_argument("--scenario", help="a scenario YAML: several jobs (workloads or collective patterns) "
                         "sharing one cluster; writes per-job iteration times, slowdowns against running alone, "
                         "link_utilization.png and a trace with one process per job to --out")
@@ -177,7 +179,7 @@ def run_llm_step(args: argparse.Namespace) -> int:
     from flexcomm.sim.training import parse_stragglers
 
     cluster = load_cluster(args.cluster)
-    stragglers = parse_stragglers(args.straggler, cluster.devices_per_node)
+    stragglers = parse_stragglers(args.straggler, cluster.devices_per_node, cluster.nodes)
     result = simulate_step(cluster, step, sharing=args.sharing or "max-min", stragglers=stragglers)
     if args.out:
         write_step(result, Path(args.out) / "llm_step.json")
@@ -186,9 +188,10 @@ def run_llm_step(args: argparse.Namespace) -> int:
         return 0
     plan = step.plan
     slow = f" with {len(stragglers)} slow GPUs (up to {max(stragglers.values()):g}x)" if stragglers else ""
-    print(f"{plan.label} on {args.cluster}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}{slow}: "
+    print(f"{plan.label} on {cluster.name}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}{slow}: "
           f"step {format_time(result.step_s)} simulated with contention, planner's closed form "
-          f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}); "
+          f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}"
+          f"{', the slow GPUs included' if stragglers else ''}); "
           f"{result.coflows:,} coflows, {result.events:,} events in {result.wall_s:.2f} s of wall time")
     print("busy on stage 0's path: " + ", ".join(f"{k} {format_time(v)}" for k, v in result.busy_s.items()))
     if args.out:
@@ -351,9 +354,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     buckets = result.bucket_list
     first = result.config.get("first_bucket_cap")
+    plural = "" if len(buckets) == 1 else "s"
     cap = f"{args.buckets} buckets" if args.buckets else (
-        f"{len(buckets)} buckets ({args.bucket_size} cap" + (f", {format_size(first)} first, as DDP" if first else "")
-        + ")")
+        f"{len(buckets)} bucket{plural} ({args.bucket_size} cap"
+        + (f", {format_size(first)} first, as DDP" if first else "") + ")")
     config = result.config
     exchange = "allreduce/" + config["algorithm"] if config["scheme"] == "dense" else \
         f"{config['scheme']}" + (f" ratio {config['ratio']:g}" if config["scheme"].startswith("topk") else "") + \
@@ -363,6 +367,8 @@ def run(args: argparse.Namespace) -> int:
           f"{format_size(sum(b.nbytes for b in buckets))}")
     if is_factory_reference(args.workload):  # what was assumed about the user's model: said, not hidden
         print(f"  your model: {config['workload_description']}")
+    elif config.get("workload_description"):  # a sample's input (224px images, 2048-token sequences) is said too
+        print(f"  model: {config['workload_description']}")
     for line in _table(result.iterations):
         print(line)
     print(f"median iteration {_ms(summary['median_time_s'])}: compute {_ms(summary['median_compute_s'])}, "

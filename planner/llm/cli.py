@@ -62,10 +62,12 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     result = search(pricer, tp=args.tp, pp=args.pp)
     best = result.best
     out = Path(args.out)
-    written = write_outputs(result, out, args.top, extra={
+    simulated, not_simulated = simulate_best(result, base, model, args)
+    written = write_outputs(result, out, args.top, simulated=simulated, extra={
         "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
         "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
-        "scheme": (exchange or GradientScheme()).scheme, "attention": args.attention})
+        "scheme": (exchange or GradientScheme()).scheme, "attention": args.attention,
+        "simulated_step_s": simulated.get(best.plan.label)})
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
           f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size:,} GPUs), batch "
           f"{args.batch_size:,} sequences, {args.precision}, {args.attention} attention")
@@ -79,13 +81,45 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     print(f"best: {best.plan.label}: {format_time(best.step_s)} per step, {rate_line(best)}, peak memory "
           f"{format_size(best.peak_memory_bytes)} per GPU (MFU and HFU against {slowest_device.name}'s "
           f"{pricer.hw.peak_flops / 1e12:g} TFLOP/s {args.precision} peak)")
+    if best.plan.label in simulated:
+        step = simulated[best.plan.label]
+        print(f"simulated with contention (planner/llm/step_sim.py): {format_time(step)} "
+              f"({step / best.step_s - 1:+.1%} against the closed form)")
+    if not_simulated:
+        print(f"not simulated: {not_simulated}")
     why = tensor_parallel_reason(result, base.devices_per_node)
     if why:
         print(why)
     print("top plans (numbered as in plans.png):")
-    print(f"  {'':3s}  {'plan':36s} {'step':>9s} {'tokens/s':>11s} {'MFU':>6s} {'memory/GPU':>10s}")
+    print(f"  {'':3s}  {'plan':36s} {'step':>9s} {'simulated':>10s} {'tokens/s':>11s} {'MFU':>6s} "
+          f"{'memory/GPU':>10s}")
     for place, cost in enumerate(result.ranked[:min(args.top, 5)], start=1):
-        print(f"  {place:3d}. {cost.plan.label:36s} {format_time(cost.step_s):>9s} {cost.extra['tokens_per_s']:11,.0f} "
+        step = simulated.get(cost.plan.label)
+        print(f"  {place:3d}. {cost.plan.label:36s} {format_time(cost.step_s):>9s} "
+              f"{format_time(step) if step is not None else '-':>10s} {cost.extra['tokens_per_s']:11,.0f} "
               f"{cost.extra['mfu']:6.1%} {format_size(cost.peak_memory_bytes):>10s}")
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def simulate_best(result, cluster, model, args: argparse.Namespace) -> tuple[dict[str, float], str]:
+    """The step simulator's step (contention, the pipeline's order) for the ``--simulate-top`` best distinct
+    schedules (plans that differ only in their ZeRO stage are one schedule): {plan label: seconds}, and why
+    none was simulated where that is so. result: LLMSearchResult; cluster: costmodel.cluster.Cluster."""
+    from flexcomm.planner.llm.step_sim import StepPlan, simulate_step
+
+    if args.simulate_top <= 0:
+        return {}, ""
+    if len({(d.name, d.peak_flops) for d in cluster.rank_devices}) > 1:
+        return {}, "the step simulator runs one device type, and this pool mixes them (plan's closed form stands)"
+    simulated: dict[str, float] = {}
+    schedules: dict[str, float] = {}
+    for cost in result.ranked:
+        schedule = cost.plan.label.rsplit("-z", 1)[0]
+        if schedule not in schedules:
+            if len(schedules) == args.simulate_top:
+                break
+            step = StepPlan(model, args.batch_size, cost.plan, args.precision, None, args.attention)
+            schedules[schedule] = simulate_step(cluster, step).step_s
+        simulated[cost.plan.label] = schedules[schedule]
+    return simulated, ""

@@ -254,7 +254,9 @@ class LLMPricer:
         # ranks go tp innermost, then dp, then pp: a node's devices hold this many members of a dp group
         per_node = min(d, max(1, hw.devices_per_node // t))
         dp_s, device_work, feedback = self._dp_exchange(params_gpu, t, layers, d, per_node, grad_bytes)
-        window = layers * backward if self.overlap_dp else 0.0
+        # the exchange overlaps the last micro-batch's backward from its first gradients on, the logit head's (the
+        # first layer a backward reaches on the last stage), as DDP's buckets and the step simulator start it
+        window = layers * backward + 2 * head / 3 if self.overlap_dp else 0.0
         dp_exposed = max(0.0, dp_s - window)
         optimizer = hw.optimizer_s(params_gpu / (d if plan.zero >= 1 else 1))
         step = pipeline + device_work + dp_exposed + optimizer

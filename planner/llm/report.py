@@ -103,8 +103,10 @@ def _title(extra: dict[str, Any]) -> str:
     return text
 
 
-def write_outputs(result: LLMSearchResult, out: Path, top: int, extra: dict[str, Any]) -> list[Path]:
+def write_outputs(result: LLMSearchResult, out: Path, top: int, extra: dict[str, Any],
+                  simulated: dict[str, float] | None = None) -> list[Path]:
     frame = table(result)
+    frame["simulated_step_s"] = frame["plan"].map(simulated or {})  # NaN where not simulated
     best = result.best
     head = frame.head(top)
     cols = ["rank", "plan", "step_s", "tokens_per_s", "MFU", "HFU", "Megatron TFLOP/s per GPU", "peak_memory_GiB",

@@ -152,6 +152,9 @@ class _Stage:
             pairs.append(np.stack([ring.ravel(), np.roll(ring, -1, axis=1).ravel()], axis=1))
         self.tp = np.concatenate(pairs) if pairs else None
         self.dp = np.stack([grid.T.ravel(), np.roll(grid.T, -1, axis=1).ravel()], axis=1) if d > 1 else None
+        if sim.dp_nccl_s is not None and d > dpn:  # whole nodes: one ring, its hops between nodes on one rail
+            ring = _channel_ring(grid[:, 0], dpn, 0)
+            self.dp = np.stack([ring, np.roll(ring, -1)], axis=1)
         # to the next stage; the last stage's next is the first stage's next chunk (interleaved stages only)
         if s + 1 < sim.plan.pp or sim.plan.virtual_stages > 1:
             nxt = (grid + d * t) % (sim.plan.pp * d * t)
@@ -218,6 +221,15 @@ class StepSimulator:
         self.send_bytes = tokens * model.hidden * e / t
         params_stage = model.layers // plan.pp * model.layer_parameters + model.embedding_parameters
         self.grad_bytes = params_stage / t * (4.0 if step.precision == "fp32" else 2.0)
+        # a data-parallel group inside a node or of whole nodes is priced by the planner as NCCL runs it (every
+        # NIC): its ring carries the bytes that take that time uncontended through one link of the path (as the
+        # tensor rings here and sim/nccl_flows in the training simulator do), so contention still slows it; a
+        # group spread thinly over nodes keeps one plain ring per tensor rank
+        per_node = min(plan.dp, max(1, cluster.devices_per_node // t))
+        self.dp_nccl_s = self.pricer.hw._nccl_s("allreduce", self.grad_bytes, plan.dp, per_node) \
+            if plan.dp > 1 and t == 1 else None
+        self.dp_link_Bps = (cluster.inter_link if plan.dp > cluster.devices_per_node
+                            else cluster.intra_link).bandwidth_Bps
         self.optimizer_s = self.cost.optimizer_s
         if step.experts is not None and step.experts.ep > 1:
             ep = step.experts.ep
@@ -335,7 +347,12 @@ class StepSimulator:
         t0 = self.env.now
         d = self.plan.dp
         stage = self.stages[s]
-        yield self._ring(stage.dp, ("dp", s), 2 * (d - 1) / d * self.grad_bytes, 2 * (d - 1))
+        rounds = 2 * (d - 1)
+        nbytes = 2 * (d - 1) / d * self.grad_bytes
+        if self.dp_nccl_s is not None:
+            latency = rounds * self._pattern(stage.dp, ("dp", s)).latency()
+            nbytes = max(0.0, self.dp_nccl_s - latency) * self.dp_link_Bps
+        yield self._ring(stage.dp, ("dp", s), nbytes, rounds)
         self.busy["dp"] += self.env.now - t0 if s == 0 else 0.0
 
     def run(self) -> StepResult:
