@@ -43,6 +43,13 @@ BACKWARD_MEMORY_FACTOR = 2.0
 UNSHAPED_TOLERANCE = 1e-6
 
 
+def unshaped_flops(flops: float, shaped: float) -> float:
+    """FLOPs counted beyond those of the GEMMs whose shapes are known (priced with no shape), 0 where the
+    difference is rounding (:data:`UNSHAPED_TOLERANCE`)."""
+    other = flops - shaped
+    return other if other > UNSHAPED_TOLERANCE * max(shaped, 1.0) else 0.0
+
+
 def element_bytes(precision: str) -> int:
     """Activation bytes in ``precision`` (16-bit where the precision is not one of :data:`ELEMENT_BYTES`)."""
     return ELEMENT_BYTES.get(precision, 2)
@@ -90,9 +97,7 @@ class DeviceCompute:
     def layer(self, layer: LayerSpec, batch: float) -> tuple[float, float]:
         """(forward, backward) seconds of one layer at ``batch`` samples (its FLOPs beyond its GEMMs' priced
         with no shape)."""
-        shaped = sum(gemm.flops for gemm in layer.gemms)  # per sample
-        other = layer.forward_flops - shaped
-        other = other if other > UNSHAPED_TOLERANCE * max(shaped, 1.0) else 0.0
+        other = unshaped_flops(layer.forward_flops, sum(gemm.flops for gemm in layer.gemms))  # per sample
         memory = layer.memory_kernels or (layer.memory_accesses,)
         return self.kernels([gemm.at_batch(batch) for gemm in layer.gemms], [a * batch for a in memory],
                             other * batch, [gemm.at_batch(batch) for gemm in layer.backward_gemms])

@@ -153,17 +153,20 @@ def record_kernel(func: Any, args: tuple, kwargs: dict, out: Any, tally: KernelT
 
 
 class KernelCounter(TorchDispatchMode):
-    """Records the kernels run inside it into ``tallies[key]`` and, in the order they ran, ``calls``; set ``key``
-    to attribute what follows to another region (an fx node, a module)."""
+    """Records the kernels run inside it, in the order they ran, as ``calls`` of (key, what the call ran); set
+    ``key`` to attribute what follows to another region (an fx node, a module)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.key: str = ""
-        self.tallies: dict[str, KernelTally] = {}
         self.calls: list[tuple[str, KernelTally]] = []
 
-    def tally(self, key: str) -> KernelTally:
-        return self.tallies.setdefault(key, KernelTally())
+    def by_key(self) -> dict[str, KernelTally]:
+        """Each key's kernels together."""
+        totals: dict[str, KernelTally] = {}
+        for key, call in self.calls:
+            totals.setdefault(key, KernelTally()).add(call)
+        return totals
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's protocol
         kwargs = kwargs or {}
@@ -171,7 +174,6 @@ class KernelCounter(TorchDispatchMode):
         call = KernelTally()
         record_kernel(func, args, kwargs, out, call)
         if call.gemms or call.memory_kernels:
-            self.tally(self.key).add(call)
             self.calls.append((self.key, call))
         return out
 

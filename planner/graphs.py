@@ -41,9 +41,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
-from flexcomm.costmodel.device_compute import UNSHAPED_TOLERANCE, DeviceCompute
+from flexcomm.costmodel.device_compute import DeviceCompute, unshaped_flops
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.torch_kernels import KernelCounter
+from flexcomm.costmodel.torch_kernels import KernelCounter, KernelTally
 from flexcomm.planner import zoo
 from flexcomm.workloads.models import ECAResNet
 
@@ -268,6 +268,7 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
         recorder.run(example)
     _, opts = _resolve(name, options)
     graph = nx.DiGraph(name=str(name).strip().lower(), batch_size=batch_size, options=opts)
+    tallies = kernels.by_key()
     seen: set[int] = set()
     parameters = 0
     order = 0
@@ -283,7 +284,7 @@ def build_graph(name: str, *, batch_size: int = 32, **options: Any) -> nx.DiGrap
                 seen.add(id(p))
                 param_bytes += p.numel() * p.element_size()
                 parameters += p.numel()
-        tally = kernels.tally(node.name)
+        tally = tallies.get(node.name, KernelTally())
         graph.add_node(
             node.name, kind=_kind(gm, node), flops=recorder.flops[node.name], param_bytes=param_bytes,
             grad_bytes=param_bytes, activation_bytes=_tensor_bytes(out), order=order, module=_module_path(node),
@@ -338,10 +339,8 @@ def op_step_s(graph: nx.DiGraph, node: str, compute: DeviceCompute) -> float:
     kernels by the elements they move, FLOPs the GEMMs do not account for at the achievable rate."""
     attrs = graph.nodes[node]
     gemms = attrs.get("gemms", ())
-    shaped = sum(g.flops for g in gemms)
-    other = attrs["flops"] - shaped
-    forward, backward = compute.kernels(gemms, attrs.get("memory_kernels", ()),
-                                        other if other > UNSHAPED_TOLERANCE * max(shaped, 1.0) else 0.0)
+    other = unshaped_flops(attrs["flops"], sum(g.flops for g in gemms))
+    forward, backward = compute.kernels(gemms, attrs.get("memory_kernels", ()), other)
     return forward + backward
 
 

@@ -62,7 +62,7 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     result = search(pricer, tp=args.tp, pp=args.pp)
     best = result.best
     out = Path(args.out)
-    simulated, not_simulated = simulate_best(result, base, model, args)
+    simulated, not_simulated = simulate_best(result, base, model, args, mixed=cluster.heterogeneous)
     written = write_outputs(result, out, args.top, simulated=simulated, extra={
         "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
         "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
@@ -102,15 +102,16 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     return 0
 
 
-def simulate_best(result, cluster, model, args: argparse.Namespace) -> tuple[dict[str, float], str]:
+def simulate_best(result, cluster, model, args: argparse.Namespace, mixed: bool) -> tuple[dict[str, float], str]:
     """The step simulator's step (contention, the pipeline's order) for the ``--simulate-top`` best distinct
     schedules (plans that differ only in their ZeRO stage are one schedule): {plan label: seconds}, and why
-    none was simulated where that is so. result: LLMSearchResult; cluster: costmodel.cluster.Cluster."""
+    none was simulated where that is so (``mixed``: a pool of several device types, which the step simulator
+    does not run). result: LLMSearchResult; cluster: costmodel.cluster.Cluster."""
     from flexcomm.planner.llm.step_sim import StepPlan, simulate_step
 
     if args.simulate_top <= 0:
         return {}, ""
-    if len({(d.name, d.peak_flops) for d in cluster.rank_devices}) > 1:
+    if mixed:
         return {}, "the step simulator runs one device type, and this pool mixes them (plan's closed form stands)"
     simulated: dict[str, float] = {}
     schedules: dict[str, float] = {}

@@ -92,6 +92,11 @@ class LLMPlanCost:
 ATTENTION = ("fused", "unfused")
 
 
+def dp_members_per_node(devices_per_node: int, t: int, d: int) -> int:
+    """Members of one data-parallel group on a node: ranks go tp innermost, then dp, then pp."""
+    return min(d, max(1, devices_per_node // t))
+
+
 class LLMPricer:
     """Prices plans of one model, global batch and precision on one cluster (device memory x fraction)."""
 
@@ -251,8 +256,7 @@ class LLMPricer:
         params_stage = layers * mdl.layer_parameters + mdl.embedding_parameters  # first/last stage hold the embedding
         params_gpu = params_stage / t
         grad_bytes = params_gpu * (4.0 if self.precision == "fp32" else 2.0)
-        # ranks go tp innermost, then dp, then pp: a node's devices hold this many members of a dp group
-        per_node = min(d, max(1, hw.devices_per_node // t))
+        per_node = dp_members_per_node(hw.devices_per_node, t, d)
         dp_s, device_work, feedback = self._dp_exchange(params_gpu, t, layers, d, per_node, grad_bytes)
         # the exchange overlaps the last micro-batch's backward from its first gradients on, the logit head's (the
         # first layer a backward reaches on the last stage), as DDP's buckets and the step simulator start it

@@ -55,7 +55,7 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.planner.llm.model import Transformer
-from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer
+from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer, dp_members_per_node
 from flexcomm.planner.llm.timing import Hardware
 from flexcomm.sim.network import CountingEnvironment, Network
 
@@ -225,8 +225,8 @@ class StepSimulator:
         # NIC): its ring carries the bytes that take that time uncontended through one link of the path (as the
         # tensor rings here and sim/nccl_flows in the training simulator do), so contention still slows it; a
         # group spread thinly over nodes keeps one plain ring per tensor rank
-        per_node = min(plan.dp, max(1, cluster.devices_per_node // t))
-        self.dp_nccl_s = self.pricer.hw._nccl_s("allreduce", self.grad_bytes, plan.dp, per_node) \
+        per_node = dp_members_per_node(cluster.devices_per_node, t, plan.dp)
+        self.dp_nccl_s = self.pricer.hw.nccl_s("allreduce", self.grad_bytes, plan.dp, per_node) \
             if plan.dp > 1 and t == 1 else None
         self.dp_link_Bps = (cluster.inter_link if plan.dp > cluster.devices_per_node
                             else cluster.intra_link).bandwidth_Bps

@@ -131,7 +131,7 @@ class Hardware:
         alpha, bandwidth = self._ring_link(group, per_node)
         return CostModel.from_link(alpha, bandwidth), False
 
-    def _nccl_s(self, collective: str, nbytes: float, group: int, per_node: int) -> float | None:
+    def nccl_s(self, collective: str, nbytes: float, group: int, per_node: int) -> float | None:
         """NCCL's time for a group inside one node or of whole nodes (``nbytes`` in flexcomm's sizes): what
         ``flexcomm cost --algorithm nccl`` prices for it; None to use rings (a group spread thinly over nodes,
         which NCCL's model, pricing ranks packed onto nodes, does not describe)."""
@@ -151,7 +151,7 @@ class Hardware:
     def allreduce_s(self, nbytes: float, group: int, per_node: int) -> float:
         if group <= 1 or nbytes <= 0:
             return 0.0
-        nccl = self._nccl_s("allreduce", nbytes, group, per_node)
+        nccl = self.nccl_s("allreduce", nbytes, group, per_node)
         if nccl is not None:
             return nccl
         alpha, bw = self._ring_link(group, per_node)
@@ -161,7 +161,7 @@ class Hardware:
         """One reduce-scatter or allgather of ``nbytes`` in all (sequence parallelism's halves of an allreduce)."""
         if group <= 1 or nbytes <= 0:
             return 0.0
-        nccl = self._nccl_s("allgather", nbytes / group, group, per_node)  # flexcomm counts one rank's part
+        nccl = self.nccl_s("allgather", nbytes / group, group, per_node)  # flexcomm counts one rank's part
         if nccl is not None:
             return nccl
         alpha, bw = self._ring_link(group, per_node)
