@@ -353,6 +353,61 @@ def recovery_week(tmp: Path) -> dict[str, float]:
     return values
 
 
+EMULATED_STRATEGIES = ("dense", "topk-ag", "topk-ar", "flexible", "moo")
+
+
+def emulated_mlp_digits(tmp: Path) -> dict[str, float]:
+    """compression.md's table: mlp-digits on the static testbed and under C1, every strategy."""
+    base = ["train-emulated", "--workload", "mlp-digits", "--workers", "8", "--cluster", "8x1-v100-40g",
+            "--strategies", ",".join(EMULATED_STRATEGIES), "--steps", "300", "--no-progress"]
+    _run([*base, "--out", str(tmp / "static")], tmp)
+    _run([*base, "--network", "c1", "--price-params", "11.69M", "--compute-time", "15ms", "--jitter", "0.05",
+          "--out", str(tmp / "c1")], tmp)
+    values: dict[str, float] = {}
+    for run in ("static", "c1"):
+        for strategy, s in json.loads((tmp / run / "summary.json").read_text())["strategies"].items():
+            key = f"{run}_{strategy.replace('-', '_')}"
+            values |= {f"{key}_acc": s["final_test_acc"], f"{key}_s": s["sim_time_s"]}
+            if strategy in ("flexible", "moo"):
+                values |= {f"{key}_switches": s["switches"], f"{key}_ag": s["schemes"].get("topk-ag", 0),
+                           f"{key}_ar": s["schemes"].get("topk-ar", 0)}
+            if strategy == "moo":
+                values |= {f"{key}_c_low": min(s["ratios"]), f"{key}_c_high": max(s["ratios"]),
+                           f"{key}_decisions": len(s["moo_decisions"]), f"{key}_probe_s": s["probe_s"]}
+    c1 = {name: pd.read_csv(tmp / "c1" / f"steps_{name}.csv") for name in ("topk-ag", "topk-ar")}
+    phase = {name: steps.groupby(["net_latency_s", "net_bandwidth_Bps"])["step_time_s"].median()
+             for name, steps in c1.items()}
+    probes = pd.read_csv(tmp / "c1" / "moo_probes.csv")
+    moo, ag, ar, flex = (values[f"c1_{k}_s"] for k in ("moo", "topk_ag", "topk_ar", "flexible"))
+    return values | {
+        "ar_1g_1ms_ms": 1e3 * phase["topk-ar"][(0.001, 1.25e8)],
+        "ag_1g_1ms_ms": 1e3 * phase["topk-ag"][(0.001, 1.25e8)],
+        "ar_acc": values["static_topk_ar_acc"], "ag_acc": values["static_topk_ag_acc"],
+        "moo_c_low": values["c1_moo_c_low"], "moo_c_high": values["c1_moo_c_high"],
+        "ar_50ms_s": phase["topk-ar"][(0.05, 1.25e8)], "flex_over_ag_pct": _pct(flex / ag - 1),
+        "ar_over_flex": ar / flex, "probe_rounds": probes["step"].nunique(),
+        "probe_pct": _pct(values["c1_moo_probe_s"] / moo),
+    }
+
+
+def _emulated_row(strategy: str, label: str, static_extra: str = "", c1_extra: str = "") -> str:
+    key = strategy.replace("-", "_")
+    return (rf"\| {label} \| (?P<static_{key}_acc>[\d.]+) / (?P<static_{key}_s>[\d.]+) s{static_extra} \| "
+            rf"(?P<c1_{key}_acc>[\d.]+) / (?P<c1_{key}_s>[\d.]+) s{c1_extra} \|")
+
+
+def emulated_fashion(tmp: Path) -> dict[str, float]:
+    """compression.md's Fashion-MNIST run (about a minute; needs ``make data``, as its page says)."""
+    from flexcomm.workloads.data import fashion_mnist_dir
+
+    if not (fashion_mnist_dir() / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip("Fashion-MNIST not installed (make data)")
+    _run(["train-emulated", "--workload", "fashion-cnn", "--workers", "4", "--strategies", "dense,topk-ag,topk-ar",
+          "--steps", "300", "--eval-every", "100", "--out", str(tmp / "f"), "--no-progress"], tmp)
+    s = json.loads((tmp / "f" / "summary.json").read_text())["strategies"]
+    return {name.replace("-", "_"): _pct(s[name]["final_test_acc"]) for name in ("dense", "topk-ag", "topk-ar")}
+
+
 SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "whatif": (whatif_default, [Quote("README.md", r"\((?P<predictions>[\d,]+) predictions priced and ranked")]),
     "emulated-c1": (emulated_c1, [Quote(
@@ -363,6 +418,28 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
         r"(?P<ag_target_s>[\d.]+) s\)\. MOO takes the cheapest steps \((?P<moo_step_s>[\d.]+) s against "
         r"(?P<ag_step_s>[\d.]+) s\) yet finishes (?P<moo_behind_pct>[\d.]+) % behind Top-k over Allgather: .*? "
         r"cost (?P<moo_probe_s>[\d.]+) s")]),
+    "emulated-mlp-digits": (emulated_mlp_digits, [Quote(
+        "docs/compression.md", " ".join([
+            _emulated_row("dense", "dense"), _emulated_row("topk-ag", "topk-ag"),
+            _emulated_row("topk-ar", "topk-ar \\(STAR\\)"),
+            _emulated_row("flexible", "flexible",
+                          r" \(Allgather throughout, (?P<static_flexible_switches>\d+) switches\)",
+                          r" \((?P<c1_flexible_ag>\d+) AG \+ (?P<c1_flexible_ar>\d+) AR steps, "
+                          r"(?P<c1_flexible_switches>\d+) switches\)"),
+            _emulated_row("moo", "moo",
+                          r" \(c (?P<static_moo_c_low>[\d.]+)-(?P<static_moo_c_high>[\d.]+), "
+                          r"(?P<static_moo_decisions>\d+) decisions; probes (?P<static_moo_probe_s>[\d.]+) s\)",
+                          r" \(c (?P<c1_moo_c_low>[\d.]+)-(?P<c1_moo_c_high>[\d.]+), (?P<c1_moo_decisions>\d+) "
+                          r"decisions, (?P<c1_moo_switches>\d+) switches; probes (?P<c1_moo_probe_s>[\d.]+) s\)"),
+            r".*?a median step of (?P<ar_1g_1ms_ms>\d+) ms against Allgather's (?P<ag_1g_1ms_ms>\d+) ms.*?AR costs "
+            r"(?P<ar_50ms_s>[\d.]+) s a step\).*?Allgather alone \(\+(?P<flex_over_ag_pct>[\d.]+) %.*?and "
+            r"(?P<ar_over_flex>[\d.]+)x faster than AR alone\. The MOO picks c ~ (?P<moo_c_low>[\d.]+)-"
+            r"(?P<moo_c_high>[\d.]+) .*?10 steps, (?P<probe_rounds>\d+) times.*?cost (?P<probe_pct>\d+) % of a "
+            r"300-step run.*?on this small model \((?P<ar_acc>[\d.]+) vs (?P<ag_acc>[\d.]+) "
+            r"at c = 0\.01"]))]),
+    "emulated-fashion": (emulated_fashion, [Quote(
+        "docs/compression.md", r"dense (?P<dense>[\d.]+) %, Top-k over Allgather (?P<topk_ag>[\d.]+) %, "
+        r"Allreduce-compatible Top-k \(STAR\) (?P<topk_ar>[\d.]+) %")]),
     "korthikanti": (korthikanti, [
         Quote("README.md", r"eight iteration times .*? come out (?P<mean>[\d.]+) % off on average, (?P<worst>[\d.]+) % "
               r"worst, against (?P<naive>[\d.]+) % for the naive"),
