@@ -589,14 +589,22 @@ def bert_spec(seq_len: int = 384, predictions: int | None = None, num_layers: in
                      f"BERT: {num_layers} layers, d {d}, seq {s}, {predictions} masked tokens per sequence")
 
 
+#: The zoo's transformers by shape (layers, d_model, seq_len, heads, vocab), so a planner that takes a shape
+#: (``plan --model gpt``) plans the same model: GPT-3 XL's (Brown et al. 2020, Table 2.1), GPT-2's vocabulary.
+ZOO_TRANSFORMER_SHAPES: dict[str, tuple[int, int, int, int, int]] = {
+    "transformer-1.3b": (24, 2048, 2048, 16, 50257),
+}
+
+
 def _build_zoo() -> dict[str, ModelSpec]:
+    transformers = {name: transformer_spec(name, layers, d, seq, vocab=vocab, heads=heads)
+                    for name, (layers, d, seq, heads, vocab) in ZOO_TRANSFORMER_SHAPES.items()}
     return {
         "resnet18": resnet_spec(18),
         "resnet50": resnet_spec(50),
         "vgg16": vgg16_spec(),
         "alexnet": alexnet_spec(),
-        # GPT-3 XL's shape (Brown et al. 2020, Table 2.1): 24 layers, d_model 2048, context 2048.
-        "transformer-1.3b": transformer_spec("transformer-1.3b", 24, 2048, 2048, heads=16),
+        **transformers,
     }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flexcomm.costmodel.errors import InputError, RunStoppedError
 from flexcomm.experiments.commands import COMMANDS
+from flexcomm.experiments.commands.job_options import with_job
 
 EXIT_BAD_INPUT = 2
 
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args: argparse.Namespace | None = None
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(with_job(sys.argv[1:] if argv is None else argv))
         _refuse_empty_values(parser, args)
         _check_ratios(parser, args)
         _refuse_bare_numbers(parser, args)

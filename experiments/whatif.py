@@ -212,10 +212,12 @@ def _layer_params(model_name: str, grid: WhatIfGrid | None = None) -> list[float
     return [float(layer.params) for layer in get_model(model_name).layers if layer.params > 0]
 
 
-def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[float]], dict[str, TrainingWorkload]]:
+def grid_models(names: list[str], batch_per_rank: float | None = None
+                ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, TrainingWorkload]]:
     """Parameters, per-layer parameters and the training job of each model named: a zoo model, a workloads
     package model or ``module:factory`` / ``file.py:factory`` (the user's own, counted off the module), each
-    read as ``simulate --workload`` reads it, so both count the same parameters and price the same step."""
+    read as ``simulate --workload`` reads it (``batch_per_rank`` as its ``--batch``, default the workload's),
+    so both count the same parameters and price the same step."""
     from flexcomm.workloads.names import FACTORY_FORM
 
     params: dict[str, float] = {}
@@ -223,7 +225,7 @@ def grid_models(names: list[str]) -> tuple[dict[str, float], dict[str, list[floa
     workloads: dict[str, TrainingWorkload] = {}
     for name in names:
         try:
-            workload = get_training_workload(name)
+            workload = get_training_workload(name, batch_per_rank)
         except InputError as error:
             if error.field != "workload":
                 raise

@@ -17,6 +17,7 @@ bytes, seconds, bytes/s; bad input raises :class:`InputError`, whose text is the
     flexcomm.plan("resnet50", "4x8-a100-ib", batch_size=1024).frame   # every command that writes tables and
     flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", horizon="2d").figures  # figures: plan, place, scenario,
     # recovery, validate_nccl_tests, validate_published; keywords are the CLI's flags (batch_size=--batch-size)
+    flexcomm.plan(job="job.yaml")   # one job file (flexcomm.load_job), read as simulate and whatif read it
 
 Submodules (``flexcomm.costmodel``, ``flexcomm.sim``, ``flexcomm.emulation``, ``flexcomm.compression``,
 ``flexcomm.real_backend``, ``flexcomm.planner``, ``flexcomm.placement``, ``flexcomm.controller``,
@@ -42,6 +43,8 @@ _LAZY: dict[str, str] = {
     "LinkParams": "flexcomm.costmodel.model",
     "load_cluster": "flexcomm.costmodel.cluster",
     "Cluster": "flexcomm.costmodel.cluster",
+    "Job": "flexcomm.costmodel.job",
+    "load_job": "flexcomm.costmodel.job",
     "cluster_names": "flexcomm.costmodel.cluster",
     "calibrate": "flexcomm._pricing",
     "calibrate_fabric": "flexcomm._pricing",
@@ -68,9 +71,10 @@ _SUBMODULES = ("hooks", "costmodel", "sim", "emulation", "compression", "real_ba
                "controller", "experiments", "workloads")
 
 __all__ = [  # a literal list (tools read it statically); tests/test_api.py keeps it equal to _LAZY's keys
-    "Cluster", "CalibrationProfile", "CommandResult", "Cost", "CostModel", "InputError", "LinkParams",
+    "Cluster", "CalibrationProfile", "CommandResult", "Cost", "CostModel", "InputError", "Job", "LinkParams",
     "RunStoppedError", "__version__", "calibrate", "calibrate_fabric", "cluster_names", "cost", "emulate",
-    "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster", "parse_bandwidth", "parse_size",
+    "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster", "load_job", "parse_bandwidth",
+    "parse_size",
     "parse_time", "place", "plan", "predict", "recovery", "scenario", "simulate", "simulate_collective", "study",
     "validate_nccl_tests", "validate_published",
 ]
@@ -84,6 +88,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
     from flexcomm.costmodel.calibration import CalibrationProfile
     from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
     from flexcomm.costmodel.collectives import predict
+    from flexcomm.costmodel.job import Job, load_job
     from flexcomm.costmodel.model import CostModel, LinkParams
     from flexcomm.costmodel.units import (
         format_bandwidth,

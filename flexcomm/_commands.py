@@ -140,9 +140,10 @@ def run_command(command: str, positional: Sequence[str] = (), *, main_table: str
     import pandas as pd
 
     from flexcomm.experiments.cli import _check_ratios, _refuse_empty_values, build_parser
+    from flexcomm.experiments.commands.job_options import with_job
 
     parser = build_parser()
-    words = [command, *map(_word, positional), *_flag_words(_subparser(parser, command), command, options)]
+    words = with_job([command, *map(_word, positional), *_flag_words(_subparser(parser, command), command, options)])
     try:
         args = parser.parse_args(words)
     except InputError as error:  # argparse's own complaint: name the call, not this process's sys.argv

@@ -9,8 +9,9 @@ The PaddlePaddle-style model (Ao et al., arXiv 2112.02752) on the chain of units
   backward (Megatron), on the tp group's link;
 * pipeline: 1F1B; a replica's step is sum_p t_p + (m - 1) max_p t_p (t_p: one micro-batch's
   forward + backward + its sends on stage p), so the bubble is (pp - 1) t with equal stages;
-* data parallelism: each stage's gradient shard allreduced over its dp group after the pipeline
-  drains (no overlap with compute: conservative), by the cheapest of ring / tree / Rabenseifner on
+* data parallelism: each stage's gradient shard allreduced over its dp group in DDP's 25 MiB buckets, each
+  launched as the last micro-batch's backward fills it (:mod:`planner.overlap`; a compressed ``--scheme``
+  runs after the drain, as its hook waits for the whole gradient), by the cheapest of ring / tree / Rabenseifner on
   the group's slowest link (ring: the ring's own hops; tree and Rabenseifner also share the NIC
   between the group's ranks on a node). The stage's tp groups cross each NIC together, and the
   stages' allreduces overlap (they drain one backward apart), so a NIC's load is summed over the
@@ -40,6 +41,7 @@ from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_size
 from flexcomm.planner.devices import PlanCluster
+from flexcomm.planner.overlap import exposed_exchange_s, gradient_buckets
 from flexcomm.planner.units import Units
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "rabenseifner")
@@ -148,6 +150,7 @@ class Pricer:
                       else None)
         self._nccl_times: dict[tuple[int, float], float] = {}
         self._exchanges: dict[tuple, tuple[float, str]] = {}
+        self._buckets: dict[tuple, float] = {}
 
     # --- validation -----------------------------------------------------------------------------
     def check(self, cfg: PlanConfig) -> None:
@@ -294,6 +297,19 @@ class Pricer:
             hit = self._exchanges[key] = self._compressed_exchange(ranks, nbytes, share)
         return hit
 
+    def _bucket_exchange(self, ranks: np.ndarray, nbytes: float, share: float) -> tuple[float, str]:
+        """One DDP bucket's allreduce and its algorithm: every bucket but a stage's last holds the cap, so
+        most plans ask the same few (group, size) pairs."""
+        key = (ranks.tobytes(), nbytes, share)
+        hit = self._buckets.get(key) if self.cache else None
+        if hit is None:
+            hit = self._buckets[key] = self._dp_exchange(ranks, nbytes, share)
+        return hit
+
+    def bucket_algorithm(self, ranks: np.ndarray, nbytes: float, share: float) -> str:
+        """The allreduce algorithm the price of a bucket of ``nbytes`` assumed (the simulator runs the same)."""
+        return self._bucket_exchange(ranks, nbytes, share)[1]
+
     def _compressed_exchange(self, ranks: np.ndarray, nbytes: float, share: float) -> tuple[float, str]:
         numel = nbytes / GRADIENT_BYTES
         if self._nccl is not None and share == 1.0 and self._whole_block(ranks):
@@ -407,6 +423,7 @@ class Pricer:
 
         dp_times = np.zeros(pp)
         dp_algs = [""] * pp
+        dp_shares = np.ones(pp)
         dp_comm = 0.0
         if dp > 1:
             nic_load: dict[int, float] = {}
@@ -415,6 +432,7 @@ class Pricer:
                 share = 1.0
                 if len(np.unique(nodes[:, 0])) > 1:  # the stage's tp groups cross each NIC together
                     share = float(max(int((nodes == n).any(axis=0).sum()) for n in np.unique(nodes)))
+                dp_shares[p] = share
                 dp_times[p], dp_algs[p] = self._dp_exchange(ranks[:, p, 0], float(params[p]), share)
                 if len(np.unique(nodes)) > 1:
                     # stages drain one backward apart, so their allreduces overlap on the NICs they share
@@ -422,6 +440,17 @@ class Pricer:
                         nic_load[n] = nic_load.get(n, 0.0) + dp_times[p]
             dp_comm = float(max([dp_times.max(), *nic_load.values()]))
         dp_alg = dp_algs[int(np.argmax(dp_times))]
+        dp_exposed = dp_comm
+        if dp_comm > 0 and self.exchange.dense:
+            # DDP's buckets overlap the last micro-batch's backward (planner/overlap.py): the stage with the
+            # longest exchange, its buckets priced alone and slowed as the NICs' shared load slows the whole
+            longest = int(np.argmax(dp_times))
+            backward = work_u[seg[longest]] * mb[slow] / group_speed[slow, longest] * self.backward_factor
+            bucket_ready, bucket_bytes = gradient_buckets(param_u[seg[longest]], backward)
+            contention = dp_comm / dp_times[longest]
+            group, share = ranks[:, longest, 0], float(dp_shares[longest])
+            bucket_s = [contention * self._bucket_exchange(group, size, share)[0] for size in bucket_bytes.tolist()]
+            dp_exposed = exposed_exchange_s(bucket_ready, np.array(bucket_s), float(backward.sum()))
 
         grads = params / (dp if cfg.zero >= 2 else 1)
         optim = params * self.optimizer_multiple / (dp if cfg.zero >= 1 else 1)
@@ -441,7 +470,7 @@ class Pricer:
             dev = self.cluster.devices[int(ranks[d, p, 0])]
             reason = (f"memory: stage {p} needs {format_size(used[d, p])} per device, "
                       f"{dev.name} has {format_size(group_memory[d, p] / self.memory_fraction)}")
-        step = float(replica[slow] + device_work + dp_comm)
+        step = float(replica[slow] + device_work + dp_exposed)
         return PlanCost(
             config=cfg, feasible=feasible, reason=reason, step_s=step,
             compute_s=float(m * compute[slow, b]), tp_comm_s=float(m * tp_comm[slow, b]),
@@ -449,8 +478,9 @@ class Pricer:
             dp_comm_s=dp_comm, peak_memory_bytes=float(used.max()), memory_use=float(use.max()),
             stage_units=tuple(sizes), replica_micro_batch=tuple(int(x) for x in mb), dp_algorithm=dp_alg,
             extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0,
-                   "dp_device_work_s": device_work},
+                   "dp_device_work_s": device_work, "dp_exposed_s": dp_exposed},
             detail={"ranks": ranks, "compute": compute, "forward": compute / fb, "mb": mb, "tp_count": tp_count,
                     "tp_bytes": tp_bytes, "send_fwd": send_fwd, "send_bwd": send_bwd, "params": params,
-                    "dp_times": dp_times, "dp_algs": np.array(dp_algs), "replica": replica},
+                    "dp_times": dp_times, "dp_algs": np.array(dp_algs), "dp_shares": dp_shares, "replica": replica,
+                    "bucket_work": [work_u[s] for s in seg], "bucket_grads": [param_u[s] for s in seg]},
         )

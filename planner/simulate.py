@@ -4,9 +4,10 @@ The analytic price (:mod:`planner.plans`) charges each stage its own sends and p
 collective alone. Here every (replica, stage) is a simpy process running the 1F1B schedule with
 its own clock; activations and gradients travel as flows on :class:`sim.network.Network` (so
 the pipeline's sends and the tensor-parallel allreduces share device ports and NICs), a stage
-waits for its inputs (waiting is the bubble), and each stage's data-parallel allreduce starts as
-soon as that stage has drained in every replica, overlapping the other stages' cool-down and
-contending with them for the NICs. The simulated step time re-ranks the best few plans.
+waits for its inputs (waiting is the bubble), and each stage's data-parallel allreduce runs in DDP's
+buckets, each once every replica's last backward has filled it (:mod:`planner.overlap`; a compressed
+scheme after the stage has drained in every replica), overlapping the backward and the other stages'
+cool-down and contending with them for the NICs. The simulated step time re-ranks the best few plans.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import simpy
 
 from flexcomm.costmodel.compressed import SchemeAlgorithms
+from flexcomm.planner.overlap import gradient_buckets
 from flexcomm.planner.plans import GRADIENT_BYTES, PlanCost, Pricer
 from flexcomm.sim.collectives import run_collective, run_scheme
 from flexcomm.sim.network import CountingEnvironment, Network
@@ -55,6 +57,40 @@ def simulate_plan(pricer: Pricer, cost: PlanCost) -> SimulatedPlan:
     drained = [0] * pp
     stage_done = [env.event() for _ in range(pp)]
     busy = np.zeros((dp, pp))
+    # a dense exchange runs in DDP's buckets, each once every replica's last backward has filled it
+    overlap = dp > 1 and pricer.exchange.dense
+    buckets = [gradient_buckets(det["bucket_grads"][p], det["bucket_work"][p]) for p in range(pp)] if overlap else []
+    filled = [[0] * len(buckets[p][0]) for p in range(pp)] if overlap else []
+    bucket_full = [[env.event() for _ in buckets[p][0]] for p in range(pp)] if overlap else []
+
+    def fill(p: int, k: int) -> None:
+        filled[p][k] += 1
+        if filled[p][k] == dp:
+            bucket_full[p][k].succeed()
+
+    def bucketed_exchange(p: int) -> Generator[Any, Any, None]:
+        for k, nbytes in enumerate(buckets[p][1]):
+            # each bucket by the algorithm the pricer chose for its size (a small bucket over many ranks is
+            # latency-bound: a tree or NCCL's choice, not the whole gradient's ring)
+            alg = pricer.bucket_algorithm(ranks[:, p, 0], float(nbytes), float(det["dp_shares"][p])) or "ring"
+            yield bucket_full[p][k]
+            yield env.all_of([run_collective(env, net, "allreduce", alg, [int(r) for r in ranks[:, p, t]],
+                                             float(nbytes), tag=f"dp.{p}.{t}") for t in range(tp)])
+
+    exchanges = [env.process(bucketed_exchange(p)) for p in range(pp)] if overlap else []
+
+    def backward(p: int, seconds: float, last: bool) -> Generator[Any, Any, None]:
+        """The backward of one micro-batch; the last one fills the stage's buckets as it goes."""
+        if not (last and overlap and len(buckets[p][0])):
+            yield env.timeout(seconds)
+            return
+        ready, whole = buckets[p][0], max(float(buckets[p][0][-1]), 1e-30)
+        elapsed = 0.0
+        for k, at in enumerate(ready):
+            at = seconds * float(at) / whole
+            yield env.timeout(at - elapsed)
+            elapsed = at
+            fill(p, k)
 
     def send(d: int, src: int, dst: int, nbytes: float, ready: simpy.Event, tag: str) -> Generator[Any, Any, None]:
         if nbytes > 0:
@@ -87,7 +123,7 @@ def simulate_plan(pricer: Pricer, cost: PlanCost) -> SimulatedPlan:
                     bwd_ready[d][p][i].succeed()
             else:
                 yield bwd_ready[d][p][i]
-                yield env.timeout(bwd)
+                yield from backward(p, bwd, i == m - 1)
                 busy[d, p] += bwd
                 ar = tp_allreduce(d, p, f"tp{d}.{p}")
                 if ar is not None:
@@ -99,7 +135,9 @@ def simulate_plan(pricer: Pricer, cost: PlanCost) -> SimulatedPlan:
         if drained[p] < dp:
             yield stage_done[p]
             return
-        if dp > 1 and det["params"][p] > 0:
+        if overlap:
+            yield exchanges[p]
+        elif dp > 1 and det["params"][p] > 0:
             alg = str(det["dp_algs"][p]) or "ring"
             if pricer.exchange.dense:
                 runs = [run_collective(env, net, "allreduce", alg, [int(r) for r in ranks[:, p, t]],

@@ -316,8 +316,9 @@ def planner_cases(tmp: Path) -> dict[str, float]:
         "xl_plans": float(xl_priced.group(1).replace(",", "")), "xl_s": float(_best(xl).group(2)),
         "xl_mfu": float(_find(r"MFU ([\d.]+)%", xl).group(1)),
         "r18_ms": float(resnet18.group(2)), "r18_sim": float(resnet18.group(4)),
-        "speed_m": float(speed.group(1).split("-m")[1].split("-")[0]), "speed_ms": float(speed.group(2)),
-        "speed_sim": float(speed.group(4)), "even_m": float(even.group(1).split("-m")[1].split("-")[0]),
+        **{f"{name}_{dim}": float(re.search(rf"{dim}(\d+)", plan.group(1)).group(1))  # type: ignore[union-attr]
+           for name, plan in (("speed", speed), ("even", even)) for dim in ("dp", "pp", "m")},
+        "speed_ms": float(speed.group(2)), "speed_sim": float(speed.group(4)),
         "even_ms": float(even.group(2)), "even_over_speed": float(even.group(2)) / float(speed.group(2)),
         "inception_gap": _pct(float(inception.group(4)) / float(inception.group(2)) - 1),
         "inception_m": float(inception.group(1).split("-m")[1].split("-")[0]),
@@ -408,6 +409,53 @@ def emulated_fashion(tmp: Path) -> dict[str, float]:
     return {name.replace("-", "_"): _pct(s[name]["final_test_acc"]) for name in ("dense", "topk-ag", "topk-ar")}
 
 
+CONTROLLER_ROWS = {"gsde": "gSDE PPO", "gaussian": "Gaussian PPO", "moo": r"MOO \(NSGA-II, probes charged\)",
+                   "dense": "dense"}
+
+
+def controller(_: Path) -> dict[str, float]:
+    """controller.md's table and prose: the committed training and evaluations (minutes of RL; see
+    validation/controller/README.md for the commands that made them)."""
+    folder = ROOT / "validation" / "controller"
+    values: dict[str, float] = {}
+    runs = {"t93": pd.read_csv(folder / "comparison.csv"), "t96": pd.read_csv(folder / "comparison_target096.csv")}
+    for target, table in runs.items():
+        ranks = table.groupby("strategy")["rank_time_to_target"].mean()
+        accuracy = table.groupby("strategy")["final_test_acc"].mean()
+        for strategy in ranks.index:
+            key = strategy.replace("-", "_").replace("@0.", "_").replace(".", "_")
+            values[f"{target}_{key}_rank"] = ranks[strategy]
+            values[f"{key}_acc"] = accuracy[strategy]
+        c1 = table[table["trace"] == "c1"].set_index("strategy")["time_to_target_s"]
+        values |= {f"{target}_c1_{s.replace('-', '_').replace('@0.', '_')}_s": c1[s] for s in c1.index}
+    t96 = runs["t96"].pivot(index="trace", columns="strategy", values="time_to_target_s")
+    values["learned_beat_moo_traces"] = float(((t96["gsde"] < t96["moo"]) & (t96["gaussian"] < t96["moo"])).sum())
+    learned = runs["t93"][runs["t93"]["strategy"].isin(["gsde", "gaussian"])]
+    values |= {"c_low": learned["median_ratio"].min(), "c_high": learned["median_ratio"].max()}
+    c1_ar = learned[learned["trace"] == "c1"]["topk_ar_share"]
+    values |= {"ar_low": _pct(c1_ar.min()), "ar_high": _pct(c1_ar.max())}
+    summary = json.loads((folder / "train_summary.json").read_text())
+    values |= {"static_ref": summary["references"]["c=0.01 auto"], "random_ref": summary["references"]["random"]}
+    for variant in ("gsde", "gaussian"):
+        run = summary[variant]
+        values |= {f"{variant}_fixed_first": run["fixed_eval_first"], f"{variant}_fixed_final": run["fixed_eval_final"],
+                   f"{variant}_roll_first": run["first_fifth_mean_return"],
+                   f"{variant}_roll_last": run["last_fifth_mean_return"]}
+    return values
+
+
+def _controller_row(key: str, label: str) -> str:
+    return (rf"\| {label} \| \**(?P<t93_{key}_rank>[\d.]+)\** \| \**(?P<t96_{key}_rank>[\d.]+)\** \| "
+            rf"(?P<{key}_acc>[\d.]+) \|")
+
+
+def _controller_static_row(kind: str, label: str) -> str:
+    cells = [" / ".join(rf"\**(?P<{t}_topk_{kind}_{c}_rank>[\d.]+)\**" for c in ("1", "01", "001"))
+             for t in ("t93", "t96")]
+    accuracy = " / ".join(rf"(?P<topk_{kind}_{c}_acc>[\d.]+)" for c in ("1", "01", "001"))
+    return rf"\| {label} \| {cells[0]} \| {cells[1]} \| {accuracy} \|"
+
+
 SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "whatif": (whatif_default, [Quote("README.md", r"\((?P<predictions>[\d,]+) predictions priced and ranked")]),
     "emulated-c1": (emulated_c1, [Quote(
@@ -440,6 +488,20 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "emulated-fashion": (emulated_fashion, [Quote(
         "docs/compression.md", r"dense (?P<dense>[\d.]+) %, Top-k over Allgather (?P<topk_ag>[\d.]+) %, "
         r"Allreduce-compatible Top-k \(STAR\) (?P<topk_ar>[\d.]+) %")]),
+    "controller": (controller, [Quote("docs/controller.md", " ".join([
+        *(_controller_row(key, label) for key, label in list(CONTROLLER_ROWS.items())[:3]),
+        _controller_static_row("ag", r"Top-k AG c=0\.1 / 0\.01 / 0\.001"),
+        _controller_static_row("ar", r"Top-k AR c=0\.1 / 0\.01 / 0\.001"),
+        _controller_row("dense", "dense"),
+        r".*?reach 0\.96 sooner than the MOO controller on all (?P<learned_beat_moo_traces>four) traces \(C1: gSDE "
+        r"(?P<t96_c1_gsde_s>[\d.]+) s, Gaussian (?P<t96_c1_gaussian_s>[\d.]+) s, MOO (?P<t96_c1_moo_s>[\d.]+) s, "
+        r"dense (?P<t96_c1_dense_s>[\d.]+) s\).*?AR-compatible Top-k c=0\.1: (?P<t96_c1_topk_ar_1_s>[\d.]+) s;.*?"
+        r"median c is (?P<c_low>[\d.]+)-(?P<c_high>[\d.]+), and on C1 they use AR-compatible Top-k for "
+        r"(?P<ar_low>\d+)-(?P<ar_high>\d+) %.*?static c=0\.01 scores (?P<static_ref>[-\d.]+), random "
+        r"(?P<random_ref>[-\d.]+)\): gSDE (?P<gsde_fixed_first>[-\d.]+) -> (?P<gsde_fixed_final>[-\d.]+), Gaussian "
+        r"(?P<gaussian_fixed_first>[-\d.]+) -> (?P<gaussian_fixed_final>[-\d.]+) over training \(rollout returns, "
+        r"first to last fifth: gSDE (?P<gsde_roll_first>[-\d.]+) -> (?P<gsde_roll_last>[-\d.]+), Gaussian "
+        r"(?P<gaussian_roll_first>[-\d.]+) -> (?P<gaussian_roll_last>[-\d.]+)\)"]))]),
     "korthikanti": (korthikanti, [
         Quote("README.md", r"eight iteration times .*? come out (?P<mean>[\d.]+) % off on average, (?P<worst>[\d.]+) % "
               r"worst, against (?P<naive>[\d.]+) % for the naive"),
@@ -509,8 +571,10 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
         r"parallelism, ZeRO-1\), (?P<gpt_ms>[\d.]+) ms, (?P<gpt_tokens>[\d,]+) tokens/s, MFU (?P<gpt_mfu>[\d.]+) % \|"
         r".*?\| (?P<xl_over>\d+) of (?P<xl_plans>[\d,]+) plans over memory .*?best t1-p1-d32-b16, (?P<xl_s>[\d.]+) s "
         r"per step, MFU (?P<xl_mfu>[\d.]+) % \|.*?best dp32 \(plain data parallelism\), (?P<r18_ms>[\d.]+) ms, "
-        r"simulated (?P<r18_sim>[\d.]+) ms;.*?best dp4-tp1-pp4-m(?P<speed_m>\d+), (?P<speed_ms>[\d.]+) ms "
-        r"\(simulated (?P<speed_sim>[\d.]+) ms\) vs dp4-tp1-pp4-m(?P<even_m>\d+), (?P<even_ms>[\d.]+) ms even "
+        r"simulated (?P<r18_sim>[\d.]+) ms;.*?best dp(?P<speed_dp>\d+)-tp1-pp(?P<speed_pp>\d+)-m(?P<speed_m>\d+) "
+        r"\(each replica's samples in proportion to its GPU's speed\), (?P<speed_ms>[\d.]+) ms "
+        r"\(simulated (?P<speed_sim>[\d.]+) ms\) vs dp(?P<even_dp>\d+)-tp1-pp(?P<even_pp>\d+)-m(?P<even_m>\d+), "
+        r"(?P<even_ms>[\d.]+) ms even "
         r"\((?P<even_over_speed>[\d.]+)x\).*?, (?P<inception_gap>[-\d.]+) % \(Inception on `16x8-h100-2to1`, batch "
         r"4,096, dp64-tp1-pp2-m(?P<inception_m>\d+)\)")]),
     "flagship": (flagship, [
@@ -539,8 +603,13 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
 }
 
 
+#: Counts a page writes as words ("on all four traces").
+NUMBER_WORDS = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6"}
+
+
 def _matches(shown: str, value: float) -> bool:
     """The page's number is the value rounded (half up, as people round) to the digits the page shows."""
+    shown = NUMBER_WORDS.get(shown, shown)
     digits = len(shown.split(".")[1]) if "." in shown else 0
     step = Decimal(1).scaleb(-digits)
     rounded = Decimal(repr(float(value))).quantize(step, rounding=ROUND_HALF_UP)

@@ -174,6 +174,22 @@ def compare_whole(shown: list[str], printed: list[str], measured: bool = False) 
     return ""
 
 
+def _writers_of_inputs(page: str, argv: list[str]) -> list[list[str]]:
+    """The page's earlier console commands whose ``--out`` folder holds a file this command reads (a page
+    shows `plan --out results/p`, then a command reading ``results/p/best_plan.json``), as they run."""
+    reads = [Path(a) for i, a in enumerate(argv) if a.startswith("results/") and (i == 0 or argv[i - 1] != "--out")]
+    writers = []
+    for other_page, other, _, _ in CONSOLE:
+        if other_page == page and other == argv:
+            break  # only what the page ran before this command
+        if other_page != page:
+            continue
+        out = other[other.index("--out") + 1] if "--out" in other[:-1] else None
+        if out and any(Path(out) in path.parents for path in reads):
+            writers.append([str(ROOT / a) if a.startswith(REPO_ROOTS) and (ROOT / a).exists() else a for a in other])
+    return writers
+
+
 @pytest.mark.parametrize(("page", "argv", "shown", "console"), CONSOLE,
                          ids=[f"{page}: {' '.join(argv)[:60]}" for page, argv, _, _ in CONSOLE])
 def test_console_examples_run_as_written(page: str, argv: list[str], shown: list[str], console: str,
@@ -181,6 +197,9 @@ def test_console_examples_run_as_written(page: str, argv: list[str], shown: list
     """Issue 42: the docs' output is compared whole, line by line, not by its first line."""
     # paths into this repository stay paths into it; everything the command writes lands in a fresh folder
     args = [str(ROOT / a) if a.startswith(REPO_ROOTS) and (ROOT / a).exists() else a for a in argv]
+    for earlier in _writers_of_inputs(page, argv):  # `simulate --llm-plan results/p/best_plan.json` after `plan`
+        subprocess.run([sys.executable, "-m", "flexcomm.experiments.cli", *earlier], cwd=tmp_path, check=True,
+                       capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     proc = subprocess.run([sys.executable, "-m", "flexcomm.experiments.cli", *args], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     expected_error = bool(shown) and shown[0].startswith("flexcomm: error:")

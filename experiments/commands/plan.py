@@ -14,6 +14,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
 from flexcomm.costmodel.limits import Limit
 from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
+from flexcomm.experiments.commands.job_options import add_job_argument
 
 #: The global batch one plan may price. The largest published data-parallel batches are ~65,536 samples
 #: (ResNet-50 on ImageNet, BERT with LAMB) and a few thousand sequences (LLM pre-training, 4-16M tokens); 2^20
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "gpt, inception), or your own model as module.path:factory or path/to/file.py:factory (a "
                         "function of no arguments returning an nn.Module or (module, example input or sample shape))")
     add_cluster_arguments(parser, default="4x8-a100-ib")
+    add_job_argument(parser)
     parser.add_argument("--batch-size", type=int, help="global batch in samples (default per device: simulate's "
                         "batch per rank for a model it also names, resnet18 and resnet50 256, else "
                         f"{SAMPLES_PER_DEVICE}, Goyal et al. 2017; --model gpt: {GPT_SEQUENCES} sequences, GPT-2's)")

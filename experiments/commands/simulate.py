@@ -14,6 +14,7 @@ from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
+from flexcomm.experiments.commands.job_options import add_job_argument
 from flexcomm.workloads.names import is_factory_reference
 
 
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
     )
     add_cluster_arguments(parser)
+    add_job_argument(parser)
     parser.add_argument("--workload", help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b (or a "
                         "workloads-package model such as resnet-synthetic), your own model as module.path:factory or "
                         "path/to/file.py:factory, or a profiler trace as path/to/trace.json; required unless "
@@ -192,7 +194,8 @@ def run_llm_step(args: argparse.Namespace) -> int:
           f"step {format_time(result.step_s)} simulated with contention, planner's closed form "
           f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}"
           f"{', the slow GPUs included' if stragglers else ''}); "
-          f"{result.coflows:,} coflows, {result.events:,} events in {result.wall_s:.2f} s of wall time")
+          f"{result.coflows:,} coflow{'' if result.coflows == 1 else 's'}, {result.events:,} events in "
+          f"{result.wall_s:.2f} s of wall time")
     print("busy on stage 0's path: " + ", ".join(f"{k} {format_time(v)}" for k, v in result.busy_s.items()))
     if args.out:
         print_written(args.out, started)
@@ -239,7 +242,8 @@ FROM_TRACE_OPTIONS = {"from_trace", "execution_trace", "traced_on", "bandwidth",
                       "compress_throughput", "cluster", "algorithm", "compute_jitter", "iterations", "json", "out",
                       "ranks", "ratio", "scheme", "seed", "straggler", "no_progress", "traced_device"}
 #: What ``--llm-plan`` reads (one step of a transformer plan); anything else given with it is refused.
-LLM_PLAN_OPTIONS = {"llm_plan", "cluster", "experts", "sharing", "straggler", "json", "out", "no_progress", "seed"}
+LLM_PLAN_OPTIONS = {"llm_plan", "cluster", "experts", "sharing", "straggler", "json", "out", "no_progress", "seed",
+                    "job"}
 #: ``--from-trace``'s own options: meaningless without it.
 TRACE_ONLY_OPTIONS = ("execution_trace", "traced_on", "bandwidth", "latency", "host_cores", "compress_throughput",
                       "traced_device")

@@ -10,6 +10,7 @@ from pathlib import Path
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
+from flexcomm.experiments.commands.job_options import add_job_argument
 from flexcomm.workloads.names import FACTORY_FORM
 
 
@@ -27,8 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "command says where compression pays and what it costs in accuracy where the project measured it.",
     )
     add_cluster_arguments(parser)
+    add_job_argument(parser)
     parser.add_argument("--model", help="comma-separated models to price (default resnet50,vgg16,transformer-1.3b): "
                         f"zoo names or your own as {FACTORY_FORM}")
+    parser.add_argument("--batch", type=float, help="samples per GPU of the step the schemes are ranked by, as "
+                        "simulate's --batch (default: each model's, as simulate's)")
     parser.add_argument("--out", default="results/whatif", help="output directory (default results/whatif)")
     parser.add_argument("--index-dtype", default="int32", help="Top-k index dtype on the wire (default int32)")
     parser.add_argument("--reduce-bandwidth", help="reduction throughput for the scatter-add/sum terms, "
@@ -66,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
     if args.compress_throughput is not None and not args.compress_throughput >= 0:
         raise InputError("compress-throughput", args.compress_throughput, "elements per second >= 0")
     grid = WhatIfGrid(payload=payload, compress_elements_per_s=args.compress_throughput)
-    if args.model:
-        names = [n.strip() for n in args.model.split(",") if n.strip()]
+    if args.model or args.batch is not None:
+        names = [n.strip() for n in (args.model or ",".join(grid.models)).split(",") if n.strip()]
         if not names:
             raise InputError("model", args.model, "comma-separated zoo names or module:factory references")
-        grid.models, grid.layers, grid.workloads = grid_models(names)
+        grid.models, grid.layers, grid.workloads = grid_models(names, args.batch)
     if args.reduce_bandwidth:
         grid.reduce_gamma_s_per_byte = 1.0 / parse_bandwidth(args.reduce_bandwidth, "reduce-bandwidth")
     shard = _parse_shard(args.shard)
