@@ -88,13 +88,15 @@ class PlanCost:
     stage_units: tuple[int, ...]
     replica_micro_batch: tuple[int, ...]
     dp_algorithm: str = ""
+    #: the part of ``dp_comm_s`` the backward does not hide (DDP's buckets overlap it): what the step pays
+    dp_exposed_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
     #: Per replica/stage arrays the simulator replays (see :meth:`Pricer.price`).
     detail: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def communication_s(self) -> float:
-        return self.tp_comm_s + self.p2p_s + self.dp_comm_s
+        return self.tp_comm_s + self.p2p_s + self.dp_exposed_s
 
     def row(self) -> dict[str, object]:
         c = self.config
@@ -102,7 +104,8 @@ class PlanCost:
             "plan": c.label, "dp": c.dp, "tp": c.tp, "pp": c.pp, "micro_batches": c.micro_batches, "zero": c.zero,
             "order": c.order, "feasible": self.feasible, "step_s": self.step_s, "compute_s": self.compute_s,
             "tp_comm_s": self.tp_comm_s, "p2p_s": self.p2p_s, "bubble_s": self.bubble_s, "dp_comm_s": self.dp_comm_s,
-            "peak_memory_GiB": self.peak_memory_bytes / 2**30, "memory_use": self.memory_use,
+            "dp_exposed_s": self.dp_exposed_s, "peak_memory_GiB": self.peak_memory_bytes / 2**30,
+            "memory_use": self.memory_use,
             "stage_units": "/".join(map(str, self.stage_units)),
             "replica_micro_batch": "/".join(map(str, self.replica_micro_batch)), "dp_algorithm": self.dp_algorithm,
             "reason": self.reason,
@@ -475,10 +478,11 @@ class Pricer:
             config=cfg, feasible=feasible, reason=reason, step_s=step,
             compute_s=float(m * compute[slow, b]), tp_comm_s=float(m * tp_comm[slow, b]),
             p2p_s=float(m * p2p[slow, b]), bubble_s=float(replica[slow] - m * per_mb[slow, b]),
-            dp_comm_s=dp_comm, peak_memory_bytes=float(used.max()), memory_use=float(use.max()),
+            dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, peak_memory_bytes=float(used.max()),
+            memory_use=float(use.max()),
             stage_units=tuple(sizes), replica_micro_batch=tuple(int(x) for x in mb), dp_algorithm=dp_alg,
             extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0,
-                   "dp_device_work_s": device_work, "dp_exposed_s": dp_exposed},
+                   "dp_device_work_s": device_work},
             detail={"ranks": ranks, "compute": compute, "forward": compute / fb, "mb": mb, "tp_count": tp_count,
                     "tp_bytes": tp_bytes, "send_fwd": send_fwd, "send_bwd": send_bwd, "params": params,
                     "dp_times": dp_times, "dp_algs": np.array(dp_algs), "dp_shares": dp_shares, "replica": replica,
