@@ -623,7 +623,7 @@ def load_spec(path: str | Path) -> StudySpec:
     A cluster file the study names is looked up beside the study file first.
     """
     shipped = shipped_studies()
-    if not Path(path).exists() and str(path) in shipped:
+    if not Path(path).is_file() and str(path) in shipped:  # a folder of that name (its --out) is no study
         path = shipped[str(path)]
     elif not Path(path).is_file():
         raise InputError("file", str(path), "a study file (YAML or JSON) or a shipped study: " + ", ".join(shipped))
