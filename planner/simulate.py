@@ -87,7 +87,7 @@ def simulate_plan(pricer: Pricer, cost: PlanCost) -> SimulatedPlan:
         ready, whole = buckets[p][0], max(float(buckets[p][0][-1]), 1e-30)
         elapsed = 0.0
         for k, at in enumerate(ready):
-            at = seconds * float(at) / whole
+            at = max(elapsed, seconds * float(at) / whole)  # ready times never run backwards, rounding or not
             yield env.timeout(at - elapsed)
             elapsed = at
             fill(p, k)
