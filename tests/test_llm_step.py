@@ -149,3 +149,24 @@ def test_plan_prints_the_simulated_step_of_its_best_plan(tmp_path: Path, capsys:
     assert main(["plan", "--model", "gpt", "--cluster", "4x4-a100-v100", "--out", str(tmp_path / "mixed"),
                  "--no-progress"]) == 0
     assert "not simulated: the step simulator runs one device type" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("scheme", ["powersgd", "topk-ag"])
+def test_a_plan_made_with_a_scheme_simulates_with_it(scheme: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """plan --scheme prices the data-parallel groups' compressed exchange; simulate --llm-plan ran the same plan
+    as dense (634 ms against the plan's 703 ms, a 7B model with PowerSGD on 32 H100s). The plan file carries the
+    scheme and ratio, and the step simulator runs its calls and device work as the closed form prices them."""
+    base = ["plan", "--model", "gpt", "--layers", "8", "--hidden", "2048", "--heads", "16", "--seq-len", "2048",
+            "--cluster", CLUSTER, "--batch-size", "64", "--tp", "1", "--pp", "1", "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "dense")]) == 0
+    assert main([*base, "--scheme", scheme, "--ratio", "0.01", "--out", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    plan = json.loads((tmp_path / "c" / "best_plan.json").read_text())
+    assert plan["scheme"] == scheme and plan["ratio"] == 0.01
+    step = load_step_plan(tmp_path / "c" / "best_plan.json")
+    assert step.exchange.scheme == scheme
+    compressed = simulate_step(load_cluster(CLUSTER), step).step_s
+    dense = simulate_step(load_cluster(CLUSTER), load_step_plan(tmp_path / "dense" / "best_plan.json")).step_s
+    assert compressed == pytest.approx(plan["best"]["step_s"], rel=0.02)
+    assert compressed != pytest.approx(dense, rel=1e-3)  # the scheme reached the simulator

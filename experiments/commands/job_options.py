@@ -83,9 +83,9 @@ def _check_plan_is_the_job(job: Job, path: str) -> None:
     best = plan.get("best") if isinstance(plan.get("best"), dict) else {}
     shape = plan.get("options") if isinstance(plan.get("options"), dict) else {}
     planned = {"cluster": plan.get("cluster"), "precision": plan.get("precision"), "attention": plan.get("attention"),
-               "scheme": plan.get("scheme"), "tp": best.get("tp"), "pp": best.get("pp")}
+               "scheme": plan.get("scheme"), "ratio": plan.get("ratio"), "tp": best.get("tp"), "pp": best.get("pp")}
     asked: dict[str, object] = {"cluster": job.cluster, "precision": job.precision, "attention": job.attention,
-                                "scheme": job.scheme, "tp": job.tp, "pp": job.pp}
+                                "scheme": job.scheme, "ratio": job.ratio, "tp": job.tp, "pp": job.pp}
     if job.gpt is not None:
         for key in GPT_SHAPE_KEYS:
             planned[f"gpt.{key}"], asked[f"gpt.{key}"] = shape.get(key), getattr(job.gpt, key)

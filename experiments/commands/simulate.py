@@ -190,7 +190,11 @@ def run_llm_step(args: argparse.Namespace) -> int:
         return 0
     plan = step.plan
     slow = f" with {len(stragglers)} slow GPUs (up to {max(stragglers.values()):g}x)" if stragglers else ""
-    print(f"{plan.label} on {cluster.name}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}{slow}: "
+    exchange = step.exchange
+    ratio = f" c={exchange.ratio:g}" if exchange.scheme.startswith("topk") else ""
+    scheme = "" if exchange.dense or step.plan.dp == 1 else f", {exchange.scheme}{ratio} gradients"
+    print(f"{plan.label} on {cluster.name}{' with experts ep=' + str(step.experts.ep) if step.experts else ''}{slow}"
+          f"{scheme}: "
           f"step {format_time(result.step_s)} simulated with contention, planner's closed form "
           f"{format_time(result.analytical_s)} (x{result.step_s / result.analytical_s:.3f}"
           f"{', the slow GPUs included' if stragglers else ''}); "

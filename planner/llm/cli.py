@@ -62,11 +62,13 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     result = search(pricer, tp=args.tp, pp=args.pp)
     best = result.best
     out = Path(args.out)
-    simulated, not_simulated = simulate_best(result, base, model, args, mixed=cluster.heterogeneous)
+    simulated, not_simulated = simulate_best(result, base, model, args, mixed=cluster.heterogeneous,
+                                             exchange=exchange)
     written = write_outputs(result, out, args.top, simulated=simulated, extra={
         "model": "gpt", "parameters": model.parameters, "options": shape, "cluster": cluster.name,
         "batch_size": args.batch_size, "precision": args.precision, "planner": "transformer",
-        "scheme": (exchange or GradientScheme()).scheme, "attention": args.attention,
+        "scheme": (exchange or GradientScheme()).scheme, "ratio": (exchange or GradientScheme()).ratio,
+        "attention": args.attention,
         "simulated_step_s": simulated.get(best.plan.label)})
     print(f"gpt ({model.parameters:,.0f} parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} "
           f"heads, sequence {model.seq_len}) on {cluster.name} ({cluster.world_size:,} GPUs), batch "
@@ -102,7 +104,8 @@ def plan_transformer(args: argparse.Namespace, cluster: PlanCluster, options: di
     return 0
 
 
-def simulate_best(result, cluster, model, args: argparse.Namespace, mixed: bool) -> tuple[dict[str, float], str]:
+def simulate_best(result, cluster, model, args: argparse.Namespace, mixed: bool,
+                  exchange: GradientScheme | None = None) -> tuple[dict[str, float], str]:
     """The step simulator's step (contention, the pipeline's order) for the ``--simulate-top`` best distinct
     schedules (plans that differ only in their ZeRO stage are one schedule): {plan label: seconds}, and why
     none was simulated where that is so (``mixed``: a pool of several device types, which the step simulator
@@ -120,7 +123,8 @@ def simulate_best(result, cluster, model, args: argparse.Namespace, mixed: bool)
         if schedule not in schedules:
             if len(schedules) == args.simulate_top:
                 break
-            step = StepPlan(model, args.batch_size, cost.plan, args.precision, None, args.attention)
+            step = StepPlan(model, args.batch_size, cost.plan, args.precision, None, args.attention,
+                            exchange or GradientScheme())
             schedules[schedule] = simulate_step(cluster, step).step_s
         simulated[cost.plan.label] = schedules[schedule]
     return simulated, ""

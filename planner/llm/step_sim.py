@@ -54,6 +54,7 @@ import simpy
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.planner.llm.model import Transformer
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer, dp_members_per_node
 from flexcomm.planner.llm.timing import Hardware
@@ -81,6 +82,8 @@ class StepPlan:
     experts: Experts | None = None
     #: how attention runs (:data:`planner.llm.pricing.ATTENTION`): the plan's, fused unless it says otherwise
     attention: str = "fused"
+    #: how the data-parallel groups exchange gradients (``plan --scheme``): dense unless the plan says otherwise
+    exchange: GradientScheme = field(default_factory=GradientScheme)
 
 
 @dataclass
@@ -121,8 +124,10 @@ def load_step_plan(path: str | Path) -> StepPlan:
     if data.get("experts") is not None:
         e = data["experts"]
         experts = Experts(ep=int(e["ep"]), top_k=int(e.get("top_k", 2)), every=int(e.get("every", 2)))
+    ratio = data.get("ratio")
+    exchange = GradientScheme(str(data.get("scheme", "dense")), *(() if ratio is None else (float(ratio),)))
     return StepPlan(model, int(data["batch_size"]), plan, str(data.get("precision", "bf16")), experts,
-                    str(data.get("attention", options.get("attention", "fused"))))
+                    str(data.get("attention", options.get("attention", "fused"))), exchange)
 
 
 def _channel_ring(group: np.ndarray, dpn: int, channel: int) -> np.ndarray:
@@ -197,7 +202,7 @@ class StepSimulator:
         self.slowdown = [max([1.0, *[f for r, f in (stragglers or {}).items() if r // stage_size == st]])
                          for st in range(plan.pp)]
         self.pricer = LLMPricer(model, Hardware.of(cluster), world, step.batch_size, cluster.device.memory_bytes,
-                                precision=step.precision, attention=step.attention)
+                                precision=step.precision, attention=step.attention, exchange=step.exchange)
         self.pricer.check(plan)
         self.cost = self.pricer.price(plan)
         t, b = plan.tp, plan.micro_batch_size
@@ -228,6 +233,13 @@ class StepSimulator:
         per_node = dp_members_per_node(cluster.devices_per_node, t, plan.dp)
         self.dp_nccl_s = self.pricer.hw.nccl_s("allreduce", self.grad_bytes, plan.dp, per_node) \
             if plan.dp > 1 and t == 1 else None
+        #: a compressed exchange (``plan --scheme``): its calls as the planner prices them, carried by the ring the
+        #: same way, and its device work on the stage after them, as the closed form adds it
+        self.dp_device_s = 0.0
+        if plan.dp > 1 and not step.exchange.dense:
+            stage_layers = model.layers // plan.pp
+            self.dp_nccl_s, self.dp_device_s, _ = self.pricer._dp_exchange(
+                params_stage / t, t, stage_layers, plan.dp, per_node, self.grad_bytes)
         self.dp_link_Bps = (cluster.inter_link if plan.dp > cluster.devices_per_node
                             else cluster.intra_link).bandwidth_Bps
         self.optimizer_s = self.cost.optimizer_s
@@ -340,6 +352,7 @@ class StepSimulator:
                     env.process(self._send(s, False, bwd_in[(k - 1, i)]))
         if dp_proc is not None:
             yield dp_proc
+            yield env.timeout(self.dp_device_s)
         yield env.timeout(self.optimizer_s)
         done[s] = env.now
 
