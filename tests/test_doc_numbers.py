@@ -330,8 +330,66 @@ def flagship(tmp: Path) -> dict[str, float]:
                 "--batch-size", "1536", "--cluster", "superpod-h100-16k")
     best = _find(r"best: t(\d+)-p(\d+)-d(\d+)-b\d+-v(\d+)", out)
     contained = _find(r"takes [\d.]+m?s \(\+([\d.]+)%\), its pipeline bubble ([\d.]+)ms", out)
+    step = _find(r"best: \S+: ([\d.]+)ms per step", out)
+    simulated = _find(r"simulated with contention \(planner/llm/step_sim\.py\): ([\d.]+)ms \(([-+\d.]+)%", out)
+    moe = _run(["simulate", "--llm-plan", str(tmp / "plan" / "best_plan.json"), "--cluster", "superpod-h100-16k",
+                "--experts", "ep=8,top_k=2,every=2"], tmp)
     return {"t": float(best.group(1)), "p": float(best.group(2)), "d": float(best.group(3)), "v": float(best.group(4)),
-            "contained_pct": float(contained.group(1)), "bubble_ms": float(contained.group(2))}
+            "contained_pct": float(contained.group(1)), "bubble_ms": float(contained.group(2)),
+            "closed_s": float(step.group(1)) / 1e3, "simulated_s": float(simulated.group(1)) / 1e3,
+            "simulated_pct": float(simulated.group(2)),
+            "moe_s": float(_find(r"step ([\d.]+)ms simulated", moe).group(1)) / 1e3}
+
+
+def gpu_traces(tmp: Path) -> dict[str, float]:
+    """simulator.md's GPU-trace table and its paragraph: ``validate --gpu-traces`` on the committed traces."""
+    _run(["validate", "--gpu-traces", "--out", str(tmp / "gt")], tmp)
+    table = pd.read_csv(tmp / "gt" / "gpu_traces.csv").set_index("trace")
+    values: dict[str, float] = {}
+    for key, trace in GPU_TRACE_ROWS.items():
+        row = table.loc[trace]
+        values |= {f"{key}_read": row["ranks_read"], f"{key}_world": row["world"],
+                   f"{key}_measured": row["measured_step_ms"], f"{key}_model": row["model_step_ms"],
+                   f"{key}_model_pct": _pct(row["model_error"]), f"{key}_naive": row["naive_step_ms"],
+                   f"{key}_naive_pct": _pct(row["naive_error"]), f"{key}_nccl": row["measured_nccl_ms"],
+                   f"{key}_nccl_model": row["model_nccl_ms"]}
+    return values | {"hta16_model_off": abs(values["hta16_model_pct"]), "hta16_naive_off": values["hta16_naive_pct"],
+                     "param_nccl_rank0": values["param_nccl"]}
+
+
+GPU_TRACE_ROWS = {"hta2": "hta__nccl_data_a100x2_resnet.json.gz", "hta16": "hta__negative_queue_a100x16_rank0.json.gz",
+                  "hta8": "hta__trace_diff_control_a100x8_rank3.json.gz", "param": "param__dlrm_v100x8_kineto"}
+
+
+def _gpu_trace_row(key: str, label: str) -> str:
+    return (rf"\| {label} \| (?P<{key}_read>\d+) of (?P<{key}_world>\d+) \| (?P<{key}_measured>[\d.]+) \| "
+            rf"(?P<{key}_model>[\d.]+) \((?P<{key}_model_pct>[-+\d.]+) %\) \| (?P<{key}_naive>[\d.]+) "
+            rf"\((?P<{key}_naive_pct>[-+\d.]+) %\) \| (?P<{key}_nccl>[\d.]+) / (?P<{key}_nccl_model>[\d.]+) \|")
+
+
+def mtbf_study(tmp: Path) -> dict[str, float]:
+    """simulator.md's MTBF study sentence: the best policy per (MTBF, nodes) cell, as the command prints it."""
+    out = _run(["simulate", "--mtbf-study", "--workload", "gpt-18.4b", "--cluster", "dgx-a100-80g", "--out",
+                str(tmp / "m")], tmp)
+    cells = re.findall(r"MTBF\s+(\d+) h,\s+(\d+) nodes: (\S+)\s+([\d.]+)% at (.+?) \(Young/Daly ([\d.]+) min\)", out)
+    shrink = [float(c[3]) for c in cells if c[2] == "shrink"]
+    beaten = {c[4]: float(c[5]) for c in cells if c[4] != "Young/Daly"}
+    return {"shrink_wins": len(shrink), "cells": len(cells), "shrink_low": min(shrink), "shrink_high": max(shrink),
+            "yd_best": sum(c[4] == "Young/Daly" for c in cells), "yd_cells": len(cells),
+            "beat_5min_yd": beaten.get("5 min", float("nan")), "beat_30min_yd": beaten.get("30 min", float("nan")),
+            "job_mtbf_min": 12 * 60 / 128}
+
+
+def mixed_recovery(tmp: Path) -> dict[str, float]:
+    """simulator.md's mixed-pool paragraph: the console block's command, its policies' shares of goodput."""
+    out = _run(["simulate", "--recovery", "all", "--workload", "gpt-1.7b", "--cluster", "4x4-a100-v100", "--mtbf",
+                "1d", "--horizon", "2d", "--checkpoint-interval", "young-daly"], tmp)
+    share = {p: float(_find(rf"\n{re.escape(p)} +[\d.]+ +([\d.]+)%", out).group(1))
+             for p in ("restart", "shrink", "replan", "replan+grow")}
+    layers = _find(r"failure-free plan: \S+ \[A100-80GB:1x(\d+)L \+ V100-32GB:1x(\d+)L\], ([\d.]+) samples/s", out)
+    return {"grow": share["replan+grow"], "shrink": share["shrink"], "restart": share["restart"],
+            "replan": share["replan"], "a100_layers": float(layers.group(1)), "v100_layers": float(layers.group(2)),
+            "samples_s": float(layers.group(3))}
 
 
 def recovery_week(tmp: Path) -> dict[str, float]:
@@ -649,7 +707,28 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "flagship": (flagship, [
         Quote("README.md", r"picks for GPT-3 175B on 16,384 GPUs \(t(?P<t>\d+)-p(?P<p>\d+)-d(?P<d>\d+) with "
               r"(?P<v>\d+) interleaved stages"),
-        Quote("docs/planner-and-placement.md", r"leave t8 plans a (?P<bubble_ms>\d+) ms bubble")]),
+        Quote("docs/planner-and-placement.md", r"leave t8 plans a (?P<bubble_ms>\d+) ms bubble"),
+        Quote("docs/simulator.md", r"links\): (?P<simulated_s>[\d.]+) s per simulated step against the planner's "
+              r"closed-form (?P<closed_s>[\d.]+) s \((?P<simulated_pct>[-+\d.]+) %\), in [\d.]+ s of wall time "
+              r"\(MoE: (?P<moe_s>[\d.]+) s")]),
+    "gpu-traces": (gpu_traces, [Quote("docs/simulator.md", " ".join([
+        _gpu_trace_row("hta2", r"HTA nccl_data, 2 A100, ResNet-50 DDP"),
+        _gpu_trace_row("hta16", r"HTA negative_queue, 16 A100, sharded embeddings"),
+        _gpu_trace_row("hta8", r"HTA trace_diff, 8 A100, DLRM-like"),
+        _gpu_trace_row("param", r"PARAM DLRM, 8 V100, every rank"),
+        r".*?the model is within (?P<hta16_model_off>[\d.]+) % where the naive price is (?P<hta16_naive_off>\d+) % "
+        r"off.*?NCCL kernels, (?P<param_nccl_rank0>[\d.]+) ms measured on rank 0"]))]),
+    "mtbf-study": (mtbf_study, [Quote(
+        "docs/simulator.md", r"Measured: `shrink` wins (?P<shrink_wins>\d+) of (?P<cells>\d+) cells "
+        r"\((?P<shrink_low>\d+)-(?P<shrink_high>\d+) % efficiency\), the Young/Daly interval is the best of the "
+        r"four in (?P<yd_best>\d+) of (?P<yd_cells>\d+) \(5 min beat its (?P<beat_5min_yd>[\d.]+) min once, 30 min "
+        r"its (?P<beat_30min_yd>[\d.]+) min once\); at 12 h and 128 nodes the job MTBF \((?P<job_mtbf_min>[\d.]+) "
+        r"min\)")]),
+    "mixed-recovery": (mixed_recovery, [Quote(
+        "docs/simulator.md", r"Here the full pool runs (?P<a100_layers>\d+) layers on the A100 stage and "
+        r"(?P<v100_layers>\d+) on the V100 stage \((?P<samples_s>[\d.]+) samples/s\).*?`replan\+grow` "
+        r"\((?P<grow>[\d.]+) % of the failure-free goodput\) beats `shrink` \((?P<shrink>[\d.]+) %\), `restart` "
+        r"\((?P<restart>[\d.]+) %\) and `replan` without growing back \((?P<replan>[\d.]+) %\)")]),
     "recovery-week": (recovery_week, [Quote(
         "docs/simulator.md", r"`shrink` loses only the checkpoint writes and the work since the last one "
         r"\((?P<shrink>[\d.]+) %\); `restart` waits (?P<repair_h>[\d.]+) h for the repair \((?P<restart>[\d.]+) %\);"
