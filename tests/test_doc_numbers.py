@@ -85,7 +85,16 @@ def korthikanti(tmp: Path) -> dict[str, float]:
     out = _run(["reproduce", "korthikanti", "--out", str(tmp / "k")], tmp)
     model = _find(r"mean \|error\| ([\d.]+)%, worst ([\d.]+)%", out)
     naive = _find(r"Naive baseline.*?mean \|error\| ([\d.]+)%", out)
-    values = {"mean": float(model.group(1)), "worst": float(model.group(2)), "naive": float(naive.group(1))}
+    fitted = _find(r"fitted on Megatron-LM's 2021 table \([\d.]+\) the same runs are missed by ([\d.]+)%", out)
+    runs = pd.read_csv(tmp / "k" / "korthikanti.csv")
+    table = {"inside": float((runs["published_place"] == "inside").sum()), "runs": float(len(runs)),
+             "naive_low": _pct(runs["naive_rel_error"].abs().min()),
+             "naive_high": _pct(runs["naive_rel_error"].abs().max()),
+             "fitted_worst": _pct(runs["megatron_fitted_rel_error"].abs().max()),
+             "fitted_all_slower": float((runs["megatron_fitted_rel_error"] > 0).all()),
+             "faster": float((runs["predicted_s"] < runs["published_s"]).sum())}
+    values = {"mean": float(model.group(1)), "worst": float(model.group(2)), "naive": float(naive.group(1)),
+              "fitted_mean": float(fitted.group(1)), **table}
     for i, size in enumerate(KORTHIKANTI_ROWS):
         for j, kind in enumerate(("full recompute", "present work")):
             run = _find(rf"Per run .*?{size} {kind} ([\d.]+) s -> ([\d.]+) s \(([-+\d.]+)%\)", out)
@@ -566,6 +575,36 @@ def studies_recovery(tmp: Path) -> dict[str, float]:
     }
 
 
+def reproduce_cost_model(tmp: Path) -> dict[str, float]:
+    """reproductions.md's rows 1, 2 and 6: what `reproduce crossover|speedup|scaling` print (about 30 s)."""
+    crossover = _run(["reproduce", "crossover", "--out", str(tmp / "c")], tmp)
+    speedup = _run(["reproduce", "speedup", "--out", str(tmp / "s")], tmp)
+    scaling = _run(["reproduce", "scaling", "--out", str(tmp / "g")], tmp)
+    below = _find(r"below c = ([\d.]+) \(N=8\), ([\d.]+) \(N=64\), ([\d.]+) \(N=512\)", crossover)
+    star = re.findall(r"c=0\.\d+: ([\d.]+)x / [\d.]+x \(paper ([\d.]+)x\)", speedup)
+    ours, paper = [float(a) for a, _ in star], [float(b) for _, b in star]
+    flexible = _find(r"best ([\d.]+)x over all networks", speedup)
+    wrong = _find(r"costs a median ([\d.]+)x \(worst ([\d.]+)x\)", speedup)
+    ib = _find(r"resnet50 on ib-hdr: efficiency at 8 -> 1024 ranks: dense hierarchical \d+% -> (\d+)%; dense ring "
+               r"\d+% -> (\d+)%; flexible c=0\.01 \d+% -> (\d+)%; topk-ag c=0\.01 \d+% -> (\d+)%; topk-ar c=0\.01 "
+               r"\d+% -> (\d+)%", scaling)
+    ten = _find(r"resnet50 on 10gbe: efficiency at 8 -> 1024 ranks: dense hierarchical \d+% -> (\d+)%", scaling)
+    switch = _find(r"ib-hdr: flexible switches topk-ag from \d+ -> topk-ar from (\d+) ranks", scaling)
+    return {
+        "gap_worst": float(_find(r"worst ([\d.]+)% over \d+ \(latency", crossover).group(1)),
+        "c8": float(below.group(1)), "c64": float(below.group(2)), "c512": float(below.group(3)),
+        "int64": float(_find(r"median ([\d.]+)x the int32 value", crossover).group(1)),
+        "dense_from": float(_find(r"dense wins only from c = ([\d.]+) up", crossover).group(1)),
+        "flex_best": float(flexible.group(1)), "wrong_median": float(wrong.group(1)),
+        "wrong_worst": float(wrong.group(2)), "star_low": min(ours), "star_high": max(ours),
+        "paper_low": min(paper), "paper_high": max(paper),
+        "sim_gap": float(_find(r"worst \|simulated/cost model - 1\| = ([\d.e+-]+) over", speedup).group(1)),
+        "hier_ib": float(ib.group(1)), "ring_ib": float(ib.group(2)), "flex_ib": float(ib.group(3)),
+        "ag_ib": float(ib.group(4)), "ar_ib": float(ib.group(5)), "hier_10g": float(ten.group(1)),
+        "switch_ranks": float(switch.group(1)),
+    }
+
+
 SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
     "whatif": (whatif_default, [Quote("README.md", r"\((?P<predictions>[\d,]+) predictions priced and ranked")]),
     "emulated-c1": (emulated_c1, [Quote(
@@ -629,16 +668,40 @@ SOURCES: dict[str, tuple[Callable[[Path], dict[str, float]], list[Quote]]] = {
         r"wins(?P<restart_never>):.*?\(at 16 nodes, 12 h MTBF: (?P<restart_16>[\d.]+) % efficiency against shrink's "
         r"(?P<shrink_16>\d+) %\)\. Young/Daly's interval \((?P<yd_low>[\d.]+) to (?P<yd_high>[\d.]+) min here\) "
         r"beats 30 min and 2 h in every cell for the best policy(?P<yd_wins_everywhere>)")]),
+    "reproduce-cost-model": (reproduce_cost_model, [Quote(
+        "docs/reproductions.md", r"lands on its closed-form c\* within (?P<gap_worst>[\d.]+)% \(k's floor\)\. At 1 ms, "
+        r"10 Gbit/s, ResNet-50: Allgather wins below c = (?P<c8>[\d.]+) \(N=8\), (?P<c64>[\d.]+) \(N=64\), "
+        r"(?P<c512>[\d.]+) \(N=512\); int64 indices move c\* to (?P<int64>[\d.]+)x; dense wins only from c = "
+        r"(?P<dense_from>[\d.]+) up\..*?up to (?P<flex_best>[\d.]+)x faster than the best one; the wrong static "
+        r"scheme costs a median (?P<wrong_median>[\d.]+)x \(worst (?P<wrong_worst>[\d.]+)x\)\. At 4 ms / 20 Gbit/s our "
+        r"STAR speedups over the paper's tree-allreduce dense are (?P<star_low>[\d.]+)-(?P<star_high>[\d.]+)x against "
+        r"Table IV's (?P<paper_low>[\d.]+)-(?P<paper_high>[\d.]+)x.*?Simulator vs cost model: (?P<sim_gap>[\de-]+)\..*?"
+        r"at 1024 ranks dense hierarchical keeps (?P<hier_ib>\d+)% \(IB; (?P<hier_10g>\d+)% on 10 GbE\), ring "
+        r"(?P<ring_ib>\d+)%, AR-Top-k and flexible (?P<ar_ib>\d+)%, Allgather Top-k (?P<ag_ib>\d+)%; flexible "
+        r"switches from Allgather to AR-Top-k at (?P<switch_ranks>\d+) ranks")]),
     "korthikanti": (korthikanti, [
         Quote("README.md", r"eight iteration times .*? come out (?P<mean>[\d.]+) % off on average, (?P<worst>[\d.]+) % "
               r"worst, against (?P<naive>[\d.]+) % for the naive"),
         Quote("docs/planner-and-placement.md",
-              " ".join(_korthikanti_row(i, size) for i, size in enumerate(KORTHIKANTI_ROWS)))]),
+              " ".join(_korthikanti_row(i, size) for i, size in enumerate(KORTHIKANTI_ROWS))),
+        Quote("docs/planner-and-placement.md", r"Mean \|error\| (?P<mean>[\d.]+) %, worst (?P<worst>[\d.]+) % \(goals "
+              r"5 % mean, 10 % worst: the mean \*\*not met\*\*\); the published time lies inside the micro-batch's "
+              r"spread in (?P<inside>\d+) of (?P<runs>\d+) runs\. The naive baseline .*? is (?P<naive_low>\d+)-"
+              r"(?P<naive_high>\d+) % too fast\. With the ceiling fitted on Megatron-LM's 2021 table \([\d.]+\) "
+              r"instead, the same eight runs are missed by (?P<fitted_mean>[\d.]+) % on average \(worst "
+              r"(?P<fitted_worst>[\d.]+) %, all slower than published(?P<fitted_all_slower>)\):.*? (?P<faster>\d+) of "
+              r"the 8 catalog predictions are faster than published"),
+        Quote("docs/reproductions.md", r"predicted with nothing fitted: mean \|error\| (?P<mean>[\d.]+) %, worst "
+              r"(?P<worst>[\d.]+) % \(goals 5 % / 10 %: the mean not met; naive baseline (?P<naive>\d+) % mean\); the "
+              r"Megatron-fitted ceiling misses them by (?P<fitted_mean>[\d.]+) %")]),
     "megatron": (megatron, [
         Quote("README.md", r"up to 2,520 A100s, (?P<low>\d+)-(?P<high>\d+) % fast from the catalog \(median "
               r"(?P<median>[\d.]+) %.*?the naive estimate (?P<naive_low>\d+)-(?P<naive_high>\d+) %"),
         Quote("docs/planner-and-placement.md",
-              " ".join(_megatron_row(i, name) for i, name in enumerate(MEGATRON_ROWS)))]),
+              " ".join(_megatron_row(i, name) for i, name in enumerate(MEGATRON_ROWS))),
+        Quote("docs/reproductions.md", r"\(median \|error\| (?P<median>[\d.]+) %, worst (?P<high>[\d.]+) %, every row "
+              r"faster than published; the naive baseline of FLOPs at the measured matmul rate "
+              r"(?P<naive_low>\d+)-(?P<naive_high>\d+) % off\)")]),
     "scenario": (scenario, [Quote(
         "README.md", r"Here the allreduce loop runs (?P<job1>[\d.]+)x slower than alone, the MoE all-to-all "
         r"(?P<job2>[\d.]+)x and the ResNet-50 job (?P<job0>[\d.]+)x.*?carry all three jobs at once but reach "
