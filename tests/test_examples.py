@@ -1,7 +1,7 @@
 """Every Python example in the README, docs/ and the package docstring runs as written.
 
-Each runs in a fresh interpreter in an empty folder (with the repository's ``experiments/`` and
-``validation/`` beside it, as in a clone). What an example says it assumes is declared just above its block,
+Each runs in a fresh interpreter in an empty folder (with the repository's ``experiments/``, ``validation/``
+and ``workloads/`` beside it, as in a clone). What an example says it assumes is declared just above its block,
 ``<!-- example-setup: ddp, nccl-tests-log -->``, and provided here: ``ddp`` is a one-rank gloo process
 group with a small ``DistributedDataParallel`` model (``ddp``, ``ddp_model``), ``optimizer``, ``loader``
 and ``dist``; ``nccl-tests-log`` is a pasted nccl-tests run (``all_reduce_perf.txt``), the cluster it ran on
@@ -70,7 +70,7 @@ EXAMPLES = _examples()
 def _prepare(folder: Path, setups: frozenset[str]) -> str:
     unknown = setups - {"ddp", "nccl-tests-log", "trace"}
     assert not unknown, f"example-setup names no setup this test provides: {sorted(unknown)}"
-    for name in ("experiments", "validation"):
+    for name in ("experiments", "validation", "workloads"):  # workloads/jobs/: the shipped job files
         (folder / name).symlink_to(ROOT / name)
     if "nccl-tests-log" in setups:
         from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests, to_measurements
