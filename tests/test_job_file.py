@@ -161,3 +161,21 @@ def test_load_job_reads_json_as_yaml(tmp_path: Path) -> None:
     path = tmp_path / "job.json"
     path.write_text(json.dumps({"model": "vgg16", "cluster": "dgx-h100", "ratio": 0.01, "scheme": "topk-ag"}))
     assert load_job(path) == Job(model="vgg16", cluster="dgx-h100", ratio=0.01, scheme="topk-ag")
+
+
+def test_a_study_sweeps_around_the_job_file(tmp_path: Path) -> None:
+    """``job: FILE`` in a study gives its workload, cluster, seed and batch; a key the study sets itself wins."""
+    from flexcomm.experiments.study.spec import load_spec
+
+    _job(tmp_path, RESNET_JOB)
+    study = tmp_path / "study.yaml"
+    study.write_text("name: around-a-job\njob: job.yaml\nstrategies: [dense, topk-ar]\nsweep:\n  ranks: [8, 32]\n")
+    spec = load_spec(study)
+    assert spec.workloads == ["resnet50"] and spec.cluster["name"] == "dgx-a100-80g" and spec.seed == 3
+    assert {point.params["batch"] for point in spec.points} == {128}
+    study.write_text("name: around-a-job\njob: job.yaml\nseed: 7\nstrategies: [dense]\nsweep:\n  batch: [64]\n")
+    spec = load_spec(study)
+    assert spec.seed == 7 and {point.params["batch"] for point in spec.points} == {64}
+    study.write_text("name: around-a-job\njob: missing.yaml\nstrategies: [dense]\n")
+    with pytest.raises(InputError, match="^job: "):
+        load_spec(study)

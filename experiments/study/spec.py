@@ -249,6 +249,7 @@ class _SpecFile(BaseModel):
     engine: Literal["model", "sim", "emulated", "recovery"] = "model"
     cluster: str | _ClusterRef | None = None
     workload: str | None = None
+    job: str | None = None  # a job file (docs/jobs.md): read by _with_job before this model sees the file
     strategies: list[str]
     sweep: dict[str, list[Any]] = {}
     seed: int = 0
@@ -521,6 +522,8 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
     if "jobs" in data and "strategies" not in data:
         raise InputError("study", data.get("name", "this file"), "a study file; this is a scenario of several "
                          "jobs: run it with flexcomm simulate --scenario FILE")
+    if "job" in data:
+        data = _with_job(data, folder)
     try:
         raw = _SpecFile.model_validate(data)
     except ValidationError as exc:
@@ -581,6 +584,31 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
     if engine == "recovery":
         _check_horizons(spec)
     return spec
+
+
+def _with_job(data: dict[str, Any], folder: Path | None) -> dict[str, Any]:
+    """``job: FILE`` (docs/jobs.md) sets the study's workload, cluster, seed and batch per rank, the same job
+    simulate, plan and whatif read; a key the study gives itself wins, as a flag typed beside ``--job`` does."""
+    from flexcomm.costmodel.job import load_job
+
+    name = data["job"]
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("job", name, "a job file (YAML or JSON), named relative to the study file")
+    path = Path(name) if Path(name).is_absolute() or folder is None else folder / name
+    job = load_job(path if path.is_file() or folder is None else Path(name), "job")
+    if job.gpt is not None:
+        raise InputError("job.model", job.model, "a model the study's engines price on their own; a gpt shape is "
+                         "planned with `flexcomm plan --job FILE`")
+    merged = {key: value for key, value in data.items() if key != "job"}
+    merged.setdefault("workload", job.model)
+    merged.setdefault("cluster", job.cluster)
+    if job.seed is not None:
+        merged.setdefault("seed", job.seed)
+    sweep = dict(merged.get("sweep") or {})
+    if job.batch_per_device is not None and merged.get("engine", "model") != "recovery":
+        sweep.setdefault("batch", [job.batch_per_device])
+    merged["sweep"] = sweep
+    return merged
 
 
 def point_count(spec: StudySpec) -> int:
