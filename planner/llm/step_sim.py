@@ -352,7 +352,8 @@ class StepSimulator:
                     env.process(self._send(s, False, bwd_in[(k - 1, i)]))
         if dp_proc is not None:
             yield dp_proc
-            yield env.timeout(self.dp_device_s)
+            if self.dp_device_s:  # a compressor's work after its calls (none for dense: no event)
+                yield env.timeout(self.dp_device_s)
         yield env.timeout(self.optimizer_s)
         done[s] = env.now
 
