@@ -90,6 +90,8 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("costmodel.collectives", "PIPELINE_SEGMENT_BYTES", "bytes", "design"),
     _c("planner.llm.timing", "FORWARD_TRAFFIC_PER_STORED_BYTE", "bytes/byte", "derived"),
     _c("planner.llm.timing", "ADAM_BYTES_PER_PARAMETER", "bytes", "derived"),
+    _c("planner.llm.layout_step", "BF16", "bytes/element", "cited"),
+    _c("planner.llm.layout_step", "FLASH_BACKWARD", "backward / forward time", "cited"),
     _c("planner.plans", "ADAM_STATE_MULTIPLE", "x fp32 parameter bytes", "cited"),
     _c("planner.plans", "GRADIENT_BYTES", "bytes/element", "derived"),
     _c("costmodel.gradient_exchange", "DEFAULT_TOPK_RATIO", "fraction of elements", "design"),

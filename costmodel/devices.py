@@ -31,7 +31,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth, parse_size
 
 CATALOG_PATH = Path(__file__).resolve().parent / "devices.yaml"
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 DEFAULT_PRECISION = "bf16"
 #: FLOP per byte of HBM traffic at which the least balanced catalog device turns compute-bound (L40S:
 #: 362 TFLOP/s over 864 GB/s = 419), rounded up: the bandwidth assumed for a device the catalog does not know.
@@ -66,6 +66,8 @@ class CatalogDevice:
     mamf: Mamf | None = None
     #: who makes it (``nvidia``, ``amd``, ``google``): which collective library can drive it (NCCL, RCCL)
     vendor: str = "nvidia"
+    #: the same table's FP8 measurement, where one was made
+    mamf_fp8: Mamf | None = None
 
     def peak(self, precision: str = DEFAULT_PRECISION) -> float:
         if precision not in PRECISIONS:
@@ -92,15 +94,16 @@ def catalog() -> dict[str, CatalogDevice]:
             name, {p: float(v) * 1e12 for p, v in entry["peak"].items()}, parse_size(entry["memory"], "memory"),
             parse_bandwidth(entry["bandwidth"], "bandwidth"), entry.get("units"),
             parse_size(entry["l2"], "l2") if "l2" in entry else None, entry["link"], entry["source"],
-            tuple(entry.get("aliases", ())), _mamf(entry.get("mamf")), str(entry["vendor"]))
+            tuple(entry.get("aliases", ())), _mamf(entry.get("mamf")), str(entry["vendor"]),
+            _mamf(entry.get("mamf_fp8"), "fp8"))
     return out
 
 
-def _mamf(entry: dict[str, Any] | None) -> Mamf | None:
+def _mamf(entry: dict[str, Any] | None, precision: str = "bf16") -> Mamf | None:
     if entry is None:
         return None
     m, n, k = (int(x) for x in str(entry["shape"]).split("x"))
-    return Mamf(float(entry["bf16"]), (m, n, k), str(entry["software"]), str(entry.get("borrowed_from", "")))
+    return Mamf(float(entry[precision]), (m, n, k), str(entry["software"]), str(entry.get("borrowed_from", "")))
 
 
 @functools.cache

@@ -129,6 +129,24 @@ def _measured_fractions() -> dict[str, float]:
     return out
 
 
+def measured_ceiling(device_name: str, precision: str = "bf16") -> float:
+    """The device's MAMF over its datasheet peak for ``precision`` (bf16, or fp8 for every 8- and 4-bit format:
+    FP4 is unmeasured and takes FP8's, the nearest measured format of the same tensor cores), the shape losses
+    *not* divided out: no GEMM is priced above the fastest one measured. A device without a measurement takes
+    the median of the measured ones."""
+    from flexcomm.costmodel.devices import catalog, lookup
+
+    def ceiling(device) -> float | None:  # noqa: ANN001 - a CatalogDevice
+        mamf = device.mamf if precision == "bf16" else device.mamf_fp8
+        return None if mamf is None else mamf.tflops * 1e12 / device.peak(precision)
+
+    device = lookup(device_name)
+    own = ceiling(device) if device is not None else None
+    if own is not None:
+        return own
+    return statistics.median(c for c in map(ceiling, catalog().values()) if c is not None)
+
+
 def unmeasured_fraction() -> float:
     """The achievable fraction assumed for a device without a MAMF measurement: the median over the catalog's
     measured devices (a device nobody measured is assumed typical, not best)."""

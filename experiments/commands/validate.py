@@ -68,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "DeepLearningExamples) from its 1-GPU row with the simulator and NCCL on the node's "
                         "fabric; write training.csv, training.md and training.png to --out (default "
                         "results/published-training)")
+    corpus.add_argument("--published-llm", nargs="?", const="", metavar="FILE",
+                        help="predict every row of NVIDIA's published LLM pre-training throughput at its own layout "
+                        "(default: the shipped Megatron-Bridge 25.11/26.02 and NeMo 24.07 tables; FILE: a markdown "
+                        "table in their layout) beside the naive baseline (model FLOPs at the measured BF16 matmul "
+                        "rate); write llm.csv, llm.md and llm.png to --out (default results/published-llm)")
     corpus.add_argument("--gpu-compute", nargs="?", const="", metavar="DIR",
                         help="report the one-GPU compute measurements of DIR (default: the project's "
                         "validation/gpu-compute, written by real_backend/gpu_check.sh on a lent GPU) against the "
@@ -362,7 +367,28 @@ def run_gpu_traces(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_published_llm(args: argparse.Namespace) -> int:
+    """``validate --published-llm [FILE]``: every published row at its layout, beside the naive baseline."""
+    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+    from flexcomm.experiments.published_llm import overall, predict, read_corpus, report_lines
+    from flexcomm.experiments.published_llm_plots import plot_published_llm
+
+    frame = predict(read_corpus(args.published_llm or None))
+    out = Path("results/published-llm" if args.out == "results/validate" else args.out)
+    lines = report_lines(frame)
+    write_csv_atomic(frame, out / "llm.csv")
+    write_text_atomic(out / "llm.md", "\n".join(lines) + "\n")
+    plot_published_llm(frame, out / "llm.png")
+    print("\n".join(lines))
+    model, naive = overall(frame)
+    print(f"\nall {len(frame)} rows: model median |error| {model:.1%}, naive baseline {naive:.1%}")
+    print(f"wrote {out}/llm.csv, {out}/llm.md, {out}/llm.png")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.published_llm is not None:
+        return run_published_llm(args)
     if args.gpu_traces is not None:
         return run_gpu_traces(args)
     if args.gpu_compute is not None:

@@ -1,0 +1,251 @@
+"""``flexcomm validate --published-llm [FILE]``: NVIDIA's published LLM pre-training throughput, predicted.
+
+The files are NVIDIA's performance summaries as transcribed in ``validation/references/llm-training/`` (markdown
+tables copied verbatim, provenance in their INDEX). A table is read from its header: ``Model`` or ``System``
+columns, else the ``##### Model: X`` / ``##### System: X`` heading above it, else the file's title line
+(NeMo 24.07: "system DGX-H100, precision FP8"). A cell ``X (Y)`` is the same row under the other FP8 recipe
+(25.11), so it becomes two rows. Every row is predicted from its own layout (not the planner's choice) by
+:class:`planner.llm.layout_step.LayoutPricer`, beside the naive baseline: the row's model FLOPs at the device's
+measured BF16 matmul rate (catalog MAMF; the median measured fraction of peak where none is measured), nothing
+else. Nothing is fitted to these rows.
+
+The FLOP count is checked first: the row's published TFLOP/s over tokens/s is its FLOPs per token, which
+:meth:`Architecture.counted_flops_per_token` must match within 2 % under the release's convention
+(Megatron-Bridge: causal attention counted half; NeMo 2024: whole).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from flexcomm.costmodel.errors import InputError
+
+#: The tables' system names -> embedded clusters.
+SYSTEM_CLUSTERS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300",
+                   "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72"}
+#: Targets of the issue: FLOPs per token within 2 %; per release median |error| <= 5 %, >= 80 % within 10 %.
+FLOP_TARGET = 0.02
+MEDIAN_TARGET = 0.05
+ROW_TARGET = 0.10
+SHARE_TARGET = 0.80
+_COLUMNS = {"system": "system", "model": "model", "#-gpus": "gpus", "precision": "precision", "gbs": "gbs",
+            "mbs": "mbs", "sequence length": "seq_len", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "cp": "cp",
+            "vp": "vp", "ep": "ep", "ga": "ga", "tokens / sec / gpu": "tokens_per_s",
+            "model tflop / sec / gpu": "tflops"}
+_REQUIRED = ("model", "system", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "tokens_per_s", "tflops")
+
+
+def shipped_folder() -> Path:
+    """The tables shipped with the package."""
+    return Path(__file__).resolve().parent.parent / "validation" / "references" / "llm-training"
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published measurement with its full layout."""
+
+    source: str
+    release: str
+    convention: str
+    system: str
+    model: str
+    gpus: int
+    precision: str
+    gbs: int
+    mbs: int
+    seq_len: int
+    tp: int
+    pp: int
+    cp: int
+    vp: int
+    ep: int
+    fsdp: bool
+    tokens_per_s: float
+    tflops: float
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _int(value: str, field: str, where: str) -> int:
+    text = value.strip().lower()
+    if text in ("n/a", "", "-"):
+        return 1
+    if not re.fullmatch(r"\d+", text):
+        raise InputError(field, f"{where}: {value}", "a whole number or n/a")
+    return int(text)
+
+
+def _number(value: str, field: str, where: str) -> float:
+    text = re.sub(r"\(.*", "", value).replace(",", "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise InputError(field, f"{where}: {value}", "a number") from None
+
+
+def _release(title: str) -> tuple[str, str]:
+    """(release label, FLOP convention) from a file's title line."""
+    match = re.search(r"(?:container|NeMo)\s+(\d\d\.\d\d)", title)
+    if match is None:
+        raise InputError("published-llm", title[:80], "a title naming its release, e.g. '... NeMo container 26.02'")
+    bridge = "megatron-bridge" in title.lower()
+    return (f"{'Megatron-Bridge' if bridge else 'NeMo'} {match.group(1)}", "megatron-bridge" if bridge else "nemo-2024")
+
+
+def read_tables(path: Path) -> list[PublishedRow]:
+    """Every row of one markdown file (see the module docstring)."""
+    from flexcomm.costmodel.bounded_stream import read_text_bounded
+
+    text = read_text_bounded(path, "published-llm", "markdown table")
+    lines = text.splitlines()
+    title = next((line for line in lines if line.startswith("# ")), "")
+    release, convention = _release(title)
+    intro = " ".join(lines[:8])
+    defaults: dict[str, str] = {}
+    if m := re.search(r"system (DGX-[A-Z0-9]+)", intro):
+        defaults["system"] = m.group(1)
+    if m := re.search(r"precision (\w+)\.", intro):
+        defaults["precision"] = m.group(1)
+    rows: list[PublishedRow] = []
+    header: list[str] | None = None
+    for number, line in enumerate(lines, 1):
+        if m := re.match(r"#+\s*(Model|System):\s*(.+)", line):
+            defaults[m.group(1).lower()] = m.group(2).strip()
+            header = None
+            continue
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = _cells(line)
+        if header is None:
+            header = [_COLUMNS.get(c.lower(), c.lower()) for c in cells]
+            continue
+        if all(set(c) <= set("-: ") for c in cells):
+            continue
+        rows += _rows_of(dict(zip(header, cells, strict=False)), defaults, f"{path.name}:{number}", release,
+                         convention)
+    return rows
+
+
+def _rows_of(cells: dict[str, str], defaults: dict[str, str], where: str, release: str,
+             convention: str) -> list[PublishedRow]:
+    values = {**defaults, **cells}
+    missing = [name for name in _REQUIRED if name not in values]
+    if missing:
+        raise InputError("published-llm", where, "a table with columns or headings for " + ", ".join(missing))
+    precisions = [p.strip() for p in re.split(r"[()]", values["precision"]) if p.strip()]
+    tokens = [t for t in re.split(r"[()]", values["tokens_per_s"]) if t.strip()]
+    tflops = [t for t in re.split(r"[()]", values["tflops"]) if t.strip()]
+    out = []
+    for i, precision in enumerate(precisions):
+        pick = min(i, len(tokens) - 1)
+        out.append(PublishedRow(
+            source=where, release=release, convention=convention, system=values["system"].strip(),
+            model=values["model"].strip(), gpus=_int(values["gpus"], "gpus", where), precision=precision,
+            gbs=_int(values["gbs"], "gbs", where), mbs=_int(values["mbs"], "mbs", where),
+            seq_len=_int(values["seq_len"], "seq_len", where), tp=_int(values["tp"], "tp", where),
+            pp=_int(values["pp"], "pp", where), cp=_int(values.get("cp", "1"), "cp", where),
+            vp=_int(values.get("vp", "1"), "vp", where), ep=_int(values.get("ep", "1"), "ep", where),
+            fsdp=_int(values.get("fsdp", "0").replace("n/a", "0"), "fsdp", where) > 1,
+            tokens_per_s=_number(tokens[pick], "tokens_per_s", where),
+            tflops=_number(tflops[min(i, len(tflops) - 1)], "tflops", where)))
+    return out
+
+
+def read_corpus(path: str | Path | None = None) -> list[PublishedRow]:
+    """The rows of FILE, or of every ``*.md`` table in the shipped folder but its INDEX."""
+    if path:
+        return read_tables(Path(path))
+    files = sorted(p for p in shipped_folder().glob("*.md") if p.name != "INDEX.md")
+    return [row for file in files for row in read_tables(file)]
+
+
+def naive_tokens_per_s(flops_per_token: float, device_name: str, bf16_peak: float) -> float:
+    """The naive baseline: model FLOPs per token at the device's measured BF16 matmul rate, nothing else."""
+    from flexcomm.costmodel.devices import lookup
+    from flexcomm.costmodel.gemm_efficiency import achievable_fraction, unmeasured_fraction
+
+    device = lookup(device_name)
+    if device is not None and device.mamf is not None:
+        rate = device.mamf.tflops * 1e12
+    else:
+        rate = bf16_peak * (achievable_fraction(device_name) if device is not None else unmeasured_fraction())
+    return rate / flops_per_token
+
+
+def predict(rows: list[PublishedRow]) -> pd.DataFrame:
+    """One line per row: FLOPs check, the model's and the naive baseline's tokens/s/GPU and errors, the step's
+    parts (seconds)."""
+    from flexcomm.costmodel.cluster import load_cluster
+    from flexcomm.planner.llm.layout import Layout, gemm_precision
+    from flexcomm.planner.llm.layout_step import LayoutPricer
+    from flexcomm.planner.llm.presets import resolve_table_name
+
+    clusters: dict[str, object] = {}
+    records = []
+    for row in rows:
+        if row.system not in SYSTEM_CLUSTERS:
+            raise InputError("system", f"{row.source}: {row.system}", "one of " + ", ".join(SYSTEM_CLUSTERS))
+        arch = resolve_table_name(row.model)
+        cluster = clusters.setdefault(row.system, load_cluster(SYSTEM_CLUSTERS[row.system]))
+        layout = Layout(gpus=row.gpus, global_batch=row.gbs, micro_batch=row.mbs, seq_len=row.seq_len, tp=row.tp,
+                        pp=row.pp, cp=row.cp, vp=row.vp, ep=row.ep, fsdp=row.fsdp,
+                        precision=gemm_precision(row.precision))
+        cost = LayoutPricer(arch, cluster).price(layout)
+        counted = arch.counted_flops_per_token(row.seq_len, row.convention, row.tp)
+        published_fpt = row.tflops * 1e12 / row.tokens_per_s
+        device = min(cluster.rank_devices, key=lambda d: d.peak_flops)
+        naive = naive_tokens_per_s(counted, device.name, device.peak_flops)
+        records.append({
+            "release": row.release, "system": row.system, "precision": layout.precision, "model": row.model,
+            "class": "MoE" if arch.moe is not None else "dense", "gpus": row.gpus, "layout": layout.label,
+            "published_tokens_per_s": row.tokens_per_s, "predicted_tokens_per_s": cost.tokens_per_s_per_gpu,
+            "naive_tokens_per_s": naive,
+            "rel_error": cost.tokens_per_s_per_gpu / row.tokens_per_s - 1,
+            "naive_rel_error": naive / row.tokens_per_s - 1,
+            "published_tflops": row.tflops, "predicted_tflops": cost.tokens_per_s_per_gpu * counted / 1e12,
+            "flops_per_token": counted, "published_flops_per_token": published_fpt,
+            "flops_rel_error": counted / published_fpt - 1, "step_s": cost.step_s,
+            **{f"{name}_s": value for name, value in cost.parts().items()}, "source": row.source})
+    return pd.DataFrame.from_records(records)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per release, system x precision and model class: median |error| of the model and of the baseline."""
+    groups = []
+    for keys, group in frame.groupby(["release", "system", "precision", "class"], sort=True):
+        model, naive = group["rel_error"].abs().median(), group["naive_rel_error"].abs().median()
+        groups.append({"release": keys[0], "system": keys[1], "precision": keys[2], "model_class": keys[3],
+                       "rows": len(group), "model_median": model, "naive_median": naive, "model_closer": model < naive})
+    return pd.DataFrame.from_records(groups)
+
+
+def report_lines(frame: pd.DataFrame) -> list[str]:
+    """Markdown: the FLOP check, per-release targets and the per-class table."""
+    flops_ok = int((frame["flops_rel_error"].abs() <= FLOP_TARGET).sum())
+    lines = [f"FLOPs per token within {FLOP_TARGET:.0%} of the published ratio: {flops_ok} of {len(frame)} rows "
+             f"(worst {frame['flops_rel_error'].abs().max():.2%})", "",
+             "| release | rows | model median |error| | within 10 % | naive median | naive within 10 % |",
+             "|---|---|---|---|---|---|"]
+    for release, group in frame.groupby("release", sort=True):
+        err, naive = group["rel_error"].abs(), group["naive_rel_error"].abs()
+        lines.append(f"| {release} | {len(group)} | {err.median():.1%} | {int((err <= ROW_TARGET).sum())} of "
+                     f"{len(group)} | {naive.median():.1%} | {int((naive <= ROW_TARGET).sum())} of {len(group)} |")
+    lines += ["", "| release | system | precision | class | rows | model | naive | closer |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in summary(frame).itertuples():
+        lines.append(f"| {r.release} | {r.system} | {r.precision} | {r.model_class} | {r.rows} | "
+                     f"{r.model_median:.1%} | {r.naive_median:.1%} | {'model' if r.model_closer else 'naive'} |")
+    return lines
+
+
+def overall(frame: pd.DataFrame) -> tuple[float, float]:
+    """(model, naive) median |error| over every row."""
+    return (statistics.median(frame["rel_error"].abs()), statistics.median(frame["naive_rel_error"].abs()))

@@ -1,0 +1,106 @@
+"""A training run's parallel layout as published tables state it, and the precisions GEMMs run in.
+
+Why its own type: a published row fixes every dimension (GBS, MBS, sequence, TP, PP, CP, VP, EP, FSDP) and the
+model must price *that* layout, not the planner's choice; every inconsistent field is a one-line error naming
+it. Megatron's conventions (the tables' own definitions): DP = GPUs / (TP x PP x CP); EP is carved out of
+TP x DP x CP (expert tensor parallelism 1); micro-batches per step GA = GBS / (MBS x DP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.llm.architecture import Architecture
+
+#: Training precisions of the GEMMs -> (the catalog's peak key, bytes per element of a GEMM operand).
+#: ``fp8-cs``: FP8 with per-tensor current scaling; ``fp8-ds``: delayed scaling; ``mxfp8``: 32-element blocks
+#: with E8M0 scales (Blackwell and later); ``nvfp4``: 16-element blocks with FP8 scales (Blackwell and later).
+GEMM_PRECISIONS: dict[str, tuple[str, float]] = {
+    "bf16": ("bf16", 2.0), "fp8-cs": ("fp8", 1.0), "fp8-ds": ("fp8", 1.0), "mxfp8": ("fp8", 1.0),
+    "nvfp4": ("fp4", 0.5),
+}
+#: Block-scaled formats need Blackwell's tensor cores (compute capability 10.0; NVIDIA Blackwell brief).
+BLOCK_SCALED = ("mxfp8", "nvfp4")
+#: How the tables spell precisions.
+PRECISION_NAMES = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-ds": "fp8-ds", "fp8-mx": "mxfp8",
+                   "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def gemm_precision(name: str) -> str:
+    """A precision as written (``FP8-CS``, ``FP8-MX``, ``MXFP8``, ``NVFP4``, ``BF16``) in this module's names."""
+    key = name.strip().lower()
+    if key not in PRECISION_NAMES:
+        raise InputError("precision", name, "one of BF16, FP8 (FP8-CS), FP8-DS, MXFP8 (FP8-MX), NVFP4")
+    return PRECISION_NAMES[key]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every dimension of one run: GPUs, global and micro batch (sequences), sequence length, TP (with
+    sequence parallelism), PP with VP virtual stages, CP, EP, FSDP (sharding over GPUs / (TP x PP)) and the
+    GEMM precision."""
+
+    gpus: int
+    global_batch: int
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    vp: int = 1
+    ep: int = 1
+    fsdp: bool = False
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "global_batch", "micro_batch", "seq_len", "tp", "pp", "cp", "vp", "ep"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(name, value, "an integer >= 1")
+        if self.precision not in GEMM_PRECISIONS:
+            raise InputError("precision", self.precision, "one of " + ", ".join(GEMM_PRECISIONS))
+        model_parallel = self.tp * self.pp * self.cp
+        if self.gpus % model_parallel:
+            raise InputError("layout", f"TP {self.tp} x PP {self.pp} x CP {self.cp} on {self.gpus} GPUs",
+                             f"TP x PP x CP dividing the GPU count ({model_parallel} does not divide {self.gpus})")
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise InputError("global_batch", self.global_batch,
+                             f"a multiple of MBS x DP = {self.micro_batch} x {self.dp}")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise InputError("cp", self.cp, f"a split of the {self.seq_len}-token sequence into 2 x CP equal chunks "
+                             "(causal load balancing gives each CP rank one early and one late chunk)")
+        if (self.tp * self.dp * self.cp) % self.ep:
+            raise InputError("ep", self.ep, f"a divisor of TP x DP x CP = {self.tp * self.dp * self.cp} (experts "
+                             "run without tensor parallelism; EP is carved out of the GPUs of a pipeline stage)")
+        if self.vp > 1 and self.pp == 1:
+            raise InputError("vp", self.vp, "1 without pipeline parallelism")
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def micro_batches(self) -> int:
+        """GA: micro-batches each pipeline runs per step."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def label(self) -> str:
+        parts = [f"t{self.tp}", f"p{self.pp}", f"c{self.cp}", f"e{self.ep}", f"d{self.dp}", f"b{self.micro_batch}"]
+        if self.vp > 1:
+            parts.append(f"v{self.vp}")
+        if self.fsdp:
+            parts.append("fsdp")
+        return "-".join(parts)
+
+    def check_model(self, arch: Architecture) -> None:
+        """What the model must allow: heads over TP, layers over PP, experts over EP."""
+        if arch.heads % self.tp or arch.kv_heads % self.tp and self.tp % arch.kv_heads:
+            raise InputError("tp", self.tp, f"a divisor of {arch.name}'s {arch.heads} attention heads")
+        if arch.moe is None and self.ep > 1:
+            raise InputError("ep", self.ep, f"1: {arch.name} has no experts")
+        if arch.moe is not None and arch.moe.experts % self.ep:
+            raise InputError("ep", self.ep, f"a divisor of {arch.name}'s {arch.moe.experts} experts")
+        if self.pp * self.vp > arch.layers + arch.mtp_layers + 2:
+            raise InputError("pp", self.pp, f"PP x VP at most {arch.name}'s layers")

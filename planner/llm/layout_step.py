@@ -1,0 +1,380 @@
+"""Price one published layout of a current transformer: step time, tokens/s/GPU and where the step goes.
+
+The step as Megatron-Core runs it (every term from the layout, the architecture and the cluster; nothing
+fitted to a throughput table):
+
+* **GEMMs** (:class:`planner.llm.timing.Hardware`: roofline, CUTLASS tile/wave/K-loop fill) at the layout's
+  precision's datasheet peak times the device's measured ceiling for it (MAMF over peak, BF16 or FP8, never
+  above the fastest GEMM measured; :func:`costmodel.gemm_efficiency.measured_ceiling`): the linear layers of every
+  transformer layer in that precision; the attention core (FlashAttention, causal half, BF16; backward 2.5x
+  its forward, Dao et al. 2022), the router and the output layer in BF16 (Megatron-Core's output layer is not
+  a Transformer Engine module). Backward GEMMs are twice the forward's (dgrad + wgrad).
+* **Memory-bound kernels**: every stored activation byte written once and read once forward, twice that
+  backward (the convention of :mod:`planner.llm.timing`); FP8/FP4 add their casts (read BF16, write the
+  low-precision copy; current scaling reads once more for the amax), forward and backward.
+* **TP with sequence parallelism**: an all-gather before and a reduce-scatter after attention and the MLP,
+  forward and backward, each overlapped with the GEMM it feeds or follows (Transformer Engine's userbuffers
+  overlap, which Megatron-Bridge's recipes turn on); only what outlasts its GEMM is paid.
+* **CP**: ring attention's point-to-point K/V exchange, CP - 1 steps, overlapped with the attention core.
+* **EP**: token dispatch and combine as all-to-all in BF16, forward and backward, not overlapped.
+* **PP**: interleaved 1F1B, (PP - 1) / VP stage-slots of bubble; stage work balanced (Megatron-Bridge's
+  recipes account for the embedding and loss in the split).
+* **DP** with the distributed optimizer: gradients reduce-scattered and parameters all-gathered in BF16, over
+  DP x CP for dense weights and over GPUs / (PP x EP) for expert weights, overlapped with the last micro-batch's
+  backward and the first's forward. **FSDP**: each layer's weights all-gathered forward and backward and its
+  gradients reduce-scattered, every micro-batch, each overlapped with that layer's compute.
+* The optimizer step is memory-bound (:meth:`Hardware.optimizer_s`) over the GPU's shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.devices import lookup
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gemm_efficiency import measured_ceiling
+from flexcomm.planner.llm.architecture import Architecture
+from flexcomm.planner.llm.layout import BLOCK_SCALED, GEMM_PRECISIONS, Layout
+from flexcomm.planner.llm.model import Gemm
+from flexcomm.planner.llm.timing import Hardware
+
+#: BF16 bytes of an activation or communicated element.
+BF16 = 2.0
+#: FlashAttention's backward over its forward: 5 GEMMs against 2 (Dao et al. 2022, algorithm 4).
+FLASH_BACKWARD = 2.5
+
+
+@dataclass(frozen=True)
+class LayoutCost:
+    """Seconds of one step on the busiest GPU and what they are (exposed communication only)."""
+
+    layout: Layout
+    step_s: float
+    compute_s: float
+    memory_bound_s: float
+    tp_exposed_s: float
+    cp_exposed_s: float
+    ep_s: float
+    pp_p2p_s: float
+    #: what the slowest stage takes over the mean (the output layer on the last stage), every micro-batch
+    imbalance_s: float
+    bubble_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    tokens_per_s_per_gpu: float
+
+    def parts(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "memory-bound": self.memory_bound_s, "TP": self.tp_exposed_s,
+                "CP": self.cp_exposed_s, "EP": self.ep_s, "PP p2p": self.pp_p2p_s,
+                "PP imbalance": self.imbalance_s, "bubble": self.bubble_s,
+                "DP/FSDP": self.dp_exposed_s, "optimizer": self.optimizer_s}
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One layer's forward for one micro-batch on one GPU: seconds by kind."""
+
+    gemm: float
+    core: float
+    memory: float
+    tp_exposed: float
+    cp_exposed: float
+    ep: float
+    tp_exposed_backward: float
+    cp_exposed_backward: float
+
+    @property
+    def forward(self) -> float:
+        return self.gemm + self.core + self.memory + self.tp_exposed + self.cp_exposed + self.ep
+
+    @property
+    def backward(self) -> float:
+        return (2 * (self.gemm + self.memory) + FLASH_BACKWARD * self.core + self.tp_exposed_backward
+                + self.cp_exposed_backward + self.ep)
+
+
+def scale_up_domain(cluster: Cluster) -> int:
+    """GPUs that share one NVLink domain: the node, or a rack's (GB200/GB300 NVL72: 72)."""
+    fabric = cluster.gpu_fabric
+    domain = getattr(fabric, "nvlink_domain", None) if fabric is not None else None
+    return int(domain) if domain else cluster.devices_per_node
+
+
+def layout_hardware(cluster: Cluster) -> Hardware:
+    """The cluster as the step sees it: an NVLink domain wider than a node (NVL72) is one node of that many
+    GPUs with one NIC each (its collectives priced as rings on NVLink)."""
+    device = min(cluster.rank_devices, key=lambda dev: dev.peak_flops)
+    hw = Hardware.of(cluster, measured_ceiling(device.name))
+    domain = scale_up_domain(cluster)
+    if domain <= cluster.devices_per_node:
+        return hw
+    nics_per_gpu = (cluster.nics_per_node or 1) / cluster.devices_per_node
+    return dataclasses.replace(hw, devices_per_node=domain, nics_per_node=max(1, round(domain * nics_per_gpu)),
+                               _collective_cache={})
+
+
+class LayoutPricer:
+    """Prices layouts of one architecture on one cluster."""
+
+    def __init__(self, arch: Architecture, cluster: Cluster) -> None:
+        self.arch, self.cluster = arch, cluster
+        self.hw = layout_hardware(cluster)
+        self.device = min(cluster.rank_devices, key=lambda dev: dev.peak_flops)
+        self.capability = getattr(cluster.gpu_fabric, "compute_capability", None) if cluster.gpu_fabric else None
+        listed = lookup(self.device.name)
+        #: datasheet peak FLOP/s by precision (the cluster file's bf16 rate where the catalog lacks the device)
+        self.rates = {**(listed.peak_flops if listed else {}), "bf16": self.device.peak_flops}
+
+    def check(self, layout: Layout) -> None:
+        layout.check_model(self.arch)
+        if layout.gpus > self.cluster.world_size and self.cluster.gpu_fabric is None:
+            raise InputError("gpus", layout.gpus, f"at most the cluster's {self.cluster.world_size} GPUs")
+        key = GEMM_PRECISIONS[layout.precision][0]
+        if key not in self.rates:
+            raise InputError("precision", layout.precision, f"a precision {self.device.name} has tensor cores for "
+                             "(its datasheet rates " + ", ".join(sorted(self.rates)) + ")")
+        if layout.precision in BLOCK_SCALED and (self.capability or 0) < 100:
+            raise InputError("precision", layout.precision, f"bf16 or fp8 on {self.device.name} (block-scaled "
+                             "formats need Blackwell, compute capability 10.0)")
+
+    # --- pieces ----------------------------------------------------------------------------------
+
+    def _low_precision(self, layout: Layout) -> tuple[Hardware, float]:
+        """The hardware as the linear layers see it: the precision's peak and measured ceiling."""
+        key, element = GEMM_PRECISIONS[layout.precision]
+        if key == "bf16":
+            return self.hw, element
+        return dataclasses.replace(self.hw, peak_flops=self.rates[key], _collective_cache={},
+                                   gemm_ceiling=measured_ceiling(self.device.name, "fp8")), element
+
+    def _per_node(self, group: int, inner: int) -> int:
+        """Members of a group on one node (NVLink domain) when ``inner`` ranks sit inside each of its steps."""
+        return max(1, min(group, self.hw.devices_per_node // max(1, inner)))
+
+    def _layer_pass(self, layout: Layout, moe: bool) -> _Pass:
+        a, L = self.arch, layout
+        t, c, b = L.tp, L.cp, L.micro_batch
+        tokens = b * L.seq_len // c
+        hw = self.hw
+        low, element = self._low_precision(layout)
+        lin = lambda g: low.gemm_s(g, element)  # noqa: E731 - a linear layer in the layout's precision
+        h = a.hidden
+        if a.mla is None:
+            attention = [Gemm("qkv", tokens, (a.heads + 2 * a.kv_heads) * a.head_dim // t, h),
+                         Gemm("proj", tokens, h, a.heads * a.head_dim // t)]
+            kv_per_token = 2 * a.kv_heads * a.head_dim
+            qk_dim, v_dim = a.head_dim, a.head_dim
+        else:
+            m = a.mla
+            qk_dim, v_dim = m.qk_head_dim + m.rope_head_dim, m.v_head_dim
+            q_in = h if m.q_lora_rank is None else m.q_lora_rank
+            attention = [Gemm("kv_down", tokens, m.kv_lora_rank + m.rope_head_dim, h),
+                         Gemm("kv_up", tokens, a.heads * (m.qk_head_dim + v_dim) // t, m.kv_lora_rank),
+                         Gemm("q_up", tokens, a.heads * qk_dim // t, q_in),
+                         Gemm("proj", tokens, h, a.heads * v_dim // t)]
+            if m.q_lora_rank is not None:
+                attention.append(Gemm("q_down", tokens, m.q_lora_rank, h))
+            kv_per_token = a.heads * (qk_dim + v_dim)
+        gate = 2 if a.gated else 1
+        mlp: list[Gemm] = []
+        expert_tokens = 0.0
+        if moe and a.moe is not None:
+            e = a.moe
+            local_experts = e.experts // L.ep
+            expert_tokens = tokens / t * e.top_k  # token-expert pairs this GPU computes (balanced routing)
+            per_expert = max(1, round(expert_tokens / local_experts))
+            mlp += [Gemm("expert_fc1", per_expert, gate * e.ffn_hidden, h, local_experts),
+                    Gemm("expert_fc2", per_expert, h, e.ffn_hidden, local_experts)]
+            if e.shared_ffn_hidden:
+                mlp += [Gemm("shared_fc1", tokens, gate * e.shared_ffn_hidden // t, h),
+                        Gemm("shared_fc2", tokens, h, e.shared_ffn_hidden // t)]
+            router = hw.gemm_s(Gemm("router", tokens // t, e.experts, h), BF16)
+        else:
+            mlp += [Gemm("fc1", tokens, gate * a.ffn_hidden // t, h), Gemm("fc2", tokens, h, a.ffn_hidden // t)]
+            router = 0.0
+        gemm_times = [lin(g) for g in attention + mlp]
+        gemm = sum(gemm_times) + router
+        # attention core over the causal half (or the window), heads split over TP, queries over CP
+        fraction = sum(a.core_fraction(L.seq_len, i) for i in range(a.layers)) / a.layers
+        heads = b * max(1, a.heads // t)
+        core = (hw.gemm_s(Gemm("scores", L.seq_len // c, max(1, round(L.seq_len * fraction)), qk_dim, heads), BF16)
+                + hw.gemm_s(Gemm("context", L.seq_len // c, v_dim, max(1, round(L.seq_len * fraction)), heads), BF16))
+        memory = hw.memory_bound_s(self._stored_bytes(tokens, t, moe, expert_tokens)
+                                   + self._cast_bytes(layout, tokens, t, expert_tokens, moe))
+        # TP (sequence parallel): all-gather before, reduce-scatter after attention and MLP, each hidden behind
+        # the GEMM it feeds or follows (userbuffers overlap)
+        tp_fwd = tp_bwd = 0.0
+        if t > 1:
+            comm = hw.gather_or_scatter_s(tokens * h * BF16, t, self._per_node(t, 1))
+            first_attn, last_attn = gemm_times[0], gemm_times[len(attention) - 1]
+            first_mlp, last_mlp = gemm_times[len(attention)], gemm_times[-1]
+            pairs = (first_attn, last_attn, first_mlp, last_mlp)
+            tp_fwd = sum(max(0.0, comm - g) for g in pairs)
+            tp_bwd = sum(max(0.0, comm - 2 * g) for g in pairs)
+        cp_fwd = cp_bwd = 0.0
+        if c > 1:
+            chunk = tokens * kv_per_token * BF16 / t
+            send = hw.send_s(chunk, t * c > hw.devices_per_node)
+            cp_fwd = max(0.0, (c - 1) * send - core)
+            cp_bwd = max(0.0, 2 * (c - 1) * send - FLASH_BACKWARD * core)
+        ep = 0.0
+        if moe and a.moe is not None and L.ep > 1:
+            ep = 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=t)  # dispatch and combine
+        return _Pass(gemm, core, memory, tp_fwd, cp_fwd, ep, tp_bwd, cp_bwd)
+
+    def _stored_bytes(self, tokens: int, t: int, moe: bool, expert_tokens: float) -> float:
+        """Activation bytes one layer keeps for its backward, per micro-batch on one GPU (BF16; sequence parallel
+        splits the norms' inputs over TP): Korthikanti et al.'s count for a current layer, without dropout."""
+        a = self.arch
+        attn_width = a.heads * (a.head_dim if a.mla is None else a.mla.v_head_dim)
+        qkv = (a.heads + 2 * a.kv_heads) * a.head_dim if a.mla is None else a.heads * (
+            2 * (a.mla.qk_head_dim + a.mla.rope_head_dim) + a.mla.v_head_dim)
+        attention = tokens * (2 * a.hidden / t + (qkv + attn_width) / t) * BF16
+        gate = 2 if a.gated else 1
+        if moe and a.moe is not None:
+            e = a.moe
+            routed = expert_tokens * (2 * a.hidden + (gate + 1) * e.ffn_hidden) * BF16
+            shared = tokens * (gate + 1) * e.shared_ffn_hidden / t * BF16
+            mlp = tokens * (2 * a.hidden / t) * BF16 + routed + shared + tokens / t * e.experts * 4.0
+        else:
+            mlp = tokens * (2 * a.hidden / t + (gate + 1) * a.ffn_hidden / t) * BF16
+        return attention + mlp
+
+    def _cast_bytes(self, layout: Layout, tokens: int, t: int, expert_tokens: float, moe: bool) -> float:
+        """Forward traffic of casting GEMM inputs to the layout's precision, counted as stored-byte equivalents
+        (the memory-bound convention doubles them): read BF16 and write the low-precision copy, once more read
+        for current scaling's amax."""
+        if layout.precision == "bf16":
+            return 0.0
+        a = self.arch
+        _, element = GEMM_PRECISIONS[layout.precision]
+        per_element = (BF16 + element + (BF16 if layout.precision == "fp8-cs" else 0.0)) / 2
+        attn_in = a.hidden + a.heads * (a.head_dim if a.mla is None else a.mla.v_head_dim)
+        if moe and a.moe is not None:
+            mlp_in = (expert_tokens * (a.hidden + a.moe.ffn_hidden)
+                      + tokens * (a.hidden + a.moe.shared_ffn_hidden) / t) if a.moe.shared_ffn_hidden else \
+                expert_tokens * (a.hidden + a.moe.ffn_hidden)
+        else:
+            mlp_in = tokens * (a.hidden + a.ffn_hidden / t)
+        return (tokens * attn_in / t + mlp_in) * per_element
+
+    def _alltoall_s(self, nbytes: float, group: int, inner: int) -> float:
+        """All-to-all of each GPU's ``nbytes`` as NCCL runs it where its model describes the group (inside an
+        NVLink domain or over whole nodes); else pairwise: (g - 1)/g of it leaves the GPU, the share bound for
+        other nodes through the GPU's NIC share, the rest over NVLink, at once."""
+        hw = self.hw
+        per_node = self._per_node(group, inner)
+        nccl = hw.nccl_s("alltoall", nbytes, group, per_node)
+        if nccl is not None:
+            return nccl
+        inside = nbytes * (per_node - 1) / group / hw.intra_Bps
+        outside = nbytes * (group - per_node) / group / hw.inter_Bps_per_gpu if group > per_node else 0.0
+        alpha = hw.inter_alpha if group > per_node else hw.intra_alpha
+        return (group - 1) * alpha + max(inside, outside)
+
+    def _head_s(self, layout: Layout) -> float:
+        """The output layer (BF16, vocabulary over TP) and its fp32 cross entropy, forward and backward."""
+        a, hw = self.arch, self.hw
+        tokens = layout.micro_batch * layout.seq_len // layout.cp
+        logits = hw.gemm_s(Gemm("logits", tokens, a.padded_vocab(layout.tp) // layout.tp, a.hidden), BF16)
+        entropy = hw.memory_bound_s(4.0 * tokens * a.vocab / layout.tp)
+        return 3 * (logits + entropy) * (1 + a.mtp_layers)
+
+    # --- the step --------------------------------------------------------------------------------
+
+    def price(self, layout: Layout) -> LayoutCost:
+        self.check(layout)
+        a, L, hw = self.arch, layout, self.hw
+        dense_pass = self._layer_pass(layout, moe=False)
+        moe_pass = self._layer_pass(layout, moe=True) if a.moe is not None else dense_pass
+        counts = ((a.dense_layers + (a.mtp_layers if a.moe is None else 0), dense_pass),
+                  (a.moe_layers + (a.mtp_layers if a.moe is not None else 0), moe_pass))
+        head = self._head_s(layout)
+        stage = self._busiest_stage_s(layout, counts, head)
+        mean_stage = (sum(n * (x.forward + x.backward) for n, x in counts) + head) / L.pp
+        boundary = L.micro_batch * L.seq_len // L.cp * a.hidden * BF16 / L.tp
+        p2p = 2 * L.vp * hw.send_s(boundary, L.tp * L.cp * L.dp >= hw.devices_per_node) if L.pp > 1 else 0.0
+        slot = stage + p2p
+        m = L.micro_batches
+        bubble = (L.pp - 1) / L.vp * slot
+        dense_params, expert_params = self._stage_parameters(layout)
+        dp_exposed = self._fsdp_exposed(layout, counts) * m if L.fsdp else self._dp_exposed(
+            layout, dense_params, expert_params, counts)
+        dense_group = L.gpus // (L.tp * L.pp) if L.fsdp else L.dp * L.cp
+        expert_group = max(1, L.gpus // (L.pp * L.ep))
+        optimizer = hw.optimizer_s(dense_params / dense_group + expert_params / expert_group)
+        step = m * slot + bubble + dp_exposed + optimizer
+
+        def total(attr: str) -> float:
+            return m * sum(n * getattr(x, attr) for n, x in counts) / L.pp
+
+        compute = m * (sum(n * 3 * x.gemm + n * (1 + FLASH_BACKWARD) * x.core for n, x in counts) + head) / L.pp
+        return LayoutCost(
+            layout=layout, step_s=step, compute_s=compute, memory_bound_s=3 * total("memory"),
+            tp_exposed_s=total("tp_exposed") + total("tp_exposed_backward"),
+            cp_exposed_s=total("cp_exposed") + total("cp_exposed_backward"), ep_s=2 * total("ep"),
+            pp_p2p_s=m * p2p, imbalance_s=m * (stage - mean_stage), bubble_s=bubble, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
+            tokens_per_s_per_gpu=L.global_batch * L.seq_len / step / L.gpus)
+
+    def _busiest_stage_s(self, layout: Layout, counts, head: float) -> float:
+        """One micro-batch's forward + backward through the slowest pipeline stage, split as Megatron splits:
+        layers evenly over PP x VP chunks, the output layer on the last stage; where the layers do not divide,
+        the embedding and the loss each take a layer's place (``account_for_embedding_in_pipeline_split`` and
+        ``..._loss_...``), so the last stage runs one layer fewer beside its head."""
+        a, L = self.arch, layout
+        per_layer = sum(n * (x.forward + x.backward) for n, x in counts) / max(1, sum(n for n, _ in counts))
+        stack = a.layers + a.mtp_layers
+        if L.pp == 1:
+            return stack * per_layer + head
+        chunks = L.pp * L.vp
+        if stack % chunks == 0:
+            last = stack / L.pp
+        elif (stack + 2) % chunks == 0:
+            last = (stack + 2) / L.pp - 1
+        else:
+            last = -(-stack // chunks) * L.vp  # uneven: the fuller stages take a layer more a chunk
+        others = (stack - last) / (L.pp - 1)
+        return max(last * per_layer + head, others * per_layer)
+
+    def _stage_parameters(self, layout: Layout) -> tuple[float, float]:
+        """(dense weights on one GPU, expert weights on one GPU) of the busiest stage: dense split over TP,
+        experts over EP; the embedding and output layer spread over stages with the layers."""
+        a = self.arch
+        stack = a.layers + a.mtp_layers
+        attention = stack * a.attention_parameters()
+        dense_mlp = (a.dense_layers + (a.mtp_layers if a.moe is None else 0)) * a.mlp_parameters(a.ffn_hidden)
+        routed_layers = a.moe_layers + (a.mtp_layers if a.moe is not None else 0)
+        shared = routed_layers * a.mlp_parameters(a.moe.shared_ffn_hidden) if a.moe else 0.0
+        embeddings = a.vocab * a.hidden * (1 if a.tied_embeddings else 2)
+        dense = (attention + dense_mlp + shared + embeddings) / layout.pp / layout.tp
+        experts = routed_layers * a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden) / layout.pp / layout.ep \
+            if a.moe else 0.0
+        return dense, experts
+
+    def _dp_exposed(self, layout: Layout, dense: float, experts: float, counts) -> float:
+        """Distributed optimizer: reduce-scatter of BF16 gradients after, and all-gather of BF16 weights before,
+        each hidden behind the last micro-batch's backward and the first's forward on this stage."""
+        L, hw = layout, self.hw
+        dense_group, expert_group = L.dp * L.cp, max(1, L.gpus // (L.pp * L.ep * L.tp))
+        gather = (hw.gather_or_scatter_s(dense * BF16, dense_group, self._per_node(dense_group, L.tp))
+                  + hw.gather_or_scatter_s(experts * BF16, expert_group, self._per_node(expert_group, L.ep * L.tp)))
+        forward = sum(n * x.forward for n, x in counts) / L.pp
+        backward = sum(n * x.backward for n, x in counts) / L.pp
+        return max(0.0, gather - backward) + max(0.0, gather - forward)
+
+    def _fsdp_exposed(self, layout: Layout, counts) -> float:
+        """One micro-batch's exposed FSDP traffic: per layer, its weights gathered before forward and backward,
+        its gradients reduce-scattered after backward, each layer's behind its own compute."""
+        a, L, hw = self.arch, layout, self.hw
+        group = L.gpus // (L.tp * L.pp)
+        per_node = self._per_node(group, L.tp)
+        exposed = 0.0
+        for n, x in counts:
+            moe = x is not counts[0][1] or a.moe is not None and counts[0][0] == 0
+            weights = a.attention_parameters() + (
+                a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden) if moe and a.moe else a.mlp_parameters(a.ffn_hidden))
+            comm = hw.gather_or_scatter_s(weights / L.tp * BF16, group, per_node)
+            exposed += n * (max(0.0, comm - x.forward) + max(0.0, 2 * comm - x.backward))
+        return exposed

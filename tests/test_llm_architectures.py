@@ -1,0 +1,187 @@
+"""Current transformer architectures: presets against their published sizes, FLOPs per token against every
+published row's own ratio, HuggingFace config.json reading, layouts and ``validate --published-llm``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import main
+from flexcomm.experiments.published_llm import FLOP_TARGET, read_corpus, read_tables
+from flexcomm.planner.llm.hf_config import architecture_from_config, load_config, model_architecture
+from flexcomm.planner.llm.layout import Layout
+from flexcomm.planner.llm.layout_step import LayoutPricer
+from flexcomm.planner.llm.presets import preset, resolve_table_name
+
+#: Parameter counts as their makers publish them (model cards): (total, active).
+PUBLISHED_SIZES = {
+    "llama3-8b": (8.03e9, None), "llama3.1-405b": (405e9, None), "mixtral-8x7b": (46.7e9, 12.9e9),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9), "qwen3-235b-a22b": (235e9, 22e9), "deepseek-v3": (671e9, 37e9),
+    "gpt-oss-120b": (116.8e9, None), "nemotron-4-340b": (341e9, None), "gpt3-175b": (175e9, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_SIZES))
+def test_presets_have_their_published_parameter_counts(name: str) -> None:
+    total, active = PUBLISHED_SIZES[name]
+    arch = preset(name)
+    assert arch.parameters == pytest.approx(total, rel=0.015)
+    if active is not None:
+        assert arch.active_parameters == pytest.approx(active, rel=0.03)
+    assert arch.source
+
+
+def test_every_published_row_has_its_flops_per_token() -> None:
+    rows = read_corpus()
+    assert len(rows) == 77  # 73 table rows, 4 of them with a second FP8 recipe in parentheses
+    worst = 0.0
+    for row in rows:
+        arch = resolve_table_name(row.model)
+        counted = arch.counted_flops_per_token(row.seq_len, row.convention, row.tp)
+        published = row.tflops * 1e12 / row.tokens_per_s
+        worst = max(worst, abs(counted / published - 1))
+    assert worst <= FLOP_TARGET
+
+
+def test_conventions_differ_where_the_releases_do() -> None:
+    """NeMo 24.07 counted the whole s x s matrix; Megatron-Bridge counts the causal half; GPT-OSS's clamped GLU is
+    counted ungated by Megatron-Bridge but runs three matrices."""
+    llama = preset("llama3-8b")
+    assert llama.counted_flops_per_token(8192, "nemo-2024") > llama.counted_flops_per_token(8192)
+    oss = preset("gpt-oss-120b")
+    assert oss.gemm_flops_per_token(4096) > 1.2 * oss.counted_flops_per_token(4096)
+    with pytest.raises(InputError, match="convention"):
+        llama.counted_flops_per_token(8192, "palm")
+
+
+def test_table_names_resolve() -> None:
+    assert resolve_table_name("DeepSeekV3 (w/o MTP)").mtp_layers == 0
+    assert resolve_table_name("DeepSeekV3").mtp_layers == 1
+    assert resolve_table_name("LLAMA3.1_405B") == preset("llama3.1-405b")
+    assert resolve_table_name("Nemotron-340B") == preset("nemotron-4-340b")
+    with pytest.raises(InputError, match="model"):
+        resolve_table_name("GPT-5")
+
+
+def _hf(arch_name: str, **fields: object) -> dict[str, object]:
+    return {"architectures": [arch_name], **fields}
+
+
+LLAMA3_8B = _hf("LlamaForCausalLM", num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+                num_key_value_heads=8, intermediate_size=14336, vocab_size=128256, hidden_act="silu",
+                tie_word_embeddings=False)
+DEEPSEEK_V3 = _hf("DeepseekV3ForCausalLM", num_hidden_layers=61, hidden_size=7168, num_attention_heads=128,
+                  num_key_value_heads=128, intermediate_size=18432, moe_intermediate_size=2048, n_routed_experts=256,
+                  n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=3, q_lora_rank=1536,
+                  kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280,
+                  num_nextn_predict_layers=1, hidden_act="silu")
+QWEN3_30B = _hf("Qwen3MoeForCausalLM", num_hidden_layers=48, hidden_size=2048, num_attention_heads=32,
+                num_key_value_heads=4, head_dim=128, intermediate_size=6144, moe_intermediate_size=768,
+                num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], vocab_size=151936)
+
+
+@pytest.mark.parametrize(("config", "name"), [(LLAMA3_8B, "llama3-8b"), (DEEPSEEK_V3, "deepseek-v3"),
+                                              (QWEN3_30B, "qwen3-30b-a3b")])
+def test_a_config_json_reads_as_its_preset(config: dict, name: str, tmp_path: Path) -> None:
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    arch = model_architecture(str(path))
+    assert arch == preset(name)  # names and sources are not compared
+    assert arch.name == name
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (_hf("FalconForCausalLM", num_hidden_layers=2), "config.architectures"),
+    ({"architectures": "LlamaForCausalLM"}, "config.architectures"),
+    ({k: v for k, v in LLAMA3_8B.items() if k != "intermediate_size"}, "config.intermediate_size"),
+    ({**LLAMA3_8B, "hidden_act": "gelu"}, "config.hidden_act"),
+    ({**LLAMA3_8B, "num_hidden_layers": -1}, "config.num_hidden_layers"),
+    ({**QWEN3_30B, "mlp_only_layers": [0, 1]}, "config.mlp_only_layers"),
+    ([1, 2], "config"),
+])
+def test_a_config_it_cannot_price_is_one_error_naming_the_field(config: object, field: str) -> None:
+    with pytest.raises(InputError) as error:
+        architecture_from_config(config)
+    assert error.value.field == field
+
+
+def test_a_config_file_is_json_only(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("!!python/object/apply:os.system ['touch pwned']")
+    with pytest.raises(InputError, match="model"):
+        load_config(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(("model", "cluster", "fields", "field"), [
+    ("llama3-70b", "dgx-h100", {"gpus": 64, "tp": 3}, "layout"),
+    ("qwen3-30b-a3b", "dgx-h100", {"gpus": 64, "ep": 48}, "ep"),
+    ("qwen3-30b-a3b", "dgx-h100", {"gpus": 48, "ep": 48, "global_batch": 48}, "ep"),
+    ("llama3-8b", "dgx-h100", {"gpus": 6, "cp": 3, "seq_len": 8191}, "cp"),
+    ("llama3-70b", "dgx-h100", {"gpus": 64, "tp": 8, "precision": "nvfp4"}, "precision"),
+    ("llama3-70b", "dgx-h100", {"gpus": 64, "tp": 8, "precision": "mxfp8"}, "precision"),
+    ("llama3-8b", "dgx-h100", {"gpus": 8, "ep": 2}, "ep"),
+    ("llama3-8b", "dgx-h100", {"gpus": 8, "global_batch": 12}, "global_batch"),
+])
+def test_bad_layouts_are_refused_naming_the_field(model: str, cluster: str, fields: dict, field: str) -> None:
+    base = {"global_batch": 128, "micro_batch": 1, "seq_len": 4096, **fields}
+    with pytest.raises(InputError) as error:
+        LayoutPricer(preset(model), load_cluster(cluster)).price(Layout(**base))
+    assert error.value.field == field
+
+
+def test_a_layout_prices_every_part_it_uses() -> None:
+    """A 405B run with TP, CP, PP and DP across nodes pays every one; a single-node Qwen3 MoE run pays EP."""
+    dense = LayoutPricer(preset("llama3.1-405b"), load_cluster("dgx-h100")).price(
+        Layout(gpus=1024, global_batch=1536, micro_batch=1, seq_len=8192, tp=8, pp=8, cp=2, vp=8, precision="fp8-cs"))
+    assert dense.bubble_s > 0 and dense.pp_p2p_s > 0 and dense.compute_s > 0
+    assert sum(dense.parts().values()) == pytest.approx(dense.step_s, rel=1e-9)
+    moe = LayoutPricer(preset("qwen3-30b-a3b"), load_cluster("dgx-b200")).price(
+        Layout(gpus=8, global_batch=512, micro_batch=1, seq_len=4096, ep=8, precision="mxfp8"))
+    assert moe.ep_s > 0 and moe.tp_exposed_s == 0 and moe.bubble_s == 0
+    assert sum(moe.parts().values()) == pytest.approx(moe.step_s, rel=1e-9)
+
+
+def test_lower_precision_is_never_slower() -> None:
+    pricer = LayoutPricer(preset("llama3-70b"), load_cluster("gb300-nvl72"))
+    speeds = [pricer.price(Layout(gpus=64, global_batch=256, micro_batch=1, seq_len=8192, pp=4, vp=5,
+                                  precision=p)).tokens_per_s_per_gpu for p in ("bf16", "mxfp8", "nvfp4")]
+    assert speeds == sorted(speeds)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(st.text(alphabet="|-:# abcdefgnMoelSystem0123456789()/.\n", max_size=40), max_size=8))
+def test_the_table_reader_takes_any_text_without_a_traceback(lines: list[str], tmp_path_factory) -> None:
+    path = tmp_path_factory.mktemp("t") / "table.md"
+    path.write_text("# Megatron-Bridge performance summary, NeMo container 26.02\n" + "\n".join(lines))
+    try:
+        read_tables(path)
+    except InputError:
+        pass
+
+
+def test_validate_published_llm_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "llm"
+    assert main(["validate", "--published-llm", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "FLOPs per token within 2% of the published ratio: 77 of 77 rows" in printed
+    assert "naive baseline" in printed
+    for name in ("llm.csv", "llm.md", "llm.png"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_validate_published_llm_refuses_a_bad_file_in_one_line(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad.md"
+    bad.write_text("# Megatron-Bridge performance summary, NeMo container 26.02\n\n| Model | #-GPUs |\n|---|---|\n"
+                   "| LLAMA3_8B | 8 |\n")
+    assert main(["validate", "--published-llm", str(bad), "--out", str(tmp_path / "o")]) == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1 and "published-llm" in stderr
