@@ -76,6 +76,8 @@ figures: install
 	$(VENV)/bin/flexcomm validate --published-training --out $(RESULTS)/figures/published-training --no-progress
 	cp $(RESULTS)/figures/published-training/training.png docs/figures/published_training.png
 	cp $(RESULTS)/figures/published-training/compute.png docs/figures/published_compute.png
+	FLEXCOMM_FIGURE_DPI=80 $(VENV)/bin/flexcomm validate --published-llm --out $(RESULTS)/figures/published-llm
+	cp $(RESULTS)/figures/published-llm/llm.png docs/figures/published_llm.png
 
 lint: install
 	$(PY) -m ruff check .

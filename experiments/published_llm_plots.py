@@ -10,7 +10,8 @@ import pandas as pd
 from flexcomm.costmodel.plotting import use_file_backend
 
 #: The step's parts in the order they are stacked, as ``predict`` names their columns.
-PARTS = ("compute", "memory-bound", "TP", "CP", "EP", "PP p2p", "PP imbalance", "bubble", "DP/FSDP", "optimizer")
+PARTS = ("compute", "memory-bound", "recompute", "TP", "CP", "EP", "PP p2p", "PP imbalance", "bubble", "DP/FSDP",
+         "optimizer")
 
 
 def plot_published_llm(frame: pd.DataFrame, path: Path) -> Path:
@@ -62,5 +63,30 @@ def plot_published_llm(frame: pd.DataFrame, path: Path) -> Path:
     parts.set_xlim(0, 1)
     parts.set_title("where the predicted step goes (exposed communication only)", fontsize=9)
     parts.legend(fontsize=6, ncols=5, loc="lower center", bbox_to_anchor=(0.5, 1.04))
+    fig.tight_layout()
+    return save_figure_atomic(fig, path)
+
+
+def plot_layout_parts(costs: list, path: Path, title: str) -> Path:  # list[LayoutCost]
+    """Each layout's predicted step as stacked seconds of its parts, fastest first (``plan --model <preset>``)."""
+    use_file_backend()
+    import matplotlib.pyplot as plt
+
+    from flexcomm.costmodel.atomic import save_figure_atomic
+
+    fig, ax = plt.subplots(figsize=(9, max(3.0, 0.35 * len(costs) + 1.5)))
+    palette = plt.get_cmap("tab10").colors
+    left = [0.0] * len(costs)
+    for i, part in enumerate(PARTS):
+        values = [c.parts()[part] for c in costs]
+        if not any(values):
+            continue
+        ax.barh(range(len(costs)), values, left=left, color=palette[i % 10], label=part, height=0.7)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_yticks(range(len(costs)), [c.layout.label for c in costs], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("predicted step (s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return save_figure_atomic(fig, path)

@@ -18,6 +18,8 @@ bytes, seconds, bytes/s; bad input raises :class:`InputError`, whose text is the
     flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", horizon="2d").figures  # figures: plan, place, scenario,
     # recovery, validate_nccl_tests, validate_published; keywords are the CLI's flags (batch_size=--batch-size)
     flexcomm.plan(job="job.yaml")   # one job file (flexcomm.load_job), read as simulate and whatif read it
+    flexcomm.plan_layouts("deepseek-v3", "dgx-h100", gpus=1024, batch_size=8192, precision="fp8").best.layout
+    flexcomm.validate_published_llm()   # NVIDIA's published LLM throughput, predicted beside the naive baseline
 
 Submodules (``flexcomm.costmodel``, ``flexcomm.sim``, ``flexcomm.emulation``, ``flexcomm.compression``,
 ``flexcomm.real_backend``, ``flexcomm.planner``, ``flexcomm.placement``, ``flexcomm.controller``,
@@ -59,6 +61,9 @@ _LAZY: dict[str, str] = {
     "recovery": "flexcomm._engines",
     "validate_nccl_tests": "flexcomm._engines",
     "validate_published": "flexcomm._engines",
+    "architecture": "flexcomm._llm",
+    "plan_layouts": "flexcomm._llm",
+    "validate_published_llm": "flexcomm._llm",
     "CommandResult": "flexcomm._commands",
     "parse_size": "flexcomm.costmodel.units",
     "parse_time": "flexcomm.costmodel.units",
@@ -76,13 +81,14 @@ __all__ = [  # a literal list (tools read it statically); tests/test_api.py keep
     "format_bandwidth", "format_size", "format_time", "hooks", "load_cluster", "load_job", "parse_bandwidth",
     "parse_size",
     "parse_time", "place", "plan", "predict", "recovery", "scenario", "simulate", "simulate_collective", "study",
-    "validate_nccl_tests", "validate_published",
+    "validate_nccl_tests", "validate_published", "architecture", "plan_layouts", "validate_published_llm",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from flexcomm import hooks
     from flexcomm._commands import CommandResult
     from flexcomm._engines import place, plan, recovery, scenario, validate_nccl_tests, validate_published
+    from flexcomm._llm import architecture, plan_layouts, validate_published_llm
     from flexcomm._pricing import Cost, calibrate, calibrate_fabric, cost
     from flexcomm._running import emulate, simulate, simulate_collective, study
     from flexcomm.costmodel.calibration import CalibrationProfile

@@ -16,7 +16,8 @@ from flexcomm.experiments.cli import main
 from flexcomm.experiments.published_llm import FLOP_TARGET, read_corpus, read_tables
 from flexcomm.planner.llm.hf_config import architecture_from_config, load_config, model_architecture
 from flexcomm.planner.llm.layout import Layout
-from flexcomm.planner.llm.layout_step import LayoutPricer
+from flexcomm.planner.llm.layout_search import search_layouts
+from flexcomm.planner.llm.layout_step import LayoutPricer, cluster_of, min_max_split, uniform_split
 from flexcomm.planner.llm.presets import preset, resolve_table_name
 
 #: Parameter counts as their makers publish them (model cards): (total, active).
@@ -133,13 +134,13 @@ def test_a_config_file_is_json_only(tmp_path: Path) -> None:
 def test_bad_layouts_are_refused_naming_the_field(model: str, cluster: str, fields: dict, field: str) -> None:
     base = {"global_batch": 128, "micro_batch": 1, "seq_len": 4096, **fields}
     with pytest.raises(InputError) as error:
-        LayoutPricer(preset(model), load_cluster(cluster)).price(Layout(**base))
+        LayoutPricer(preset(model), cluster_of(load_cluster(cluster), base["gpus"])).price(Layout(**base))
     assert error.value.field == field
 
 
 def test_a_layout_prices_every_part_it_uses() -> None:
     """A 405B run with TP, CP, PP and DP across nodes pays every one; a single-node Qwen3 MoE run pays EP."""
-    dense = LayoutPricer(preset("llama3.1-405b"), load_cluster("dgx-h100")).price(
+    dense = LayoutPricer(preset("llama3.1-405b"), cluster_of(load_cluster("dgx-h100"), 1024)).price(
         Layout(gpus=1024, global_batch=1536, micro_batch=1, seq_len=8192, tp=8, pp=8, cp=2, vp=8, precision="fp8-cs"))
     assert dense.bubble_s > 0 and dense.pp_p2p_s > 0 and dense.compute_s > 0
     assert sum(dense.parts().values()) == pytest.approx(dense.step_s, rel=1e-9)
@@ -185,3 +186,76 @@ def test_validate_published_llm_refuses_a_bad_file_in_one_line(tmp_path: Path,
     assert main(["validate", "--published-llm", str(bad), "--out", str(tmp_path / "o")]) == 2
     stderr = capsys.readouterr().err
     assert stderr.count("\n") == 1 and "published-llm" in stderr
+
+
+def test_the_layout_search_holds_the_published_layout_and_ranks_it() -> None:
+    """DeepSeek-V3 on 256 GB200s as Megatron-Bridge 26.02 ran it is one of the layouts searched."""
+    pricer = LayoutPricer(preset("deepseek-v3"), cluster_of(load_cluster("gb200-nvl72"), 256))
+    found = search_layouts(pricer, 256, 4096, 4096, "mxfp8")
+    published = Layout(gpus=256, global_batch=4096, micro_batch=1, seq_len=4096, pp=4, vp=4, ep=64,
+                       precision="mxfp8", recompute="moe")
+    assert any(c.layout == published for c in found.costs)
+    place = found.rank_of(published)
+    assert place is None or 1 <= place <= len(found.ranked)
+    assert found.ranked == sorted(found.ranked, key=lambda c: (c.step_s, c.layout.label))
+    assert all(c.fits for c in found.ranked)
+    assert {c.layout.ep for c in found.costs} >= {1, 8, 64} and {c.layout.fsdp for c in found.costs} == {False, True}
+
+
+def test_a_model_no_layout_fits_is_one_error_naming_need_and_limit() -> None:
+    pricer = LayoutPricer(preset("llama3.1-405b"), cluster_of(load_cluster("dgx-h100"), 8))
+    with pytest.raises(InputError, match="smallest need") as error:
+        search_layouts(pricer, 8, 64, 8192, "bf16")
+    assert error.value.field == "model"
+
+
+def test_plan_takes_a_preset_and_a_config_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--batch-size", "256",
+                 "--precision", "fp8", "--out", str(tmp_path / "a")]) == 0
+    printed = capsys.readouterr().out
+    assert "best: " in printed and "tokens/s per GPU" in printed
+    best = json.loads((tmp_path / "a" / "best_layout.json").read_text())
+    assert best["model"] == "qwen3-30b-a3b" and best["gpus"] == 16 and best["precision"] == "fp8-cs"
+    config = tmp_path / "my-llama" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(LLAMA3_8B))
+    assert main(["plan", "--model", str(config), "--cluster", "dgx-h100", "--gpus", "8", "--batch-size", "64",
+                 "--seq-len", "8192", "--out", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b" / "best_layout.json").read_text())["model"] == "my-llama"
+
+
+@pytest.mark.parametrize(("words", "field"), [
+    (["--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--precision", "nvfp4"], "precision"),
+    (["--model", "llama3-70b", "--cluster", "dgx-h100", "--precision", "fp6"], "precision"),
+    (["--model", "llama3-70b", "--cluster", "dgx-h100", "--layers", "3"], "layers"),
+    (["--model", "nope.json", "--cluster", "dgx-h100"], "model"),
+])
+def test_plan_refuses_bad_llm_input_in_one_line(words: list[str], field: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", *words, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{field}:" in err
+
+
+def test_the_python_api_calls_the_engines() -> None:
+    import flexcomm
+
+    found = flexcomm.plan_layouts("llama3-8b", "dgx-h100", gpus=8, batch_size=64, seq_len=8192, precision="fp8")
+    assert found.best.fits and found.best.tokens_per_s_per_gpu > 0
+    assert flexcomm.architecture("deepseek-v3").active_parameters == pytest.approx(37e9, rel=0.03)
+    frame = flexcomm.validate_published_llm(rank=False)
+    assert len(frame) == 77 and {"rel_error", "naive_rel_error", "flops_rel_error"} <= set(frame.columns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.lists(st.floats(0.001, 10.0), min_size=1, max_size=40), head=st.floats(0.0, 20.0),
+       pp=st.integers(1, 8), vp=st.integers(1, 4))
+def test_the_ideal_split_is_never_slower_than_megatrons_default(layers: list[float], head: float, pp: int,
+                                                                vp: int) -> None:
+    ideal = min_max_split([*layers, head], pp)
+    total = sum(layers) + head
+    assert ideal >= max(max(layers), head) * (1 - 1e-9) and ideal >= total / pp * (1 - 1e-9)
+    assert ideal <= total * (1 + 1e-9)
+    if vp == 1 and len(layers) >= pp:  # (interleaved chunks are not contiguous: the ideal cut does not bound them)
+        assert ideal <= uniform_split(layers, head, pp, 1) * (1 + 1e-9)
+    assert uniform_split(layers, head, 1, 1) == pytest.approx(total)

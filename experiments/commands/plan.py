@@ -39,7 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help="graph name (resnet18, resnet50, eca-resnet50, eca-resnet20, "
                         "gpt, inception), or your own model as module.path:factory or path/to/file.py:factory (a "
-                        "function of no arguments returning an nn.Module or (module, example input or sample shape))")
+                        "function of no arguments returning an nn.Module or (module, example input or sample shape)); "
+                        "or a current LLM: a preset (llama3-8b, llama3-70b, llama3.1-405b, deepseek-v3, "
+                        "qwen3-30b-a3b, qwen3-235b-a22b, gpt-oss-120b, mixtral-8x7b, mixtral-8x22b, "
+                        "nemotron-4-340b, gpt3-175b, ...) or path/to/config.json (HuggingFace), whose every layout "
+                        "(TP, CP, PP/VP, EP, FSDP, recomputation) is searched")
+    parser.add_argument("--gpus", type=int, help="with a preset or config.json: GPUs of the job (default: the "
+                        "cluster's; the cluster's nodes are repeated to hold them)")
     add_cluster_arguments(parser, default="4x8-a100-ib")
     add_job_argument(parser)
     parser.add_argument("--batch-size", type=int, help="global batch in samples (default per device: simulate's "
@@ -68,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         gpt.add_argument(flag, type=int, default=None)
     llm = parser.add_argument_group("transformer planner (--model gpt: t, p, d, micro-batch size, virtual stages, "
                                     "sequence parallelism, recomputation, ZeRO; --batch-size counts sequences)")
-    llm.add_argument("--precision", help="bf16, fp16 or fp32 (default: bf16 where every GPU has it, else fp16)")
+    llm.add_argument("--precision", help="bf16, fp16 or fp32 (default: bf16 where every GPU has it, else fp16); "
+                     "with a preset or config.json: bf16, fp8 (fp8-cs), fp8-ds, mxfp8 or nvfp4 for the GEMMs "
+                     "(block-scaled formats on Blackwell)")
     llm.add_argument("--nics-per-node", type=int, help="NICs per node at the inter-node bandwidth (default: the "
                      "cluster's nics_per_node, else 1)")
     llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
@@ -115,11 +123,15 @@ def _check_shared(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
     from flexcomm.costmodel.units import format_size, format_time
-    from flexcomm.experiments.options import GRAPH_NAMES
-    from flexcomm.planner.devices import load_plan_cluster
 
     # everything checkable without torch first: a typo is a one-line error within a second
+    from flexcomm.experiments.commands.plan_layouts import is_layout_model, run_layouts
+    from flexcomm.experiments.options import GRAPH_NAMES
+    from flexcomm.planner.devices import load_plan_cluster
     from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
+
+    if is_layout_model(args.model):
+        return run_layouts(args)
 
     if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)

@@ -370,18 +370,19 @@ def run_gpu_traces(args: argparse.Namespace) -> int:
 def run_published_llm(args: argparse.Namespace) -> int:
     """``validate --published-llm [FILE]``: every published row at its layout, beside the naive baseline."""
     from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.experiments.published_llm import overall, predict, read_corpus, report_lines
+    from flexcomm.experiments.published_llm import overall, predict, read_corpus, report_lines, target_lines
     from flexcomm.experiments.published_llm_plots import plot_published_llm
 
     frame = predict(read_corpus(args.published_llm or None))
     out = Path("results/published-llm" if args.out == "results/validate" else args.out)
     lines = report_lines(frame)
     write_csv_atomic(frame, out / "llm.csv")
-    write_text_atomic(out / "llm.md", "\n".join(lines) + "\n")
+    write_text_atomic(out / "llm.md", "\n".join([*lines, "", *target_lines(frame)]) + "\n")
     plot_published_llm(frame, out / "llm.png")
     print("\n".join(lines))
     model, naive = overall(frame)
     print(f"\nall {len(frame)} rows: model median |error| {model:.1%}, naive baseline {naive:.1%}")
+    print("\n".join(target_lines(frame)))
     print(f"wrote {out}/llm.csv, {out}/llm.md, {out}/llm.png")
     return 0
 

@@ -22,6 +22,8 @@ GEMM_PRECISIONS: dict[str, tuple[str, float]] = {
 }
 #: Block-scaled formats need Blackwell's tensor cores (compute capability 10.0; NVIDIA Blackwell brief).
 BLOCK_SCALED = ("mxfp8", "nvfp4")
+#: Activation recomputation choices (see :class:`Layout`).
+RECOMPUTE = ("none", "full", "moe")
 #: How the tables spell precisions.
 PRECISION_NAMES = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-ds": "fp8-ds", "fp8-mx": "mxfp8",
                    "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
@@ -52,12 +54,17 @@ class Layout:
     ep: int = 1
     fsdp: bool = False
     precision: str = "bf16"
+    #: activation recomputation: none, full (every layer's forward again; only its input kept) or moe (the
+    #: routed experts' forward again, Megatron-Core's ``recompute_modules=["moe"]``)
+    recompute: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("gpus", "global_batch", "micro_batch", "seq_len", "tp", "pp", "cp", "vp", "ep"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(name, value, "an integer >= 1")
+        if self.recompute not in RECOMPUTE:
+            raise InputError("recompute", self.recompute, "one of " + ", ".join(RECOMPUTE))
         if self.precision not in GEMM_PRECISIONS:
             raise InputError("precision", self.precision, "one of " + ", ".join(GEMM_PRECISIONS))
         model_parallel = self.tp * self.pp * self.cp
@@ -92,6 +99,8 @@ class Layout:
             parts.append(f"v{self.vp}")
         if self.fsdp:
             parts.append("fsdp")
+        if self.recompute != "none":
+            parts.append(f"rc_{self.recompute}")
         return "-".join(parts)
 
     def check_model(self, arch: Architecture) -> None:
@@ -104,3 +113,8 @@ class Layout:
             raise InputError("ep", self.ep, f"a divisor of {arch.name}'s {arch.moe.experts} experts")
         if self.pp * self.vp > arch.layers + arch.mtp_layers + 2:
             raise InputError("pp", self.pp, f"PP x VP at most {arch.name}'s layers")
+        if self.recompute == "moe" and arch.moe is None:
+            raise InputError("recompute", self.recompute, f"none or full: {arch.name} has no experts")
+        if self.fsdp and self.pp > 1:
+            raise InputError("fsdp", self.fsdp, "FSDP with PP 1 (the tables' FSDP shards over GPUs / (TP x PP) "
+                             "with no pipeline)")

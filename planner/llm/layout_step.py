@@ -37,6 +37,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gemm_efficiency import measured_ceiling
 from flexcomm.planner.llm.architecture import Architecture
 from flexcomm.planner.llm.layout import BLOCK_SCALED, GEMM_PRECISIONS, Layout
+from flexcomm.planner.llm.memory import in_flight
 from flexcomm.planner.llm.model import Gemm
 from flexcomm.planner.llm.timing import Hardware
 
@@ -44,6 +45,25 @@ from flexcomm.planner.llm.timing import Hardware
 BF16 = 2.0
 #: FlashAttention's backward over its forward: 5 GEMMs against 2 (Dao et al. 2022, algorithm 4).
 FLASH_BACKWARD = 2.5
+#: FP32 master weights and Adam's two moments per parameter (Rajbhandari et al. 2020, ZeRO, section 3.1).
+ADAM_STATE_BYTES = 12.0
+
+
+@dataclass(frozen=True)
+class LayoutMemory:
+    """Bytes per GPU: model states and activations (with the logits), against the device's memory."""
+
+    states: float
+    activations: float
+    limit: float
+
+    @property
+    def total(self) -> float:
+        return self.states + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.limit
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,7 @@ class LayoutCost:
     step_s: float
     compute_s: float
     memory_bound_s: float
+    recompute_s: float
     tp_exposed_s: float
     cp_exposed_s: float
     ep_s: float
@@ -64,9 +85,15 @@ class LayoutCost:
     dp_exposed_s: float
     optimizer_s: float
     tokens_per_s_per_gpu: float
+    memory: LayoutMemory
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
 
     def parts(self) -> dict[str, float]:
-        return {"compute": self.compute_s, "memory-bound": self.memory_bound_s, "TP": self.tp_exposed_s,
+        return {"compute": self.compute_s, "memory-bound": self.memory_bound_s, "recompute": self.recompute_s,
+                "TP": self.tp_exposed_s,
                 "CP": self.cp_exposed_s, "EP": self.ep_s, "PP p2p": self.pp_p2p_s,
                 "PP imbalance": self.imbalance_s, "bubble": self.bubble_s,
                 "DP/FSDP": self.dp_exposed_s, "optimizer": self.optimizer_s}
@@ -79,6 +106,8 @@ class _Pass:
     gemm: float
     core: float
     memory: float
+    #: the routed experts' share of ``gemm`` and ``memory`` (what MoE recomputation repeats)
+    routed: float
     tp_exposed: float
     cp_exposed: float
     ep: float
@@ -88,6 +117,12 @@ class _Pass:
     @property
     def forward(self) -> float:
         return self.gemm + self.core + self.memory + self.tp_exposed + self.cp_exposed + self.ep
+
+    def recomputed(self, recompute: str) -> float:
+        """What recomputation adds to the backward: the whole forward again, or the routed experts' part."""
+        if recompute == "full":
+            return self.forward
+        return self.routed if recompute == "moe" else 0.0
 
     @property
     def backward(self) -> float:
@@ -100,6 +135,52 @@ def scale_up_domain(cluster: Cluster) -> int:
     fabric = cluster.gpu_fabric
     domain = getattr(fabric, "nvlink_domain", None) if fabric is not None else None
     return int(domain) if domain else cluster.devices_per_node
+
+
+def uniform_split(layers: list[float], head: float, pp: int, vp: int) -> float:
+    """The slowest stage when ``layers`` (seconds each, in order) go evenly to PP x VP chunks dealt round-robin
+    to the stages and the output layer (``head``) runs on the last; the embedding and the loss take a layer's
+    place each where the layers alone do not divide (Megatron-Core's defaults)."""
+    chunks = pp * vp
+    slots = list(layers)
+    if len(slots) % chunks and (len(slots) + 2) % chunks == 0:
+        slots = [0.0, *slots, None]  # the embedding's place (nothing to time) and the loss's (the head's)
+    size = -(-len(slots) // chunks)
+    stages = [0.0] * pp
+    for index in range(chunks):
+        chunk = slots[index * size:(index + 1) * size]
+        stages[index % pp] += sum(head if t is None else t for t in chunk)
+    if None not in slots:
+        stages[-1] += head
+    return max(stages)
+
+
+def min_max_split(items: list[float], parts: int) -> float:
+    """The least possible largest sum when ``items`` are cut, in order, into at most ``parts`` contiguous
+    groups (binary search on the answer with a greedy check: exact to a part in 1e12)."""
+    low, high = max(items), sum(items)
+    for _ in range(60):
+        if high - low <= 1e-12 * high:
+            break
+        middle = (low + high) / 2
+        groups, load = 1, 0.0
+        for item in items:
+            if load + item > middle:
+                groups, load = groups + 1, item
+            else:
+                load += item
+        if groups <= parts:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def cluster_of(cluster: Cluster, gpus: int) -> Cluster:
+    """The cluster with as many nodes as ``gpus`` fill (a described DGX pair stands for a pod of its nodes):
+    the whole-node groups NCCL's model prices must exist in it."""
+    nodes = -(-gpus // cluster.devices_per_node)
+    return cluster if nodes == cluster.nodes else cluster.model_copy(update={"nodes": nodes})
 
 
 def layout_hardware(cluster: Cluster) -> Hardware:
@@ -118,25 +199,39 @@ def layout_hardware(cluster: Cluster) -> Hardware:
 class LayoutPricer:
     """Prices layouts of one architecture on one cluster."""
 
-    def __init__(self, arch: Architecture, cluster: Cluster) -> None:
-        self.arch, self.cluster = arch, cluster
+    def __init__(self, arch: Architecture, cluster: Cluster, *, cache: bool = True, split: str = "uniform") -> None:
+        if split not in ("uniform", "ideal"):
+            raise InputError("split", split, "uniform (Megatron-Core's default) or ideal")
+        self.arch, self.cluster, self.split = arch, cluster, split
+        #: False: every layout prices its layers from scratch (the search benchmark's baseline)
+        self.cache = cache
         self.hw = layout_hardware(cluster)
         self.device = min(cluster.rank_devices, key=lambda dev: dev.peak_flops)
         self.capability = getattr(cluster.gpu_fabric, "compute_capability", None) if cluster.gpu_fabric else None
+        self.memory_limit = float(self.device.memory_bytes)
+        self._pass_cache: dict[tuple, tuple] = {}
+        self._stage_cache: dict[tuple, float] = {}
         listed = lookup(self.device.name)
         #: datasheet peak FLOP/s by precision (the cluster file's bf16 rate where the catalog lacks the device)
         self.rates = {**(listed.peak_flops if listed else {}), "bf16": self.device.peak_flops}
 
     def check(self, layout: Layout) -> None:
         layout.check_model(self.arch)
-        if layout.gpus > self.cluster.world_size and self.cluster.gpu_fabric is None:
-            raise InputError("gpus", layout.gpus, f"at most the cluster's {self.cluster.world_size} GPUs")
-        key = GEMM_PRECISIONS[layout.precision][0]
+        if layout.gpus > self.cluster.world_size:
+            raise InputError("gpus", layout.gpus, f"at most the cluster's {self.cluster.world_size} GPUs (price "
+                             "on cluster_of(cluster, gpus))")
+        self.check_precision(layout.precision)
+
+    def check_precision(self, precision: str) -> None:
+        """The device has tensor cores for ``precision`` (NVFP4 needs Blackwell's)."""
+        if precision not in GEMM_PRECISIONS:
+            raise InputError("precision", precision, "one of " + ", ".join(GEMM_PRECISIONS))
+        key = GEMM_PRECISIONS[precision][0]
         if key not in self.rates:
-            raise InputError("precision", layout.precision, f"a precision {self.device.name} has tensor cores for "
+            raise InputError("precision", precision, f"a precision {self.device.name} has tensor cores for "
                              "(its datasheet rates " + ", ".join(sorted(self.rates)) + ")")
-        if layout.precision in BLOCK_SCALED and (self.capability or 0) < 100:
-            raise InputError("precision", layout.precision, f"bf16 or fp8 on {self.device.name} (block-scaled "
+        if precision in BLOCK_SCALED and (self.capability or 0) < 100:
+            raise InputError("precision", precision, f"bf16 or fp8 on {self.device.name} (block-scaled "
                              "formats need Blackwell, compute capability 10.0)")
 
     # --- pieces ----------------------------------------------------------------------------------
@@ -201,8 +296,9 @@ class LayoutPricer:
         heads = b * max(1, a.heads // t)
         core = (hw.gemm_s(Gemm("scores", L.seq_len // c, max(1, round(L.seq_len * fraction)), qk_dim, heads), BF16)
                 + hw.gemm_s(Gemm("context", L.seq_len // c, v_dim, max(1, round(L.seq_len * fraction)), heads), BF16))
-        memory = hw.memory_bound_s(self._stored_bytes(tokens, t, moe, expert_tokens)
-                                   + self._cast_bytes(layout, tokens, t, expert_tokens, moe))
+        stored = self.stored_bytes(tokens, t, moe, expert_tokens, element)
+        routed_bytes = stored["routed"]
+        memory = hw.memory_bound_s(sum(stored.values()) + self._cast_bytes(layout, tokens, t, expert_tokens, moe))
         # TP (sequence parallel): all-gather before, reduce-scatter after attention and MLP, each hidden behind
         # the GEMM it feeds or follows (userbuffers overlap)
         tp_fwd = tp_bwd = 0.0
@@ -222,25 +318,37 @@ class LayoutPricer:
         ep = 0.0
         if moe and a.moe is not None and L.ep > 1:
             ep = 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=t)  # dispatch and combine
-        return _Pass(gemm, core, memory, tp_fwd, cp_fwd, ep, tp_bwd, cp_bwd)
+        routed = (sum(gemm_times[len(attention):len(attention) + 2]) if moe and a.moe is not None else 0.0) + \
+            hw.memory_bound_s(routed_bytes)
+        return _Pass(gemm, core, memory, routed, tp_fwd, cp_fwd, ep, tp_bwd, cp_bwd)
 
-    def _stored_bytes(self, tokens: int, t: int, moe: bool, expert_tokens: float) -> float:
-        """Activation bytes one layer keeps for its backward, per micro-batch on one GPU (BF16; sequence parallel
-        splits the norms' inputs over TP): Korthikanti et al.'s count for a current layer, without dropout."""
+    def stored_bytes(self, tokens: int, t: int, moe: bool, expert_tokens: float,
+                     element: float = BF16) -> dict[str, float]:
+        """Activation bytes one layer keeps for its backward, per micro-batch on one GPU, by part (``input``: the
+        layer's input, what full recomputation keeps; ``routed``: the routed experts', what MoE recomputation
+        drops; ``rest``). Korthikanti et al.'s count for a current layer without dropout: FlashAttention keeps
+        Q, K, V and its output (no s x s matrix), sequence parallelism keeps the norms' outputs split over TP,
+        and a linear layer's input is kept as its GEMM reads it (``element`` bytes: Transformer Engine saves
+        the FP8/FP4 copy it quantized, not the BF16 tensor)."""
         a = self.arch
+        h = a.hidden
         attn_width = a.heads * (a.head_dim if a.mla is None else a.mla.v_head_dim)
         qkv = (a.heads + 2 * a.kv_heads) * a.head_dim if a.mla is None else a.heads * (
             2 * (a.mla.qk_head_dim + a.mla.rope_head_dim) + a.mla.v_head_dim)
-        attention = tokens * (2 * a.hidden / t + (qkv + attn_width) / t) * BF16
+        copy = 0.0 if element == BF16 else element  # a low-precision copy of the attention output for the proj
+        layer_input = tokens * h / t * BF16
+        attention = tokens / t * (h * element + qkv * BF16 + attn_width * (BF16 + copy))
         gate = 2 if a.gated else 1
+        routed = 0.0
+        norm2 = tokens / t * h * (BF16 + element)  # the residual and the MLP's (or router's) input
         if moe and a.moe is not None:
             e = a.moe
-            routed = expert_tokens * (2 * a.hidden + (gate + 1) * e.ffn_hidden) * BF16
-            shared = tokens * (gate + 1) * e.shared_ffn_hidden / t * BF16
-            mlp = tokens * (2 * a.hidden / t) * BF16 + routed + shared + tokens / t * e.experts * 4.0
+            routed = expert_tokens * (h * element + gate * e.ffn_hidden * BF16 + e.ffn_hidden * element + h * BF16)
+            shared = tokens / t * e.shared_ffn_hidden * (gate * BF16 + element)
+            mlp = norm2 + shared + tokens / t * e.experts * 4.0  # fp32 router logits
         else:
-            mlp = tokens * (2 * a.hidden / t + (gate + 1) * a.ffn_hidden / t) * BF16
-        return attention + mlp
+            mlp = norm2 + tokens / t * a.ffn_hidden * (gate * BF16 + element)
+        return {"input": layer_input, "routed": routed, "rest": attention + mlp}
 
     def _cast_bytes(self, layout: Layout, tokens: int, t: int, expert_tokens: float, moe: bool) -> float:
         """Forward traffic of casting GEMM inputs to the layout's precision, counted as stored-byte equivalents
@@ -287,13 +395,11 @@ class LayoutPricer:
     def price(self, layout: Layout) -> LayoutCost:
         self.check(layout)
         a, L, hw = self.arch, layout, self.hw
-        dense_pass = self._layer_pass(layout, moe=False)
-        moe_pass = self._layer_pass(layout, moe=True) if a.moe is not None else dense_pass
-        counts = ((a.dense_layers + (a.mtp_layers if a.moe is None else 0), dense_pass),
-                  (a.moe_layers + (a.mtp_layers if a.moe is not None else 0), moe_pass))
+        counts = self._passes(layout)
         head = self._head_s(layout)
+        per_layer = [n * (x.forward + x.backward + x.recomputed(L.recompute)) for n, x in counts]
         stage = self._busiest_stage_s(layout, counts, head)
-        mean_stage = (sum(n * (x.forward + x.backward) for n, x in counts) + head) / L.pp
+        mean_stage = (sum(per_layer) + head) / L.pp
         boundary = L.micro_batch * L.seq_len // L.cp * a.hidden * BF16 / L.tp
         p2p = 2 * L.vp * hw.send_s(boundary, L.tp * L.cp * L.dp >= hw.devices_per_node) if L.pp > 1 else 0.0
         slot = stage + p2p
@@ -302,8 +408,7 @@ class LayoutPricer:
         dense_params, expert_params = self._stage_parameters(layout)
         dp_exposed = self._fsdp_exposed(layout, counts) * m if L.fsdp else self._dp_exposed(
             layout, dense_params, expert_params, counts)
-        dense_group = L.gpus // (L.tp * L.pp) if L.fsdp else L.dp * L.cp
-        expert_group = max(1, L.gpus // (L.pp * L.ep))
+        dense_group, expert_group = self._optimizer_groups(layout)
         optimizer = hw.optimizer_s(dense_params / dense_group + expert_params / expert_group)
         step = m * slot + bubble + dp_exposed + optimizer
 
@@ -313,30 +418,98 @@ class LayoutPricer:
         compute = m * (sum(n * 3 * x.gemm + n * (1 + FLASH_BACKWARD) * x.core for n, x in counts) + head) / L.pp
         return LayoutCost(
             layout=layout, step_s=step, compute_s=compute, memory_bound_s=3 * total("memory"),
+            recompute_s=m * sum(n * x.recomputed(L.recompute) for n, x in counts) / L.pp,
             tp_exposed_s=total("tp_exposed") + total("tp_exposed_backward"),
             cp_exposed_s=total("cp_exposed") + total("cp_exposed_backward"), ep_s=2 * total("ep"),
-            pp_p2p_s=m * p2p, imbalance_s=m * (stage - mean_stage), bubble_s=bubble, dp_exposed_s=dp_exposed, optimizer_s=optimizer,
-            tokens_per_s_per_gpu=L.global_batch * L.seq_len / step / L.gpus)
+            pp_p2p_s=m * p2p, imbalance_s=m * (stage - mean_stage), bubble_s=bubble, dp_exposed_s=dp_exposed,
+            optimizer_s=optimizer, tokens_per_s_per_gpu=L.global_batch * L.seq_len / step / L.gpus,
+            memory=self.memory(layout))
 
-    def _busiest_stage_s(self, layout: Layout, counts, head: float) -> float:
-        """One micro-batch's forward + backward through the slowest pipeline stage, split as Megatron splits:
-        layers evenly over PP x VP chunks, the output layer on the last stage; where the layers do not divide,
-        the embedding and the loss each take a layer's place (``account_for_embedding_in_pipeline_split`` and
-        ``..._loss_...``), so the last stage runs one layer fewer beside its head."""
+    def _passes(self, layout: Layout) -> tuple[tuple[int, _Pass], tuple[int, _Pass]]:
+        """(layers, pass) for the dense and the routed layers (MTP layers with their kind); a layer's pass depends
+        on few of the layout's fields, so plans of one search share it."""
+        a = self.arch
+        key = self._pass_key(layout)
+        hit = self._pass_cache.get(key) if self.cache else None
+        if hit is None:
+            dense = self._layer_pass(layout, moe=False)
+            routed = self._layer_pass(layout, moe=True) if a.moe is not None else dense
+            hit = self._pass_cache[key] = (
+                (a.dense_layers + (a.mtp_layers if a.moe is None else 0), dense),
+                (a.moe_layers + (a.mtp_layers if a.moe is not None else 0), routed))
+        return hit
+
+    @staticmethod
+    def _pass_key(layout: Layout) -> tuple:
+        return (layout.tp, layout.cp, layout.micro_batch, layout.seq_len, layout.ep, layout.precision)
+
+    def _optimizer_groups(self, layout: Layout) -> tuple[int, int]:
+        """GPUs sharing one copy of the dense and of the expert weights' optimizer state."""
+        L = layout
+        dense = L.gpus // (L.tp * L.pp) if L.fsdp else L.dp * L.cp
+        return dense, max(1, L.gpus // (L.pp * L.ep))
+
+    def memory(self, layout: Layout) -> LayoutMemory:
+        """Bytes per GPU on the fuller of the first stage (most micro-batches in flight) and the last (the
+        logits): BF16 weights and gradients, FP32 master weights and Adam moments sharded over the optimizer's
+        group (distributed optimizer), or all of it sharded under FSDP; a low-precision copy of the weights
+        for FP8/FP4; activations as :meth:`stored_bytes` counts them."""
         a, L = self.arch, layout
-        per_layer = sum(n * (x.forward + x.backward) for n, x in counts) / max(1, sum(n for n, _ in counts))
-        stack = a.layers + a.mtp_layers
-        if L.pp == 1:
-            return stack * per_layer + head
-        chunks = L.pp * L.vp
-        if stack % chunks == 0:
-            last = stack / L.pp
-        elif (stack + 2) % chunks == 0:
-            last = (stack + 2) / L.pp - 1
+        dense, experts = self._stage_parameters(layout)
+        dense_group, expert_group = self._optimizer_groups(layout)
+        _, element = GEMM_PRECISIONS[L.precision]
+        low_copy = 0.0 if L.precision == "bf16" else element
+        if L.fsdp:
+            layer = (a.attention_parameters() + (a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden)
+                                                if a.moe else a.mlp_parameters(a.ffn_hidden))) / L.tp
+            states = (dense + experts) * (BF16 + BF16 + ADAM_STATE_BYTES + low_copy) / dense_group \
+                + 2 * layer * BF16  # the layer computed and the one prefetched, gathered
         else:
-            last = -(-stack // chunks) * L.vp  # uneven: the fuller stages take a layer more a chunk
-        others = (stack - last) / (L.pp - 1)
-        return max(last * per_layer + head, others * per_layer)
+            states = (dense + experts) * (BF16 + BF16 + low_copy) + ADAM_STATE_BYTES * (
+                dense / dense_group + experts / expert_group)
+        tokens = L.micro_batch * L.seq_len // L.cp
+        per_layer = 0.0
+        working = 0.0
+        for n, moe in ((a.dense_layers, False), (a.moe_layers, True)):
+            if n == 0:
+                continue
+            expert_tokens = tokens / L.tp * a.moe.top_k if moe and a.moe else 0.0
+            parts = self.stored_bytes(tokens, L.tp, moe, expert_tokens, element)
+            kept = parts["input"] if L.recompute == "full" else sum(parts.values()) - (
+                parts["routed"] if L.recompute == "moe" else 0.0)
+            per_layer += n * kept
+            working = max(working, sum(parts.values()))
+        stack = a.layers + a.mtp_layers
+        per_layer /= max(1, a.layers)
+        layers_per_stage = stack / L.pp
+        held = in_flight(L.pp, L.micro_batches, L.vp)
+        recompute_buffer = working if L.recompute != "none" else 0.0
+        logits = 4.0 * tokens * a.padded_vocab(L.tp) / L.tp
+        first = per_layer * layers_per_stage * held + recompute_buffer + (logits if L.pp == 1 else 0.0)
+        last = per_layer * layers_per_stage + recompute_buffer + logits
+        return LayoutMemory(states=states, activations=max(first, last), limit=self.memory_limit)
+
+    def _busiest_stage_s(self, layout: Layout, counts, head: float) -> float:  # noqa: ANN001 - the passes
+        """One micro-batch's forward + backward through the slowest pipeline stage.
+
+        ``split="uniform"`` (the default) splits as Megatron-Core does unless told otherwise: the layers
+        evenly over PP x VP chunks, the output layer on the last stage; where the layers do not divide, the
+        embedding and the loss each take a layer's place (``account_for_embedding_in_pipeline_split``,
+        ``account_for_loss_in_pipeline_split``). ``split="ideal"``: whole layers (dense, routed, MTP) and the
+        output layer cut as evenly as they allow, what ``pipeline_model_parallel_layout`` lets a recipe set."""
+        L = layout
+        items = [x.forward + x.backward + x.recomputed(L.recompute) for n, x in counts for _ in range(n)]
+        if L.pp == 1:
+            return sum(items) + head
+        key = (self._pass_key(layout), L.pp, L.vp, L.recompute)
+        hit = self._stage_cache.get(key) if self.cache else None
+        if hit is None:
+            if self.split == "ideal":
+                hit = min_max_split([*items, head], L.pp)
+            else:
+                hit = uniform_split(items, head, L.pp, L.vp)
+            self._stage_cache[key] = hit
+        return hit
 
     def _stage_parameters(self, layout: Layout) -> tuple[float, float]:
         """(dense weights on one GPU, expert weights on one GPU) of the busiest stage: dense split over TP,
@@ -371,8 +544,7 @@ class LayoutPricer:
         group = L.gpus // (L.tp * L.pp)
         per_node = self._per_node(group, L.tp)
         exposed = 0.0
-        for n, x in counts:
-            moe = x is not counts[0][1] or a.moe is not None and counts[0][0] == 0
+        for (n, x), moe in zip(counts, (False, True), strict=True):
             weights = a.attention_parameters() + (
                 a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden) if moe and a.moe else a.mlp_parameters(a.ffn_hidden))
             comm = hw.gather_or_scatter_s(weights / L.tp * BF16, group, per_node)
