@@ -105,6 +105,8 @@ def test_a_config_json_reads_as_its_preset(config: dict, name: str, tmp_path: Pa
     ({**LLAMA3_8B, "hidden_act": "gelu"}, "config.hidden_act"),
     ({**LLAMA3_8B, "num_hidden_layers": -1}, "config.num_hidden_layers"),
     ({**QWEN3_30B, "mlp_only_layers": [0, 1]}, "config.mlp_only_layers"),
+    (_hf("GptOssForCausalLM", num_hidden_layers=36, hidden_size=2880, num_attention_heads=64, intermediate_size=2880,
+         vocab_size=201088, num_local_experts=128, num_experts_per_tok="four"), "config.num_experts_per_tok"),
     ([1, 2], "config"),
 ])
 def test_a_config_it_cannot_price_is_one_error_naming_the_field(config: object, field: str) -> None:
@@ -259,3 +261,22 @@ def test_the_ideal_split_is_never_slower_than_megatrons_default(layers: list[flo
     if vp == 1 and len(layers) >= pp:  # (interleaved chunks are not contiguous: the ideal cut does not bound them)
         assert ideal <= uniform_split(layers, head, pp, 1) * (1 + 1e-9)
     assert uniform_split(layers, head, 1, 1) == pytest.approx(total)
+
+
+@settings(max_examples=150, deadline=None)
+@given(config=st.fixed_dictionaries({"architectures": st.sampled_from(
+    [["LlamaForCausalLM"], ["MixtralForCausalLM"], ["Qwen3MoeForCausalLM"], ["DeepseekV3ForCausalLM"],
+     ["GptOssForCausalLM"], ["BertModel"], "Llama", []])}, optional={
+    key: st.one_of(st.integers(-2, 300), st.none(), st.text(max_size=3), st.booleans(), st.lists(st.integers(0, 3)))
+    for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "intermediate_size", "vocab_size", "num_local_experts", "num_experts_per_tok", "num_experts",
+                "moe_intermediate_size", "n_routed_experts", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                "qk_rope_head_dim", "v_head_dim", "mlp_only_layers", "hidden_act", "sliding_window")}))
+def test_any_config_mapping_reads_or_is_one_input_error(config: dict) -> None:
+    try:
+        arch = architecture_from_config(config)
+    except InputError as error:
+        assert error.field.startswith(("config", "moe.", "mla.", "kv_heads", "activation", "layers", "hidden",
+                                       "heads", "head_dim", "ffn_hidden", "vocab"))
+    else:
+        assert arch.parameters > 0 and arch.counted_flops_per_token(128) > 0

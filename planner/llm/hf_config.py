@@ -85,11 +85,9 @@ def _deepseek_v3(f: _Fields, name: str) -> Architecture:
 
 def _gpt_oss(f: _Fields, name: str) -> Architecture:
     ffn = f.int("intermediate_size")
-    experts_per_token = f.config.get("num_experts_per_tok", f.config.get("experts_per_token"))
-    if experts_per_token is None:
-        raise InputError("config.num_experts_per_tok", "missing", "an integer >= 1 (the architecture needs it)")
+    per_token = f.int("num_experts_per_tok" if "num_experts_per_tok" in f.config else "experts_per_token")
     return Architecture(**f.common(name), ffn_hidden=ffn, activation="swiglu-clamped",
-                        moe=MoE(f.int("num_local_experts"), int(experts_per_token), ffn),
+                        moe=MoE(f.int("num_local_experts"), per_token, ffn),
                         window=f.optional_int("sliding_window"))
 
 
