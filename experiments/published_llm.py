@@ -215,10 +215,11 @@ def predict(rows: list[PublishedRow], rank: bool = True, progress=None) -> pd.Da
         layout = Layout(gpus=row.gpus, global_batch=row.gbs, micro_batch=row.mbs, seq_len=row.seq_len, tp=row.tp,
                         pp=row.pp, cp=row.cp, vp=row.vp, ep=row.ep, fsdp=row.fsdp,
                         precision=gemm_precision(row.precision))
-        pricer = LayoutPricer(arch, cluster_of(cluster, row.gpus))
+        sized = cluster_of(cluster, row.gpus)
+        pricer = LayoutPricer(arch, sized)
         cost = least_recomputation(pricer, layout)
         placed = _placement(pricer, row, cost) if rank else {}
-        ideal = LayoutPricer(arch, cluster_of(cluster, row.gpus), split="ideal").price(cost.layout)
+        ideal = LayoutPricer(arch, sized, split="ideal").price(cost.layout)
         counted = arch.counted_flops_per_token(row.seq_len, row.convention, row.tp)
         published_fpt = row.tflops * 1e12 / row.tokens_per_s
         device = min(cluster.rank_devices, key=lambda d: d.peak_flops)

@@ -130,6 +130,13 @@ class Architecture:
     def mlp_parameters(self, ffn: int) -> float:
         return float((3 if self.gated else 2) * self.hidden * ffn)
 
+    def layer_weights(self, routed: bool) -> float:
+        """One layer's attention and MLP weights, the routed experts' (all of them, shared ones left out) where
+        ``routed`` and the model has experts: what FSDP gathers for it."""
+        if routed and self.moe is not None:
+            return self.attention_parameters() + self.moe.experts * self.mlp_parameters(self.moe.ffn_hidden)
+        return self.attention_parameters() + self.mlp_parameters(self.ffn_hidden)
+
     @property
     def parameters(self) -> float:
         """All weights (norms and biases left out: under 0.1 % of any preset), MTP layers excluded."""

@@ -361,9 +361,8 @@ class LayoutPricer:
         per_element = (BF16 + element + (BF16 if layout.precision == "fp8-cs" else 0.0)) / 2
         attn_in = a.hidden + a.heads * (a.head_dim if a.mla is None else a.mla.v_head_dim)
         if moe and a.moe is not None:
-            mlp_in = (expert_tokens * (a.hidden + a.moe.ffn_hidden)
-                      + tokens * (a.hidden + a.moe.shared_ffn_hidden) / t) if a.moe.shared_ffn_hidden else \
-                expert_tokens * (a.hidden + a.moe.ffn_hidden)
+            shared = tokens * (a.hidden + a.moe.shared_ffn_hidden) / t if a.moe.shared_ffn_hidden else 0.0
+            mlp_in = expert_tokens * (a.hidden + a.moe.ffn_hidden) + shared
         else:
             mlp_in = tokens * (a.hidden + a.ffn_hidden / t)
         return (tokens * attn_in / t + mlp_in) * per_element
@@ -460,8 +459,7 @@ class LayoutPricer:
         _, element = GEMM_PRECISIONS[L.precision]
         low_copy = 0.0 if L.precision == "bf16" else element
         if L.fsdp:
-            layer = (a.attention_parameters() + (a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden)
-                                                if a.moe else a.mlp_parameters(a.ffn_hidden))) / L.tp
+            layer = a.layer_weights(routed=True) / L.tp
             states = (dense + experts) * (BF16 + BF16 + ADAM_STATE_BYTES + low_copy) / dense_group \
                 + 2 * layer * BF16  # the layer computed and the one prefetched, gathered
         else:
@@ -545,8 +543,6 @@ class LayoutPricer:
         per_node = self._per_node(group, L.tp)
         exposed = 0.0
         for (n, x), moe in zip(counts, (False, True), strict=True):
-            weights = a.attention_parameters() + (
-                a.moe.experts * a.mlp_parameters(a.moe.ffn_hidden) if moe and a.moe else a.mlp_parameters(a.ffn_hidden))
-            comm = hw.gather_or_scatter_s(weights / L.tp * BF16, group, per_node)
+            comm = hw.gather_or_scatter_s(a.layer_weights(routed=moe) / L.tp * BF16, group, per_node)
             exposed += n * (max(0.0, comm - x.forward) + max(0.0, 2 * comm - x.backward))
         return exposed
