@@ -231,6 +231,10 @@ def test_plan_takes_a_preset_and_a_config_json(tmp_path: Path, capsys: pytest.Ca
     (["--model", "llama3-70b", "--cluster", "dgx-h100", "--precision", "fp6"], "precision"),
     (["--model", "llama3-70b", "--cluster", "dgx-h100", "--layers", "3"], "layers"),
     (["--model", "nope.json", "--cluster", "dgx-h100"], "model"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--batch-size", "0"], "batch-size"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--batch-size", "-4"], "batch-size"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "0"], "seq-len"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0"], "gpus"),
 ])
 def test_plan_refuses_bad_llm_input_in_one_line(words: list[str], field: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:

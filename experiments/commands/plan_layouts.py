@@ -41,12 +41,14 @@ def run_layouts(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             raise InputError(flag.replace("_", "-"), getattr(args, flag),
                              f"no --{flag.replace('_', '-')} with --model {args.model} (its configuration sets it)")
+    for flag in ("gpus", "batch_size", "seq_len"):  # given as 0 is a typo, not "use the default"
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise InputError(flag.replace("_", "-"), value, "an integer >= 1")
     precision = gemm_precision(args.precision or "bf16")
     seq_len = args.seq_len or DEFAULT_SEQ_LEN
     base = load_cluster(args.cluster)
     gpus = args.gpus or base.world_size
-    if gpus < 1:
-        raise InputError("gpus", gpus, "an integer >= 1")
     batch = args.batch_size or DEFAULT_SEQUENCES_PER_GPU * gpus
     pricer = LayoutPricer(arch, cluster_of(base, gpus))
     found = search_layouts(pricer, gpus, batch, seq_len, precision)
