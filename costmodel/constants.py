@@ -104,6 +104,8 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.llm.layout_search", "MICRO_BATCHES", "sequences", "design"),
     _c("planner.llm.layout_search", "MAX_PP", "stages", "design"),
     _c("planner.llm.layout_search", "MAX_VP", "stages", "design"),
+    _c("planner.llm.layout_search", "DEFAULT_SEQ_LEN", "tokens", "design"),
+    _c("planner.llm.layout_search", "DEFAULT_SEQUENCES_PER_GPU", "sequences", "design"),
     _c("planner.llm.recovery", "CANDIDATE_NODE_COUNTS", "node counts", "design"),
     # collective libraries: what NCCL's source leaves to the hardware
     _c("costmodel.collective_libraries.transports", "HOST_LAUNCH_US", "us per GPU and call",

@@ -7,7 +7,9 @@ columns, else the ``##### Model: X`` / ``##### System: X`` heading above it, els
 (25.11), so it becomes two rows. Every row is predicted from its own layout (not the planner's choice) by
 :class:`planner.llm.layout_step.LayoutPricer`, beside the naive baseline: the row's model FLOPs at the device's
 measured BF16 matmul rate (catalog MAMF; the median measured fraction of peak where none is measured), nothing
-else. Nothing is fitted to these rows.
+else. Nothing is fitted to these rows. A FILE may add columns the shipped tables lack: ``CP comm`` (p2p,
+all_gather, a2a), ``Dispatcher`` (alltoall, allgather) and ``Capacity factor`` (a number, or dropless); a model
+name saying ``tokendrop`` without the last takes capacity 1.0.
 
 The FLOP count is checked first: the row's published TFLOP/s over tokens/s is its FLOPs per token, which
 :meth:`Architecture.counted_flops_per_token` must match within 2 % under the release's convention
@@ -36,7 +38,11 @@ SHARE_TARGET = 0.80
 _COLUMNS = {"system": "system", "model": "model", "#-gpus": "gpus", "precision": "precision", "gbs": "gbs",
             "mbs": "mbs", "sequence length": "seq_len", "fsdp": "fsdp", "tp": "tp", "pp": "pp", "cp": "cp",
             "vp": "vp", "ep": "ep", "ga": "ga", "tokens / sec / gpu": "tokens_per_s",
-            "model tflop / sec / gpu": "tflops"}
+            "model tflop / sec / gpu": "tflops", "cp comm": "cp_comm", "dispatcher": "dispatcher",
+            "capacity factor": "capacity_factor"}
+#: Capacity factor of a row whose model name says tokendrop and whose table gives none: the least capacity that
+#: drops nothing under the tables' forced-balanced routing, so it prices as dropless does.
+TOKENDROP_CAPACITY = 1.0
 _REQUIRED = ("model", "system", "gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "tokens_per_s", "tflops")
 
 
@@ -67,6 +73,10 @@ class PublishedRow:
     fsdp: bool
     tokens_per_s: float
     tflops: float
+    #: optional columns of a FILE (the shipped tables state none: Megatron-Core's defaults, dropless routing)
+    cp_comm: str = "p2p"
+    dispatcher: str = "alltoall"
+    capacity_factor: float | None = None
 
 
 def _cells(line: str) -> list[str]:
@@ -155,7 +165,21 @@ def _rows_of(cells: dict[str, str], defaults: dict[str, str], where: str, releas
             vp=_int(values.get("vp", "1"), "vp", where), ep=_int(values.get("ep", "1"), "ep", where),
             fsdp=_int(values.get("fsdp", "0").replace("n/a", "0"), "fsdp", where) > 1,
             tokens_per_s=_number(tokens[pick], "tokens_per_s", where),
-            tflops=_number(tflops[min(i, len(tflops) - 1)], "tflops", where)))
+            tflops=_number(tflops[min(i, len(tflops) - 1)], "tflops", where), **_routing(values, where)))
+    return out
+
+
+def _routing(values: dict[str, str], where: str) -> dict[str, object]:
+    """The optional CP exchange, EP dispatcher and capacity factor columns of a row, as Layout names them."""
+    out: dict[str, object] = {}
+    for field, default in (("cp_comm", "p2p"), ("dispatcher", "alltoall")):
+        text = values.get(field, "").strip().lower().replace("-", "_")
+        out[field] = default if text in ("", "n/a") else text.replace("all_to_all", "alltoall")
+    factor = values.get("capacity_factor", "").strip().lower()
+    if factor not in ("", "n/a", "none", "dropless"):
+        out["capacity_factor"] = _number(factor, "capacity_factor", where)
+    elif "tokendrop" in values["model"].lower() and factor == "":
+        out["capacity_factor"] = TOKENDROP_CAPACITY
     return out
 
 
@@ -168,16 +192,12 @@ def read_corpus(path: str | Path | None = None) -> list[PublishedRow]:
 
 
 def naive_tokens_per_s(flops_per_token: float, device_name: str, bf16_peak: float) -> float:
-    """The naive baseline: model FLOPs per token at the device's measured BF16 matmul rate, nothing else."""
-    from flexcomm.costmodel.devices import lookup
-    from flexcomm.costmodel.gemm_efficiency import achievable_fraction, unmeasured_fraction
+    """The naive baseline: model FLOPs per token at the device's measured BF16 matmul rate, nothing else. The rate
+    is the one the model caps its BF16 GEMMs at (:func:`measured_ceiling`: the catalog MAMF, or the median measured
+    fraction of peak for a device nobody measured), so the two differ in everything but the rate."""
+    from flexcomm.costmodel.gemm_efficiency import measured_ceiling
 
-    device = lookup(device_name)
-    if device is not None and device.mamf is not None:
-        rate = device.mamf.tflops * 1e12
-    else:
-        rate = bf16_peak * (achievable_fraction(device_name) if device is not None else unmeasured_fraction())
-    return rate / flops_per_token
+    return bf16_peak * measured_ceiling(device_name) / flops_per_token
 
 
 def least_recomputation(pricer, layout):  # (LayoutPricer, Layout) -> LayoutCost
@@ -214,7 +234,8 @@ def predict(rows: list[PublishedRow], rank: bool = True, progress=None) -> pd.Da
         cluster = clusters.setdefault(row.system, load_cluster(SYSTEM_CLUSTERS[row.system]))
         layout = Layout(gpus=row.gpus, global_batch=row.gbs, micro_batch=row.mbs, seq_len=row.seq_len, tp=row.tp,
                         pp=row.pp, cp=row.cp, vp=row.vp, ep=row.ep, fsdp=row.fsdp,
-                        precision=gemm_precision(row.precision))
+                        precision=gemm_precision(row.precision), cp_comm=row.cp_comm, dispatcher=row.dispatcher,
+                        capacity_factor=row.capacity_factor)
         sized = cluster_of(cluster, row.gpus)
         pricer = LayoutPricer(arch, sized)
         cost = least_recomputation(pricer, layout)
@@ -245,7 +266,8 @@ def _placement(pricer, row: PublishedRow, cost) -> dict[str, object]:  # noqa: A
     """Where the published layout's predicted step places among the planner's fitting layouts for the row."""
     from flexcomm.planner.llm.layout_search import search_layouts
 
-    found = search_layouts(pricer, row.gpus, row.gbs, row.seq_len, cost.layout.precision)
+    found = search_layouts(pricer, row.gpus, row.gbs, row.seq_len, cost.layout.precision,
+                           cost.layout.capacity_factor)
     faster = sum(1 for c in found.ranked if c.step_s < cost.step_s * (1 - 1e-9))
     return {"planner_layouts": len(found.ranked), "published_rank": faster + 1,
             "planner_best": found.best.layout.label,

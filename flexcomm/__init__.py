@@ -29,10 +29,19 @@ Attributes load lazily: ``import flexcomm`` imports neither torch nor scipy.
 
 from __future__ import annotations
 
+import os
+import platform
 from typing import TYPE_CHECKING
 
-from flexcomm._lazy import lazy_getattr
-from flexcomm.costmodel.errors import InputError, RunStoppedError
+#: torch's CPU kernels (ATen) pick their vector width from the CPU: an AVX-512 machine rounds sums differently
+#: from an AVX2 one, so the same seed trained to different numbers on different machines (the emulated runs
+#: the docs quote). Every x86 process of the package runs the AVX2 kernels, which every x86 CPU of the last
+#: decade has; set ATEN_CPU_CAPABILITY yourself to choose otherwise. Set before torch's first kernel runs.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+
+from flexcomm._lazy import lazy_getattr  # noqa: E402 - after the numerics are pinned
+from flexcomm.costmodel.errors import InputError, RunStoppedError  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -26,22 +26,18 @@ def architecture(model: str) -> Architecture:
 
 
 def plan_layouts(model: str | Architecture, cluster: str | Cluster, *, gpus: int | None = None,
-                 batch_size: int | None = None, seq_len: int = 4096, precision: str = "bf16") -> LayoutSearch:
+                 batch_size: int | None = None, seq_len: int = 4096, precision: str = "bf16",
+                 capacity_factor: float | None = None) -> LayoutSearch:
     """Every layout of ``model`` on ``gpus`` GPUs of ``cluster`` (default: its own), priced and ranked:
     ``.best.layout``, ``.best.tokens_per_s_per_gpu``, ``.best.parts()``, ``.ranked``. ``batch_size`` counts
-    sequences (default 4 per GPU); ``precision``: bf16, fp8, fp8-ds, mxfp8 or nvfp4."""
+    sequences (default 4 per GPU); ``precision``: bf16, fp8, fp8-ds, mxfp8 or nvfp4; ``capacity_factor``: None
+    (dropless) or each expert's multiple of its balanced share. The engine ``flexcomm plan --model`` calls."""
     from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.experiments.commands.plan_layouts import DEFAULT_SEQUENCES_PER_GPU
-    from flexcomm.planner.llm.layout import gemm_precision
-    from flexcomm.planner.llm.layout_search import search_layouts
-    from flexcomm.planner.llm.layout_step import LayoutPricer, cluster_of
+    from flexcomm.planner.llm.layout_search import plan_layouts as search
 
     arch = architecture(model) if isinstance(model, str) else model
-    base = load_cluster(cluster)
-    gpus = gpus or base.world_size
-    batch = batch_size or DEFAULT_SEQUENCES_PER_GPU * gpus
-    return search_layouts(LayoutPricer(arch, cluster_of(base, gpus)), gpus, batch, seq_len,
-                          gemm_precision(precision))
+    return search(arch, load_cluster(cluster), gpus=gpus, batch_size=batch_size, seq_len=seq_len,
+                  precision=precision, capacity_factor=capacity_factor)
 
 
 def validate_published_llm(file: str | Path | None = None, *, rank: bool = True) -> pd.DataFrame:

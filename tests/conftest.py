@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import flexcomm  # noqa: F401 - first, so torch's CPU kernels are pinned before any test runs one
+
 
 def _netns_unavailable() -> str | None:
     """Why the shaped-network testbed cannot run here, or None when it can."""

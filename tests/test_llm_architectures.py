@@ -3,6 +3,7 @@ published row's own ratio, HuggingFace config.json reading, layouts and ``valida
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -132,6 +133,13 @@ def test_a_config_file_is_json_only(tmp_path: Path) -> None:
     ("llama3-70b", "dgx-h100", {"gpus": 64, "tp": 8, "precision": "mxfp8"}, "precision"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "ep": 2}, "ep"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "global_batch": 12}, "global_batch"),
+    ("llama3-8b", "dgx-h100", {"gpus": 64, "tp": 8, "cp": 8, "cp_comm": "a2a"}, "cp_comm"),
+    ("llama3-8b", "dgx-h100", {"gpus": 8, "cp": 2, "cp_comm": "ring"}, "cp_comm"),
+    ("llama3-8b", "dgx-h100", {"gpus": 8, "dispatcher": "allgather"}, "dispatcher"),
+    ("llama3-8b", "dgx-h100", {"gpus": 8, "capacity_factor": 1.0}, "capacity_factor"),
+    ("mixtral-8x7b", "dgx-h100", {"gpus": 8, "ep": 8, "dispatcher": "flex"}, "dispatcher"),
+    ("mixtral-8x7b", "dgx-h100", {"gpus": 8, "ep": 8, "capacity_factor": 0}, "capacity_factor"),
+    ("mixtral-8x7b", "dgx-h100", {"gpus": 8, "ep": 8, "capacity_factor": True}, "capacity_factor"),
 ])
 def test_bad_layouts_are_refused_naming_the_field(model: str, cluster: str, fields: dict, field: str) -> None:
     base = {"global_batch": 128, "micro_batch": 1, "seq_len": 4096, **fields}
@@ -150,6 +158,82 @@ def test_a_layout_prices_every_part_it_uses() -> None:
         Layout(gpus=8, global_batch=512, micro_batch=1, seq_len=4096, ep=8, precision="mxfp8"))
     assert moe.ep_s > 0 and moe.tp_exposed_s == 0 and moe.bubble_s == 0
     assert sum(moe.parts().values()) == pytest.approx(moe.step_s, rel=1e-9)
+
+
+def _moe_step(model: str, ep: int = 8, **fields: object):  # -> LayoutCost
+    layout = Layout(gpus=8, global_batch=64, micro_batch=1, seq_len=4096, ep=ep, **fields)
+    return LayoutPricer(preset(model), load_cluster("dgx-h100")).price(layout)
+
+
+def test_cp_exchanges_differ_as_their_traffic_does() -> None:
+    """Ring attention hides its K/V steps behind a long sequence's core; gathering K/V or exchanging Q/K/V
+    all-to-all waits for the exchange. CP 1 has nothing to exchange, whichever is named."""
+    pricer = LayoutPricer(preset("llama3-8b"), load_cluster("dgx-h100"))
+    cost = {c: pricer.price(Layout(gpus=8, global_batch=8, micro_batch=1, seq_len=65536, tp=2, cp=4, cp_comm=c))
+            for c in ("p2p", "all_gather", "a2a")}
+    assert cost["p2p"].cp_exposed_s < cost["all_gather"].cp_exposed_s
+    assert cost["a2a"].cp_exposed_s > 0
+    assert sum(cost["a2a"].parts().values()) == pytest.approx(cost["a2a"].step_s, rel=1e-9)
+    single = {pricer.price(Layout(gpus=8, global_batch=8, micro_batch=1, seq_len=8192, tp=8, cp_comm=c)).step_s
+              for c in ("p2p", "all_gather", "a2a")}
+    assert len(single) == 1
+
+
+def test_the_dispatchers_trade_as_top_k_against_ep() -> None:
+    """All-gather brings a GPU every other rank's tokens (EP - 1 of its own share), all-to-all each of its
+    top-k routed copies bound elsewhere (top-k x (EP - 1) / EP): the gather moves less when EP < top-k (Qwen3,
+    top-8, over 2 ranks), more when EP > top-k (Mixtral, top-2, over 8)."""
+    qwen = {d: _moe_step("qwen3-30b-a3b", ep=2, dispatcher=d).ep_s for d in ("alltoall", "allgather")}
+    mixtral = {d: _moe_step("mixtral-8x7b", dispatcher=d).ep_s for d in ("alltoall", "allgather")}
+    assert qwen["allgather"] < qwen["alltoall"]
+    assert mixtral["allgather"] > mixtral["alltoall"]
+
+
+def test_a_capacity_factor_pads_or_drops_the_experts_work() -> None:
+    """Under balanced routing capacity 1.0 is dropless; 1.25 pads every expert (more compute, traffic, memory)
+    and 0.5 drops half its tokens."""
+    costs = {f: _moe_step("mixtral-8x7b", capacity_factor=f) for f in (None, 1.0, 1.25, 0.5)}
+    assert costs[1.0].step_s == pytest.approx(costs[None].step_s, rel=1e-12)
+    assert costs[0.5].compute_s < costs[None].compute_s < costs[1.25].compute_s
+    assert costs[0.5].ep_s < costs[None].ep_s < costs[1.25].ep_s
+    assert costs[None].memory.activations < costs[1.25].memory.activations
+
+
+def test_the_search_takes_each_layouts_fastest_exchange() -> None:
+    """Each searched layout carries the CP exchange and dispatcher whose layer pass is fastest: no allowed
+    alternative prices its layers faster."""
+    pricer = LayoutPricer(preset("qwen3-30b-a3b"), load_cluster("dgx-h100"))
+    found = search_layouts(pricer, 8, 64, 8192, "bf16")
+    chosen = [c.layout for c in found.costs if c.layout.ep > 1 and c.layout.cp > 1][:40]
+    assert chosen and {layout.dispatcher for layout in chosen} <= {"alltoall", "allgather"}
+
+    def layers(layout: Layout) -> float:
+        return sum(n * (x.forward + x.backward) for n, x in pricer._passes(layout))
+
+    for layout in chosen:
+        for cp_comm in ("p2p", "all_gather", "a2a"):
+            for dispatcher in ("alltoall", "allgather"):
+                other = dataclasses.replace(layout, cp_comm=cp_comm, dispatcher=dispatcher)
+                try:
+                    other.check_model(pricer.arch)
+                except InputError:
+                    continue
+                assert layers(layout) <= layers(other) * (1 + 1e-12)
+
+
+def test_a_file_may_name_the_exchange_dispatcher_and_capacity(tmp_path: Path) -> None:
+    table = tmp_path / "mine.md"
+    header = ("| Model | System | #-GPUs | Precision | GBS | MBS | Sequence Length | TP | PP | CP | EP | CP comm | "
+              "Dispatcher | Capacity factor | Tokens / sec / GPU | Model TFLOP / sec / GPU |")
+    table.write_text("# My runs, Megatron-Bridge NeMo container 26.02\n\n" + header + "\n|" + "---|" * 16 + "\n"
+                     "| Qwen3_30B_a3B | DGX-H100 | 8 | BF16 | 64 | 1 | 8192 | 1 | 1 | 2 | 8 | a2a | allgather | 1.25 "
+                     "| 5000 | 100 |\n"
+                     "| Qwen3_30B_a3B tokendrop | DGX-H100 | 8 | BF16 | 64 | 1 | 4096 | 1 | 1 | 1 | 8 | n/a | n/a |  "
+                     "| 5000 | 100 |\n")
+    first, second = read_tables(table)
+    assert (first.cp_comm, first.dispatcher, first.capacity_factor) == ("a2a", "allgather", 1.25)
+    assert (second.cp_comm, second.dispatcher, second.capacity_factor) == ("p2p", "alltoall", 1.0)
+    assert resolve_table_name(second.model).name == "qwen3-30b-a3b"
 
 
 def test_lower_precision_is_never_slower() -> None:
@@ -196,7 +280,8 @@ def test_the_layout_search_holds_the_published_layout_and_ranks_it() -> None:
     found = search_layouts(pricer, 256, 4096, 4096, "mxfp8")
     published = Layout(gpus=256, global_batch=4096, micro_batch=1, seq_len=4096, pp=4, vp=4, ep=64,
                        precision="mxfp8", recompute="moe")
-    assert any(c.layout == published for c in found.costs)
+    plain = [dataclasses.replace(c.layout, cp_comm="p2p", dispatcher="alltoall") for c in found.costs]
+    assert published in plain  # with whichever dispatcher the search found faster
     place = found.rank_of(published)
     assert place is None or 1 <= place <= len(found.ranked)
     assert found.ranked == sorted(found.ranked, key=lambda c: (c.step_s, c.layout.label))
@@ -235,6 +320,9 @@ def test_plan_takes_a_preset_and_a_config_json(tmp_path: Path, capsys: pytest.Ca
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--batch-size", "-4"], "batch-size"),
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "0"], "seq-len"),
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0"], "gpus"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--capacity-factor", "1"], "capacity_factor"),
+    (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--capacity-factor", "-1"], "capacity_factor"),
+    (["--model", "resnet18", "--cluster", "dgx-h100", "--capacity-factor", "1.25"], "capacity-factor"),
 ])
 def test_plan_refuses_bad_llm_input_in_one_line(words: list[str], field: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:

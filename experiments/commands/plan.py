@@ -77,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     llm.add_argument("--precision", help="bf16, fp16 or fp32 (default: bf16 where every GPU has it, else fp16); "
                      "with a preset or config.json: bf16, fp8 (fp8-cs), fp8-ds, mxfp8 or nvfp4 for the GEMMs "
                      "(block-scaled formats on Blackwell)")
+    llm.add_argument("--capacity-factor", type=float, help="with a MoE preset or config.json: each expert computes "
+                     "this multiple of its balanced share of tokens, padded or dropped (default: dropless)")
     llm.add_argument("--nics-per-node", type=int, help="NICs per node at the inter-node bandwidth (default: the "
                      "cluster's nics_per_node, else 1)")
     llm.add_argument("--tp", type=int, help="fix the tensor-parallel size (e.g. a published configuration)")
@@ -132,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
 
     if is_layout_model(args.model):
         return run_layouts(args)
+    if args.capacity_factor is not None:
+        raise InputError("capacity-factor", args.capacity_factor, "a mixture-of-experts preset or config.json as "
+                         "--model (the layout planner's option)")
 
     if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)

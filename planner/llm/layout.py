@@ -24,6 +24,15 @@ GEMM_PRECISIONS: dict[str, tuple[str, float]] = {
 BLOCK_SCALED = ("mxfp8", "nvfp4")
 #: Activation recomputation choices (see :class:`Layout`).
 RECOMPUTE = ("none", "full", "moe")
+#: How context-parallel ranks exchange attention (Megatron-Core's ``--cp-comm-type``): ``p2p`` ring attention,
+#: K/V passed round the ring behind the attention core; ``all_gather`` K/V gathered before the core, their
+#: gradients reduce-scattered after; ``a2a`` (DeepSpeed-Ulysses) Q/K/V and the output exchanged all-to-all so each
+#: rank attends whole sequences for heads / CP of the heads.
+CP_COMM = ("p2p", "all_gather", "a2a")
+#: How routed tokens reach their experts (Megatron-Core's ``--moe-token-dispatcher-type``): ``alltoall`` sends
+#: each token to its experts' ranks; ``allgather`` gathers every token of the EP group on every rank and
+#: reduce-scatters the experts' outputs back.
+DISPATCHERS = ("alltoall", "allgather")
 #: How the tables spell precisions.
 PRECISION_NAMES = {"bf16": "bf16", "fp8": "fp8-cs", "fp8-cs": "fp8-cs", "fp8-ds": "fp8-ds", "fp8-mx": "mxfp8",
                    "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
@@ -35,6 +44,13 @@ def gemm_precision(name: str) -> str:
     if key not in PRECISION_NAMES:
         raise InputError("precision", name, "one of BF16, FP8 (FP8-CS), FP8-DS, MXFP8 (FP8-MX), NVFP4")
     return PRECISION_NAMES[key]
+
+
+def check_capacity_factor(factor: float | None) -> None:
+    """None (dropless) or a positive multiple of an expert's balanced share (64 is far past any in use)."""
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor <= 64):
+        raise InputError("capacity_factor", factor, "a number in (0, 64], or none for dropless routing")
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,12 @@ class Layout:
     #: activation recomputation: none, full (every layer's forward again; only its input kept) or moe (the
     #: routed experts' forward again, Megatron-Core's ``recompute_modules=["moe"]``)
     recompute: str = "none"
+    cp_comm: str = "p2p"
+    dispatcher: str = "alltoall"
+    #: None: dropless (every routed token computed); else each expert computes exactly ``capacity_factor`` x its
+    #: balanced share of tokens (fewer dropped, more padded: Megatron-Core's capacity factor with
+    #: ``moe_pad_expert_input_to_capacity``)
+    capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("gpus", "global_batch", "micro_batch", "seq_len", "tp", "pp", "cp", "vp", "ep"):
@@ -67,6 +89,11 @@ class Layout:
             raise InputError("recompute", self.recompute, "one of " + ", ".join(RECOMPUTE))
         if self.precision not in GEMM_PRECISIONS:
             raise InputError("precision", self.precision, "one of " + ", ".join(GEMM_PRECISIONS))
+        if self.cp_comm not in CP_COMM:
+            raise InputError("cp_comm", self.cp_comm, "one of " + ", ".join(CP_COMM))
+        if self.dispatcher not in DISPATCHERS:
+            raise InputError("dispatcher", self.dispatcher, "one of " + ", ".join(DISPATCHERS))
+        check_capacity_factor(self.capacity_factor)
         model_parallel = self.tp * self.pp * self.cp
         if self.gpus % model_parallel:
             raise InputError("layout", f"TP {self.tp} x PP {self.pp} x CP {self.cp} on {self.gpus} GPUs",
@@ -97,6 +124,12 @@ class Layout:
         parts = [f"t{self.tp}", f"p{self.pp}", f"c{self.cp}", f"e{self.ep}", f"d{self.dp}", f"b{self.micro_batch}"]
         if self.vp > 1:
             parts.append(f"v{self.vp}")
+        if self.cp > 1 and self.cp_comm != "p2p":
+            parts.append(f"cp_{self.cp_comm}")
+        if self.dispatcher != "alltoall":
+            parts.append(f"ep_{self.dispatcher}")
+        if self.capacity_factor is not None:
+            parts.append(f"cf{self.capacity_factor:g}")
         if self.fsdp:
             parts.append("fsdp")
         if self.recompute != "none":
@@ -109,6 +142,15 @@ class Layout:
             raise InputError("tp", self.tp, f"a divisor of {arch.name}'s {arch.heads} attention heads")
         if arch.moe is None and self.ep > 1:
             raise InputError("ep", self.ep, f"1: {arch.name} has no experts")
+        if self.cp_comm == "a2a" and ((arch.heads // self.tp) % self.cp or max(1, arch.kv_heads // self.tp) % self.cp
+                                      and self.cp % max(1, arch.kv_heads // self.tp)):
+            raise InputError("cp_comm", self.cp_comm, f"p2p or all_gather: a2a gives each CP rank heads / CP of "
+                             f"{arch.name}'s {arch.heads // self.tp} attention heads per TP rank, and CP {self.cp} "
+                             "does not divide them")
+        if arch.moe is None and (self.dispatcher != "alltoall" or self.capacity_factor is not None):
+            raise InputError("dispatcher" if self.dispatcher != "alltoall" else "capacity_factor",
+                             self.dispatcher if self.dispatcher != "alltoall" else self.capacity_factor,
+                             f"the default: {arch.name} has no experts")
         if arch.moe is not None and arch.moe.experts % self.ep:
             raise InputError("ep", self.ep, f"a divisor of {arch.name}'s {arch.moe.experts} experts")
         if self.pp * self.vp > arch.layers + arch.mtp_layers + 2:

@@ -1,5 +1,10 @@
-"""Search every layout of a current transformer on a cluster: TP, CP, PP with virtual stages, EP, micro-batch,
-FSDP and recomputation, each priced by :class:`planner.llm.layout_step.LayoutPricer`, ranked among those that fit.
+"""Search every layout of a current transformer on a cluster: TP, CP (with its exchange), PP with virtual stages,
+EP (with its dispatcher), micro-batch, FSDP and recomputation, each priced by
+:class:`planner.llm.layout_step.LayoutPricer`, ranked among those that fit.
+
+The CP exchange (ring, all-gather, all-to-all) and the EP dispatcher (all-to-all, all-gather) are not
+enumerated: they change one layer's pass and nothing else a layout holds (memory, groups, split), so each
+layout takes the pair whose pass is fastest (:meth:`LayoutPricer.fastest_exchange`).
 
 Why exhaustive: the space is a few thousand layouts for any published size (divisors of the GPU count, heads,
 experts and layers), each priced in microseconds once a layer's pass is cached, so every layout is seen and the
@@ -12,11 +17,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size
 from flexcomm.planner.llm.architecture import Architecture
-from flexcomm.planner.llm.layout import Layout
-from flexcomm.planner.llm.layout_step import LayoutCost, LayoutPricer, scale_up_domain
+from flexcomm.planner.llm.layout import Layout, check_capacity_factor, gemm_precision
+from flexcomm.planner.llm.layout_step import LayoutCost, LayoutPricer, cluster_of, scale_up_domain
 
 #: Tensor-parallel sizes searched: powers of two up to a DGX node, as every published layout uses.
 TP_SIZES = (1, 2, 4, 8)
@@ -28,15 +34,24 @@ MICRO_BATCHES = (1, 2, 4, 8)
 MAX_PP = 32
 #: Largest virtual-stage count searched (the published tables go to 24 with PP 2; 16 covers PP >= 4).
 MAX_VP = 16
+#: Sequence length when none is given: what the published Megatron-Bridge MoE recipes train at.
+DEFAULT_SEQ_LEN = 4096
+#: Sequences per GPU in the global batch when no batch is given (the published tables run 2-32).
+DEFAULT_SEQUENCES_PER_GPU = 4
 
 
 @dataclass(frozen=True)
 class LayoutSearch:
-    """Every priced layout, those that fit ranked by step time, and how long pricing took."""
+    """Every priced layout, those that fit ranked by step time, how long pricing took, and the job searched."""
 
     costs: list[LayoutCost]
     ranked: list[LayoutCost]
     pricing_s: float
+    gpus: int
+    global_batch: int
+    seq_len: int
+    precision: str
+    memory_limit_bytes: float
 
     @property
     def best(self) -> LayoutCost:
@@ -63,8 +78,10 @@ def _divisors(n: int, limit: int | None = None) -> list[int]:
 
 
 def candidate_layouts(arch: Architecture, gpus: int, global_batch: int, seq_len: int, precision: str,
-                      domain: int) -> Iterator[Layout]:
-    """Every layout of the space (see the module docstring) whose dimensions divide what they split."""
+                      domain: int, capacity_factor: float | None = None) -> Iterator[Layout]:
+    """Every layout of the space (see the module docstring) whose dimensions divide what they split, with the
+    default CP exchange and EP dispatcher; the capacity factor is the user's (it changes what is trained, not
+    how it is laid out)."""
     stack = arch.layers + arch.mtp_layers
     for tp in (t for t in TP_SIZES if arch.heads % t == 0 and t <= domain):
         for cp in (c for c in CP_SIZES if c == 1 or seq_len % (2 * c) == 0):
@@ -84,20 +101,25 @@ def candidate_layouts(arch: Architecture, gpus: int, global_batch: int, seq_len:
                                 for rc in (("none", "moe", "full") if arch.moe else ("none", "full")):
                                     yield Layout(gpus=gpus, global_batch=global_batch, micro_batch=mbs,
                                                  seq_len=seq_len, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, fsdp=fsdp,
-                                                 precision=precision, recompute=rc)
+                                                 precision=precision, recompute=rc,
+                                                 capacity_factor=capacity_factor)
 
 
 def search_layouts(pricer: LayoutPricer, gpus: int, global_batch: int, seq_len: int,
-                   precision: str) -> LayoutSearch:
+                   precision: str, capacity_factor: float | None = None) -> LayoutSearch:
     """Price every candidate layout and rank those that fit; none fitting (or none at all) is one
     :class:`InputError` naming the smallest need and the device's memory."""
     pricer.check_precision(precision)
+    if capacity_factor is not None:
+        if pricer.arch.moe is None:
+            raise InputError("capacity_factor", capacity_factor, f"none: {pricer.arch.name} has no experts")
+        check_capacity_factor(capacity_factor)
     started = time.perf_counter()
     costs = []
     for layout in candidate_layouts(pricer.arch, gpus, global_batch, seq_len, precision,
-                                    scale_up_domain(pricer.cluster)):
+                                    scale_up_domain(pricer.cluster), capacity_factor):
         try:
-            costs.append(pricer.price(layout))
+            costs.append(pricer.price(pricer.fastest_exchange(layout)))
         except InputError:  # a combination the model does not allow (KV heads over TP, layers over PP)
             continue
     pricing_s = time.perf_counter() - started
@@ -110,4 +132,20 @@ def search_layouts(pricer: LayoutPricer, gpus: int, global_batch: int, seq_len: 
         raise InputError("model", f"{pricer.arch.name} on {gpus} GPUs",
                          f"a model some layout fits: the smallest need is {format_size(least.memory.total)} per GPU "
                          f"({least.layout.label}), the device has {format_size(pricer.memory_limit)}")
-    return LayoutSearch(costs, ranked, pricing_s)
+    return LayoutSearch(costs, ranked, pricing_s, gpus, global_batch, seq_len, precision, pricer.memory_limit)
+
+
+def plan_layouts(arch: Architecture, cluster: Cluster, *, gpus: int | None = None, batch_size: int | None = None,
+                 seq_len: int = DEFAULT_SEQ_LEN, precision: str = "bf16",
+                 capacity_factor: float | None = None) -> LayoutSearch:
+    """Every layout of ``arch`` on ``gpus`` GPUs of ``cluster`` (default: all of it; its nodes repeated to hold
+    more), priced and ranked: the engine ``flexcomm plan --model <preset>`` and ``flexcomm.plan_layouts`` call.
+    ``batch_size`` counts sequences (default :data:`DEFAULT_SEQUENCES_PER_GPU` per GPU); ``precision`` as the
+    tables write it (BF16, FP8-CS, MXFP8, ...)."""
+    for name, value in (("gpus", gpus), ("batch_size", batch_size), ("seq_len", seq_len)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(name, value, "an integer >= 1")
+    gpus = gpus or cluster.world_size
+    batch = batch_size or DEFAULT_SEQUENCES_PER_GPU * gpus
+    pricer = LayoutPricer(arch, cluster_of(cluster, gpus))
+    return search_layouts(pricer, gpus, batch, seq_len, gemm_precision(precision), capacity_factor)

@@ -15,8 +15,13 @@ fitted to a throughput table):
 * **TP with sequence parallelism**: an all-gather before and a reduce-scatter after attention and the MLP,
   forward and backward, each overlapped with the GEMM it feeds or follows (Transformer Engine's userbuffers
   overlap, which Megatron-Bridge's recipes turn on); only what outlasts its GEMM is paid.
-* **CP**: ring attention's point-to-point K/V exchange, CP - 1 steps, overlapped with the attention core.
-* **EP**: token dispatch and combine as all-to-all in BF16, forward and backward, not overlapped.
+* **CP** (``Layout.cp_comm``): ring attention's point-to-point K/V exchange, CP - 1 steps, overlapped with the
+  attention core; or K/V all-gathered (gradients reduce-scattered), or Q/K/V and the output all-to-all
+  (DeepSpeed-Ulysses), neither overlapped. Causal load balance: each CP rank holds one early and one late
+  chunk, so every rank's core is the mean.
+* **EP** (``Layout.dispatcher``): token dispatch and combine as all-to-all in BF16, or the EP group's tokens
+  all-gathered and the outputs reduce-scattered, forward and backward, not overlapped. Dropless balanced
+  routing, or a capacity factor that pads or drops every expert to that multiple of its balanced share.
 * **PP**: interleaved 1F1B, (PP - 1) / VP stage-slots of bubble; stage work balanced (Megatron-Bridge's
   recipes account for the embedding and loss in the split).
 * **DP** with the distributed optimizer: gradients reduce-scattered and parameters all-gathered in BF16, over
@@ -36,7 +41,7 @@ from flexcomm.costmodel.devices import lookup
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gemm_efficiency import measured_ceiling
 from flexcomm.planner.llm.architecture import Architecture
-from flexcomm.planner.llm.layout import BLOCK_SCALED, GEMM_PRECISIONS, Layout
+from flexcomm.planner.llm.layout import BLOCK_SCALED, CP_COMM, DISPATCHERS, GEMM_PRECISIONS, Layout
 from flexcomm.planner.llm.memory import in_flight
 from flexcomm.planner.llm.model import Gemm
 from flexcomm.planner.llm.timing import Hardware
@@ -211,6 +216,7 @@ class LayoutPricer:
         self.memory_limit = float(self.device.memory_bytes)
         self._pass_cache: dict[tuple, tuple] = {}
         self._stage_cache: dict[tuple, float] = {}
+        self._exchange_cache: dict[tuple, tuple[str, str]] = {}
         listed = lookup(self.device.name)
         #: datasheet peak FLOP/s by precision (the cluster file's bf16 rate where the catalog lacks the device)
         self.rates = {**(listed.peak_flops if listed else {}), "bf16": self.device.peak_flops}
@@ -233,6 +239,30 @@ class LayoutPricer:
         if precision in BLOCK_SCALED and (self.capability or 0) < 100:
             raise InputError("precision", precision, f"bf16 or fp8 on {self.device.name} (block-scaled "
                              "formats need Blackwell, compute capability 10.0)")
+
+    def fastest_exchange(self, layout: Layout) -> Layout:
+        """``layout`` with the CP exchange and EP dispatcher whose layers' forward and backward take least (the
+        model's allowed ones; ties keep Megatron-Core's defaults, p2p and alltoall). They change nothing else
+        a layout holds, so a search need not enumerate them."""
+        if layout.cp == 1 and (layout.ep == 1 or self.arch.moe is None):
+            return layout
+        key = self._pass_key(dataclasses.replace(layout, cp_comm="p2p", dispatcher="alltoall"))
+        hit = self._exchange_cache.get(key) if self.cache else None
+        if hit is None:
+            choices = []
+            for cp_comm in CP_COMM if layout.cp > 1 else ("p2p",):
+                for dispatcher in DISPATCHERS if layout.ep > 1 else ("alltoall",):
+                    candidate = dataclasses.replace(layout, cp_comm=cp_comm, dispatcher=dispatcher)
+                    try:
+                        candidate.check_model(self.arch)
+                    except InputError:
+                        continue
+                    layers = sum(n * (x.forward + x.backward) for n, x in self._passes(candidate))
+                    choices.append((layers, cp_comm, dispatcher))
+            if not choices:
+                return layout
+            hit = self._exchange_cache[key] = min(choices, key=lambda c: c[0])[1:]
+        return dataclasses.replace(layout, cp_comm=hit[0], dispatcher=hit[1])
 
     # --- pieces ----------------------------------------------------------------------------------
 
@@ -278,7 +308,8 @@ class LayoutPricer:
         if moe and a.moe is not None:
             e = a.moe
             local_experts = e.experts // L.ep
-            expert_tokens = tokens / t * e.top_k  # token-expert pairs this GPU computes (balanced routing)
+            # token-expert pairs this GPU computes (balanced routing; a capacity pads or drops to it)
+            expert_tokens = tokens / t * e.top_k * (L.capacity_factor or 1.0)
             per_expert = max(1, round(expert_tokens / local_experts))
             mlp += [Gemm("expert_fc1", per_expert, gate * e.ffn_hidden, h, local_experts),
                     Gemm("expert_fc2", per_expert, h, e.ffn_hidden, local_experts)]
@@ -309,15 +340,8 @@ class LayoutPricer:
             pairs = (first_attn, last_attn, first_mlp, last_mlp)
             tp_fwd = sum(max(0.0, comm - g) for g in pairs)
             tp_bwd = sum(max(0.0, comm - 2 * g) for g in pairs)
-        cp_fwd = cp_bwd = 0.0
-        if c > 1:
-            chunk = tokens * kv_per_token * BF16 / t
-            send = hw.send_s(chunk, t * c > hw.devices_per_node)
-            cp_fwd = max(0.0, (c - 1) * send - core)
-            cp_bwd = max(0.0, 2 * (c - 1) * send - FLASH_BACKWARD * core)
-        ep = 0.0
-        if moe and a.moe is not None and L.ep > 1:
-            ep = 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=t)  # dispatch and combine
+        cp_fwd, cp_bwd = self._cp_exposed(layout, tokens, kv_per_token, a.heads * qk_dim, a.heads * v_dim, core)
+        ep = self._dispatch_s(layout, tokens, expert_tokens) if moe and a.moe is not None else 0.0
         routed = (sum(gemm_times[len(attention):len(attention) + 2]) if moe and a.moe is not None else 0.0) + \
             hw.memory_bound_s(routed_bytes)
         return _Pass(gemm, core, memory, routed, tp_fwd, cp_fwd, ep, tp_bwd, cp_bwd)
@@ -366,6 +390,47 @@ class LayoutPricer:
         else:
             mlp_in = tokens * (a.hidden + a.ffn_hidden / t)
         return (tokens * attn_in / t + mlp_in) * per_element
+
+    def _cp_exposed(self, layout: Layout, tokens: int, kv_per_token: int, q_width: int, out_width: int,
+                    core: float) -> tuple[float, float]:
+        """(forward, backward) seconds of one layer's context-parallel exchange not hidden by the attention core.
+
+        ``p2p``: CP - 1 ring steps of this rank's K/V chunk, each behind a step of the core; backward passes
+        K/V and their gradients. ``all_gather``: K/V all-gathered before the core and their gradients
+        reduce-scattered after, not overlapped (the core needs the whole K/V). ``a2a``: Q, K, V all-to-all
+        before the core and its output after, forward and backward, not overlapped."""
+        L, hw = layout, self.hw
+        t, c = L.tp, L.cp
+        if c == 1:
+            return 0.0, 0.0
+        kv = tokens * kv_per_token * BF16 / t
+        if L.cp_comm == "p2p":
+            send = hw.send_s(kv, t * c > hw.devices_per_node)
+            return max(0.0, (c - 1) * send - core), max(0.0, 2 * (c - 1) * send - FLASH_BACKWARD * core)
+        if L.cp_comm == "all_gather":
+            gather = hw.gather_or_scatter_s(kv * c, c, self._per_node(c, t))
+            return gather, 2 * gather  # backward: K/V gathered again and their gradients reduce-scattered
+        exchange = (self._alltoall_s(tokens * (q_width * BF16 + kv_per_token * BF16) / t, c, inner=t)
+                    + self._alltoall_s(tokens * out_width * BF16 / t, c, inner=t))
+        return exchange, exchange
+
+    def _dispatch_s(self, layout: Layout, tokens: int, expert_tokens: float) -> float:
+        """One pass's token dispatch and combine across the EP group (the same again backward).
+
+        ``alltoall``: each GPU's routed token copies out to their experts and back (all-to-all, BF16).
+        ``allgather``: every GPU's tokens (sequence-parallel share) all-gathered over the EP group and the
+        experts' outputs reduce-scattered back; each GPU then computes only its own experts' tokens, after
+        reading the gathered tokens to pick them out and before writing the combined output back (memory-bound).
+        A ring all-gather brings each token into a node once, so across nodes it can move less than all-to-all,
+        which sends every routed copy through its GPU's own NIC."""
+        L, h = layout, self.arch.hidden
+        if L.ep == 1:
+            return 0.0
+        if L.dispatcher == "alltoall":
+            return 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=L.tp)
+        gathered = tokens / L.tp * h * BF16 * L.ep
+        permute = 2 * gathered / self.hw.memory_bandwidth_Bps if self.hw.memory_bandwidth_Bps else 0.0
+        return 2 * self.hw.gather_or_scatter_s(gathered, L.ep, self._per_node(L.ep, L.tp)) + permute
 
     def _alltoall_s(self, nbytes: float, group: int, inner: int) -> float:
         """All-to-all of each GPU's ``nbytes`` as NCCL runs it where its model describes the group (inside an
@@ -440,7 +505,8 @@ class LayoutPricer:
 
     @staticmethod
     def _pass_key(layout: Layout) -> tuple:
-        return (layout.tp, layout.cp, layout.micro_batch, layout.seq_len, layout.ep, layout.precision)
+        return (layout.tp, layout.cp, layout.micro_batch, layout.seq_len, layout.ep, layout.precision,
+                layout.cp_comm, layout.dispatcher, layout.capacity_factor)
 
     def _optimizer_groups(self, layout: Layout) -> tuple[int, int]:
         """GPUs sharing one copy of the dense and of the expert weights' optimizer state."""
@@ -471,7 +537,7 @@ class LayoutPricer:
         for n, moe in ((a.dense_layers, False), (a.moe_layers, True)):
             if n == 0:
                 continue
-            expert_tokens = tokens / L.tp * a.moe.top_k if moe and a.moe else 0.0
+            expert_tokens = tokens / L.tp * a.moe.top_k * (L.capacity_factor or 1.0) if moe and a.moe else 0.0
             parts = self.stored_bytes(tokens, L.tp, moe, expert_tokens, element)
             kept = parts["input"] if L.recompute == "full" else sum(parts.values()) - (
                 parts["routed"] if L.recompute == "moe" else 0.0)
@@ -528,9 +594,9 @@ class LayoutPricer:
         """Distributed optimizer: reduce-scatter of BF16 gradients after, and all-gather of BF16 weights before,
         each hidden behind the last micro-batch's backward and the first's forward on this stage."""
         L, hw = layout, self.hw
-        dense_group, expert_group = L.dp * L.cp, max(1, L.gpus // (L.pp * L.ep * L.tp))
+        dense_group, expert_group = self._optimizer_groups(layout)
         gather = (hw.gather_or_scatter_s(dense * BF16, dense_group, self._per_node(dense_group, L.tp))
-                  + hw.gather_or_scatter_s(experts * BF16, expert_group, self._per_node(expert_group, L.ep * L.tp)))
+                  + hw.gather_or_scatter_s(experts * BF16, expert_group, self._per_node(expert_group, L.ep)))
         forward = sum(n * x.forward for n, x in counts) / L.pp
         backward = sum(n * x.backward for n, x in counts) / L.pp
         return max(0.0, gather - backward) + max(0.0, gather - forward)

@@ -75,11 +75,13 @@ def preset(name: str) -> Architecture:
 
 def resolve_table_name(name: str) -> Architecture:
     """A model as the published tables name it: ``LLAMA3_70B``, ``LLAMA3.1_405B``, ``Qwen3_30B_a3B``,
-    ``GPT OSS 120B``, ``DeepSeekV3 (w/o MTP)`` (MTP dropped), ``Nemotron-340B``, ``GPT3-175B``."""
+    ``GPT OSS 120B``, ``DeepSeekV3 (w/o MTP)`` (MTP dropped), ``Nemotron-340B``, ``GPT3-175B``; a ``tokendrop``
+    mark (how tokens are routed, read by the table reader) is not part of the architecture."""
     text = name.strip()
     mtp = None
     if "(w/o mtp)" in text.lower():
         mtp = 0
+    text = re.sub(r"[\s_-]*\(?tokendrop\)?", "", text, flags=re.IGNORECASE)  # routing, not architecture
     text = re.sub(r"\s*\(.*\)\s*$", "", text)
     key = text.lower().replace("_", "-").replace(" ", "-")
     key = {"deepseekv3": "deepseek-v3", "nemotron-340b": "nemotron-4-340b"}.get(key, key)
