@@ -33,12 +33,16 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
-#: torch's CPU kernels (ATen) pick their vector width from the CPU: an AVX-512 machine rounds sums differently
-#: from an AVX2 one, so the same seed trained to different numbers on different machines (the emulated runs
-#: the docs quote). Every x86 process of the package runs the AVX2 kernels, which every x86 CPU of the last
-#: decade has; set ATEN_CPU_CAPABILITY yourself to choose otherwise. Set before torch's first kernel runs.
+#: torch on the CPU picks its kernels by the CPU: ATen's vector width, MKL's GEMM code path and oneDNN's JIT ISA.
+#: Each rounds sums differently, so the same seed trained to different numbers on AVX-512, AVX2 and AMD machines
+#: (the emulated runs the docs quote). Every x86 process of the package pins all three to one path every x86 CPU
+#: of the last decade runs: ATen's AVX2 kernels, MKL's conditional numerical reproducibility (COMPATIBLE: the
+#: same results on any Intel or compatible processor) and oneDNN capped at AVX2. A setting of your own wins.
+#: Set before torch runs its first kernel (``tests/conftest.py`` imports the package first).
+REPRODUCIBLE_CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 if platform.machine().lower() in ("x86_64", "amd64"):
-    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    for _name, _value in REPRODUCIBLE_CPU_KERNELS.items():
+        os.environ.setdefault(_name, _value)
 
 from flexcomm._lazy import lazy_getattr  # noqa: E402 - after the numerics are pinned
 from flexcomm.costmodel.errors import InputError, RunStoppedError  # noqa: E402
