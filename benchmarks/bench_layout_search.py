@@ -2,9 +2,10 @@
 
 Why: the issue that built the layout planner asks for the whole plan search of a 671B MoE on 1,024 GPUs in
 under 10 s on this machine (TP, CP, PP with virtual stages, EP, micro-batch, FSDP, recomputation: ~33,000
-layouts). Baseline in the same run: the same search without the per-(TP, CP, micro-batch, EP, precision)
-layer and stage-split caches, every layout pricing its layers and its pipeline split from scratch; both must
-give identical step times. Times are medians over ``--repeats``.
+layouts, each with its fastest CP exchange and EP dispatcher). Baseline in the same run: the same search
+without the per-(TP, CP, micro-batch, EP, precision, exchange) layer, stage-split and exchange caches, every
+layout pricing each exchange's layers and its pipeline split from scratch; both must give identical step
+times. Times are medians over ``--repeats``.
 
 Run: ``.venv/bin/python benchmarks/bench_layout_search.py [--repeats 3] [--check]`` (``--check``: exit 1 over
 the goal).
