@@ -169,15 +169,30 @@ def _rows_of(cells: dict[str, str], defaults: dict[str, str], where: str, releas
     return out
 
 
+#: How a FILE may spell each routing column's values -> Layout's names.
+_ROUTING_NAMES = {
+    "cp_comm": {"p2p": "p2p", "ring": "p2p", "all_gather": "all_gather", "allgather": "all_gather", "a2a": "a2a",
+                "alltoall": "a2a", "all_to_all": "a2a", "ulysses": "a2a"},
+    "dispatcher": {"alltoall": "alltoall", "all_to_all": "alltoall", "a2a": "alltoall", "allgather": "allgather",
+                   "all_gather": "allgather"},
+}
+
+
 def _routing(values: dict[str, str], where: str) -> dict[str, object]:
     """The optional CP exchange, EP dispatcher and capacity factor columns of a row, as Layout names them."""
     out: dict[str, object] = {}
-    for field, default in (("cp_comm", "p2p"), ("dispatcher", "alltoall")):
+    for field, names in _ROUTING_NAMES.items():
         text = values.get(field, "").strip().lower().replace("-", "_")
-        out[field] = default if text in ("", "n/a") else text.replace("all_to_all", "alltoall")
+        if text in ("", "n/a"):
+            continue
+        if text not in names:
+            raise InputError(field, f"{where}: {values[field]}", "one of " + ", ".join(sorted(set(names))))
+        out[field] = names[text]
     factor = values.get("capacity_factor", "").strip().lower()
     if factor not in ("", "n/a", "none", "dropless"):
         out["capacity_factor"] = _number(factor, "capacity_factor", where)
+        if not 0 < out["capacity_factor"] <= 64:
+            raise InputError("capacity_factor", f"{where}: {factor}", "a number in (0, 64], or dropless")
     elif "tokendrop" in values["model"].lower() and factor == "":
         out["capacity_factor"] = TOKENDROP_CAPACITY
     return out

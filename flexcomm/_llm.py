@@ -26,12 +26,13 @@ def architecture(model: str) -> Architecture:
 
 
 def plan_layouts(model: str | Architecture, cluster: str | Cluster, *, gpus: int | None = None,
-                 batch_size: int | None = None, seq_len: int = 4096, precision: str = "bf16",
+                 batch_size: int | None = None, seq_len: int | None = None, precision: str = "bf16",
                  capacity_factor: float | None = None) -> LayoutSearch:
     """Every layout of ``model`` on ``gpus`` GPUs of ``cluster`` (default: its own), priced and ranked:
     ``.best.layout``, ``.best.tokens_per_s_per_gpu``, ``.best.parts()``, ``.ranked``. ``batch_size`` counts
-    sequences (default 4 per GPU); ``precision``: bf16, fp8, fp8-ds, mxfp8 or nvfp4; ``capacity_factor``: None
-    (dropless) or each expert's multiple of its balanced share. The engine ``flexcomm plan --model`` calls."""
+    sequences (default 4 per GPU), ``seq_len`` tokens (default 4,096); ``precision``: bf16, fp8, fp8-ds, mxfp8
+    or nvfp4; ``capacity_factor``: None (dropless) or each expert's multiple of its balanced share. The engine
+    ``flexcomm plan --model`` calls."""
     from flexcomm.costmodel.cluster import load_cluster
     from flexcomm.planner.llm.layout_search import plan_layouts as search
 

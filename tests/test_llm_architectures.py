@@ -134,6 +134,8 @@ def test_a_config_file_is_json_only(tmp_path: Path) -> None:
     ("llama3-8b", "dgx-h100", {"gpus": 8, "ep": 2}, "ep"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "global_batch": 12}, "global_batch"),
     ("llama3-8b", "dgx-h100", {"gpus": 64, "tp": 8, "cp": 8, "cp_comm": "a2a"}, "cp_comm"),
+    ("llama3-70b", "dgx-h100", {"gpus": 64, "tp": 8, "cp": 2, "cp_comm": "a2a"}, "cp_comm"),
+    ("gpt-oss-120b", "dgx-h100", {"gpus": 16, "cp": 2, "ep": 8}, "cp_comm"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "cp": 2, "cp_comm": "ring"}, "cp_comm"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "dispatcher": "allgather"}, "dispatcher"),
     ("llama3-8b", "dgx-h100", {"gpus": 8, "capacity_factor": 1.0}, "capacity_factor"),
@@ -205,7 +207,8 @@ def test_the_search_takes_each_layouts_fastest_exchange() -> None:
     pricer = LayoutPricer(preset("qwen3-30b-a3b"), load_cluster("dgx-h100"))
     found = search_layouts(pricer, 8, 64, 8192, "bf16")
     chosen = [c.layout for c in found.costs if c.layout.ep > 1 and c.layout.cp > 1][:40]
-    assert chosen and {layout.dispatcher for layout in chosen} <= {"alltoall", "allgather"}
+    assert chosen
+    assert any(c.layout.dispatcher != "alltoall" or c.layout.cp_comm != "p2p" for c in found.costs)
 
     def layers(layout: Layout) -> float:
         return sum(n * (x.forward + x.backward) for n, x in pricer._passes(layout))
@@ -283,7 +286,7 @@ def test_the_layout_search_holds_the_published_layout_and_ranks_it() -> None:
     plain = [dataclasses.replace(c.layout, cp_comm="p2p", dispatcher="alltoall") for c in found.costs]
     assert published in plain  # with whichever dispatcher the search found faster
     place = found.rank_of(published)
-    assert place is None or 1 <= place <= len(found.ranked)
+    assert place is not None and 1 <= place <= len(found.ranked)
     assert found.ranked == sorted(found.ranked, key=lambda c: (c.step_s, c.layout.label))
     assert all(c.fits for c in found.ranked)
     assert {c.layout.ep for c in found.costs} >= {1, 8, 64} and {c.layout.fsdp for c in found.costs} == {False, True}
@@ -320,8 +323,8 @@ def test_plan_takes_a_preset_and_a_config_json(tmp_path: Path, capsys: pytest.Ca
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--batch-size", "-4"], "batch-size"),
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--seq-len", "0"], "seq-len"),
     (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "0"], "gpus"),
-    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--capacity-factor", "1"], "capacity_factor"),
-    (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--capacity-factor", "-1"], "capacity_factor"),
+    (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--capacity-factor", "1"], "capacity-factor"),
+    (["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--capacity-factor", "-1"], "capacity-factor"),
     (["--model", "resnet18", "--cluster", "dgx-h100", "--capacity-factor", "1.25"], "capacity-factor"),
 ])
 def test_plan_refuses_bad_llm_input_in_one_line(words: list[str], field: str, tmp_path: Path,

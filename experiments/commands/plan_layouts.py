@@ -36,10 +36,15 @@ def run_layouts(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise InputError(flag.replace("_", "-"), value, "an integer >= 1")
+    if args.capacity_factor is not None:
+        if arch.moe is None:
+            raise InputError("capacity-factor", args.capacity_factor, f"no --capacity-factor: {arch.name} has no "
+                             "experts")
+        if not 0 < args.capacity_factor <= 64:
+            raise InputError("capacity-factor", args.capacity_factor, "a number in (0, 64] (default: dropless)")
     base = load_cluster(args.cluster)
-    options = {"seq_len": args.seq_len} if args.seq_len else {}
-    found = plan_layouts(arch, base, gpus=args.gpus, batch_size=args.batch_size, precision=args.precision or "bf16",
-                         capacity_factor=args.capacity_factor, **options)
+    found = plan_layouts(arch, base, gpus=args.gpus, batch_size=args.batch_size, seq_len=args.seq_len,
+                         precision=args.precision or "bf16", capacity_factor=args.capacity_factor)
     _write_and_print(args, arch, base.name, found)
     return 0
 

@@ -142,11 +142,14 @@ class Layout:
             raise InputError("tp", self.tp, f"a divisor of {arch.name}'s {arch.heads} attention heads")
         if arch.moe is None and self.ep > 1:
             raise InputError("ep", self.ep, f"1: {arch.name} has no experts")
-        if self.cp_comm == "a2a" and ((arch.heads // self.tp) % self.cp or max(1, arch.kv_heads // self.tp) % self.cp
-                                      and self.cp % max(1, arch.kv_heads // self.tp)):
-            raise InputError("cp_comm", self.cp_comm, f"p2p or all_gather: a2a gives each CP rank heads / CP of "
-                             f"{arch.name}'s {arch.heads // self.tp} attention heads per TP rank, and CP {self.cp} "
-                             "does not divide them")
+        q_heads, kv_heads = arch.heads // self.tp, max(1, arch.kv_heads // self.tp)
+        if self.cp_comm == "a2a" and (q_heads % self.cp or kv_heads % self.cp):
+            raise InputError("cp_comm", self.cp_comm, f"p2p or all_gather: a2a gives each CP rank heads / CP of the "
+                             f"{q_heads} query and {kv_heads} KV heads {arch.name} has per TP rank, and CP {self.cp} "
+                             "does not divide both")
+        if self.cp > 1 and self.cp_comm == "p2p" and arch.window is not None:
+            raise InputError("cp_comm", self.cp_comm, f"a2a or all_gather: {arch.name}'s sliding-window layers "
+                             "cannot run ring attention (Transformer Engine refuses p2p CP with a window)")
         if arch.moe is None and (self.dispatcher != "alltoall" or self.capacity_factor is not None):
             raise InputError("dispatcher" if self.dispatcher != "alltoall" else "capacity_factor",
                              self.dispatcher if self.dispatcher != "alltoall" else self.capacity_factor,

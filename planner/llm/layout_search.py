@@ -13,6 +13,7 @@ ranking has no search heuristic to doubt.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,11 +59,17 @@ class LayoutSearch:
         return self.ranked[0]
 
     def rank_of(self, layout: Layout) -> int | None:
-        """1-based place of ``layout`` among the fitting plans (ties share the better place); None if absent."""
+        """1-based place of ``layout`` among the fitting plans, whichever CP exchange and EP dispatcher the search
+        gave it; None if absent (it does not fit)."""
+        plain = _default_exchange(layout)
         for place, cost in enumerate(self.ranked, start=1):
-            if cost.layout == layout:
+            if _default_exchange(cost.layout) == plain:
                 return place
         return None
+
+
+def _default_exchange(layout: Layout) -> Layout:
+    return dataclasses.replace(layout, cp_comm="p2p", dispatcher="alltoall")
 
 
 def _splits(stack: int, pp: int) -> list[int]:
@@ -136,12 +143,13 @@ def search_layouts(pricer: LayoutPricer, gpus: int, global_batch: int, seq_len: 
 
 
 def plan_layouts(arch: Architecture, cluster: Cluster, *, gpus: int | None = None, batch_size: int | None = None,
-                 seq_len: int = DEFAULT_SEQ_LEN, precision: str = "bf16",
+                 seq_len: int | None = DEFAULT_SEQ_LEN, precision: str = "bf16",
                  capacity_factor: float | None = None) -> LayoutSearch:
     """Every layout of ``arch`` on ``gpus`` GPUs of ``cluster`` (default: all of it; its nodes repeated to hold
     more), priced and ranked: the engine ``flexcomm plan --model <preset>`` and ``flexcomm.plan_layouts`` call.
     ``batch_size`` counts sequences (default :data:`DEFAULT_SEQUENCES_PER_GPU` per GPU); ``precision`` as the
     tables write it (BF16, FP8-CS, MXFP8, ...)."""
+    seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     for name, value in (("gpus", gpus), ("batch_size", batch_size), ("seq_len", seq_len)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InputError(name, value, "an integer >= 1")

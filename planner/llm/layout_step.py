@@ -216,7 +216,7 @@ class LayoutPricer:
         self.memory_limit = float(self.device.memory_bytes)
         self._pass_cache: dict[tuple, tuple] = {}
         self._stage_cache: dict[tuple, float] = {}
-        self._exchange_cache: dict[tuple, tuple[str, str]] = {}
+        self._exchange_cache: dict[tuple, list[tuple[str, str]]] = {}
         listed = lookup(self.device.name)
         #: datasheet peak FLOP/s by precision (the cluster file's bf16 rate where the catalog lacks the device)
         self.rates = {**(listed.peak_flops if listed else {}), "bf16": self.device.peak_flops}
@@ -241,14 +241,15 @@ class LayoutPricer:
                              "formats need Blackwell, compute capability 10.0)")
 
     def fastest_exchange(self, layout: Layout) -> Layout:
-        """``layout`` with the CP exchange and EP dispatcher whose layers' forward and backward take least (the
-        model's allowed ones; ties keep Megatron-Core's defaults, p2p and alltoall). They change nothing else
-        a layout holds, so a search need not enumerate them."""
+        """``layout`` with the CP exchange and EP dispatcher whose layers' forward and backward take least among
+        those the model allows and that fit in memory (their transient buffers differ; none fitting: the
+        fastest). Ties keep Megatron-Core's defaults, p2p and alltoall. Nothing else a layout holds depends on
+        them, so a search need not enumerate them."""
         if layout.cp == 1 and (layout.ep == 1 or self.arch.moe is None):
             return layout
         key = self._pass_key(dataclasses.replace(layout, cp_comm="p2p", dispatcher="alltoall"))
-        hit = self._exchange_cache.get(key) if self.cache else None
-        if hit is None:
+        ordered = self._exchange_cache.get(key) if self.cache else None
+        if ordered is None:
             choices = []
             for cp_comm in CP_COMM if layout.cp > 1 else ("p2p",):
                 for dispatcher in DISPATCHERS if layout.ep > 1 else ("alltoall",):
@@ -259,10 +260,13 @@ class LayoutPricer:
                         continue
                     layers = sum(n * (x.forward + x.backward) for n, x in self._passes(candidate))
                     choices.append((layers, cp_comm, dispatcher))
-            if not choices:
-                return layout
-            hit = self._exchange_cache[key] = min(choices, key=lambda c: c[0])[1:]
-        return dataclasses.replace(layout, cp_comm=hit[0], dispatcher=hit[1])
+            ordered = [c[1:] for c in sorted(choices, key=lambda c: c[0])]  # stable: defaults first on ties
+            if self.cache:
+                self._exchange_cache[key] = ordered
+        if not ordered:
+            return layout
+        candidates = [dataclasses.replace(layout, cp_comm=c, dispatcher=d) for c, d in ordered]
+        return next((c for c in candidates if self.memory(c).fits), candidates[0])
 
     # --- pieces ----------------------------------------------------------------------------------
 
@@ -426,11 +430,30 @@ class LayoutPricer:
         L, h = layout, self.arch.hidden
         if L.ep == 1:
             return 0.0
+        # expert tensor parallelism 1: an EP group is EP consecutive ranks (Megatron's expert rank order)
         if L.dispatcher == "alltoall":
-            return 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=L.tp)
-        gathered = tokens / L.tp * h * BF16 * L.ep
+            return 2 * self._alltoall_s(expert_tokens * h * BF16, L.ep, inner=1)
+        gathered = self._gathered_tokens_bytes(layout, tokens)
         permute = 2 * gathered / self.hw.memory_bandwidth_Bps if self.hw.memory_bandwidth_Bps else 0.0
-        return 2 * self.hw.gather_or_scatter_s(gathered, L.ep, self._per_node(L.ep, L.tp)) + permute
+        return 2 * self.hw.gather_or_scatter_s(gathered, L.ep, self._per_node(L.ep, 1)) + permute
+
+    def _gathered_tokens_bytes(self, layout: Layout, tokens: int) -> float:
+        """The all-gather dispatcher's buffer: every token of the EP group (each GPU's sequence-parallel share)."""
+        return tokens / layout.tp * self.arch.hidden * BF16 * layout.ep
+
+    def exchange_buffer_bytes(self, layout: Layout) -> float:
+        """Transient bytes one layer's exchange holds beyond the stored activations: the all-gather dispatcher's
+        gathered tokens, all_gather CP's whole-sequence K/V (ring and all-to-all hold a chunk's worth)."""
+        a, L = self.arch, layout
+        tokens = L.micro_batch * L.seq_len // L.cp
+        buffer = 0.0
+        if a.moe is not None and L.ep > 1 and L.dispatcher == "allgather":
+            buffer += self._gathered_tokens_bytes(layout, tokens)
+        if L.cp > 1 and L.cp_comm == "all_gather":
+            kv = 2 * a.kv_heads * a.head_dim if a.mla is None else a.heads * (
+                a.mla.qk_head_dim + a.mla.rope_head_dim + a.mla.v_head_dim)
+            buffer += tokens * L.cp * kv * BF16 / L.tp
+        return buffer
 
     def _alltoall_s(self, nbytes: float, group: int, inner: int) -> float:
         """All-to-all of each GPU's ``nbytes`` as NCCL runs it where its model describes the group (inside an
@@ -547,7 +570,7 @@ class LayoutPricer:
         per_layer /= max(1, a.layers)
         layers_per_stage = stack / L.pp
         held = in_flight(L.pp, L.micro_batches, L.vp)
-        recompute_buffer = working if L.recompute != "none" else 0.0
+        recompute_buffer = (working if L.recompute != "none" else 0.0) + self.exchange_buffer_bytes(layout)
         logits = 4.0 * tokens * a.padded_vocab(L.tp) / L.tp
         first = per_layer * layers_per_stage * held + recompute_buffer + (logits if L.pp == 1 else 0.0)
         last = per_layer * layers_per_stage + recompute_buffer + logits
