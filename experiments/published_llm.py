@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.llm.layout import check_capacity_factor
 
 #: The tables' system names -> embedded clusters.
 SYSTEM_CLUSTERS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300",
@@ -191,8 +192,7 @@ def _routing(values: dict[str, str], where: str) -> dict[str, object]:
     factor = values.get("capacity_factor", "").strip().lower()
     if factor not in ("", "n/a", "none", "dropless"):
         out["capacity_factor"] = _number(factor, "capacity_factor", where)
-        if not 0 < out["capacity_factor"] <= 64:
-            raise InputError("capacity_factor", f"{where}: {factor}", "a number in (0, 64], or dropless")
+        check_capacity_factor(out["capacity_factor"], where=where)
     elif "tokendrop" in values["model"].lower() and factor == "":
         out["capacity_factor"] = TOKENDROP_CAPACITY
     return out

@@ -14,6 +14,12 @@ PARTS = ("compute", "memory-bound", "recompute", "TP", "CP", "EP", "PP p2p", "PP
          "optimizer")
 
 
+
+def _part_colours(plt) -> list:  # noqa: ANN001 - matplotlib.pyplot
+    """One colour per step part: tab10 has ten, PARTS eleven (the eleventh took compute's blue), so dark grey
+    is added."""
+    return [*plt.get_cmap("tab10").colors, "0.3"][:len(PARTS)]
+
 def plot_published_llm(frame: pd.DataFrame, path: Path) -> Path:
     """Left: published (x) against predicted (y), log axes, the model filled and the naive baseline hollow,
     the 10 % band shaded. Right: each row's predicted step as shares of its parts."""
@@ -52,9 +58,8 @@ def plot_published_llm(frame: pd.DataFrame, path: Path) -> Path:
     ordered = frame.sort_values(["class", "system", "model"]).reset_index(drop=True)
     shares = pd.DataFrame({p: ordered[f"{p}_s"] / ordered["step_s"] for p in PARTS})
     left = [0.0] * len(ordered)
-    palette = plt.get_cmap("tab10").colors
-    for i, part in enumerate(PARTS):
-        parts.barh(range(len(ordered)), shares[part], left=left, color=palette[i % 10], label=part, height=0.8)
+    for part, colour in zip(PARTS, _part_colours(plt), strict=True):
+        parts.barh(range(len(ordered)), shares[part], left=left, color=colour, label=part, height=0.8)
         left = [a + b for a, b in zip(left, shares[part], strict=True)]
     labels = [f"{r.model} {r.system} {r.precision} {r.layout}" for r in ordered.itertuples()]
     parts.set_yticks(range(len(ordered)), labels, fontsize=5)
@@ -75,13 +80,12 @@ def plot_layout_parts(costs: list, path: Path, title: str) -> Path:  # list[Layo
     from flexcomm.costmodel.atomic import save_figure_atomic
 
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.35 * len(costs) + 1.5)))
-    palette = plt.get_cmap("tab10").colors
     left = [0.0] * len(costs)
-    for i, part in enumerate(PARTS):
+    for part, colour in zip(PARTS, _part_colours(plt), strict=True):
         values = [c.parts()[part] for c in costs]
         if not any(values):
             continue
-        ax.barh(range(len(costs)), values, left=left, color=palette[i % 10], label=part, height=0.7)
+        ax.barh(range(len(costs)), values, left=left, color=colour, label=part, height=0.7)
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_yticks(range(len(costs)), [c.layout.label for c in costs], fontsize=7)
     ax.invert_yaxis()

@@ -17,6 +17,7 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size, format_time
 from flexcomm.planner.llm.architecture import Architecture
 from flexcomm.planner.llm.hf_config import model_architecture
+from flexcomm.planner.llm.layout import check_capacity_factor
 from flexcomm.planner.llm.layout_search import LayoutSearch, plan_layouts
 from flexcomm.planner.llm.presets import PRESETS
 
@@ -36,12 +37,7 @@ def run_layouts(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise InputError(flag.replace("_", "-"), value, "an integer >= 1")
-    if args.capacity_factor is not None:
-        if arch.moe is None:
-            raise InputError("capacity-factor", args.capacity_factor, f"no --capacity-factor: {arch.name} has no "
-                             "experts")
-        if not 0 < args.capacity_factor <= 64:
-            raise InputError("capacity-factor", args.capacity_factor, "a number in (0, 64] (default: dropless)")
+    check_capacity_factor(args.capacity_factor, arch, field="capacity-factor")
     base = load_cluster(args.cluster)
     found = plan_layouts(arch, base, gpus=args.gpus, batch_size=args.batch_size, seq_len=args.seq_len,
                          precision=args.precision or "bf16", capacity_factor=args.capacity_factor)

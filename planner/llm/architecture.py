@@ -117,6 +117,14 @@ class Architecture:
 
     # --- parameters ------------------------------------------------------------------------------
 
+    @property
+    def kv_width(self) -> int:
+        """Elements of K and V one token carries into attention (what CP exchanges): 2 x KV heads x head size,
+        or for latent attention every head's up-projected K (with its RoPE part) and V."""
+        if self.mla is None:
+            return 2 * self.kv_heads * self.head_dim
+        return self.heads * (self.mla.qk_head_dim + self.mla.rope_head_dim + self.mla.v_head_dim)
+
     def attention_parameters(self) -> float:
         h, a = self.hidden, self.heads
         if self.mla is not None:

@@ -46,11 +46,18 @@ def gemm_precision(name: str) -> str:
     return PRECISION_NAMES[key]
 
 
-def check_capacity_factor(factor: float | None) -> None:
-    """None (dropless) or a positive multiple of an expert's balanced share (64 is far past any in use)."""
-    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
-                               or not 0 < factor <= 64):
-        raise InputError("capacity_factor", factor, "a number in (0, 64], or none for dropless routing")
+def check_capacity_factor(factor: float | None, arch: Architecture | None = None, field: str = "capacity_factor",
+                          where: str = "") -> None:
+    """None (dropless) or a positive multiple of an expert's balanced share (64 is far past any in use), and only
+    for a model with experts where ``arch`` is given. ``field`` as the caller's user names it (a flag, a column);
+    ``where``: the row it came from."""
+    if factor is None:
+        return
+    shown = f"{where}: {factor}" if where else factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 64:
+        raise InputError(field, shown, "a number in (0, 64], or none for dropless routing")
+    if arch is not None and arch.moe is None:
+        raise InputError(field, shown, f"none: {arch.name} has no experts")
 
 
 @dataclass(frozen=True)
@@ -150,10 +157,9 @@ class Layout:
         if self.cp > 1 and self.cp_comm == "p2p" and arch.window is not None:
             raise InputError("cp_comm", self.cp_comm, f"a2a or all_gather: {arch.name}'s sliding-window layers "
                              "cannot run ring attention (Transformer Engine refuses p2p CP with a window)")
-        if arch.moe is None and (self.dispatcher != "alltoall" or self.capacity_factor is not None):
-            raise InputError("dispatcher" if self.dispatcher != "alltoall" else "capacity_factor",
-                             self.dispatcher if self.dispatcher != "alltoall" else self.capacity_factor,
-                             f"the default: {arch.name} has no experts")
+        if arch.moe is None and self.dispatcher != "alltoall":
+            raise InputError("dispatcher", self.dispatcher, f"alltoall (the default): {arch.name} has no experts")
+        check_capacity_factor(self.capacity_factor, arch)
         if arch.moe is not None and arch.moe.experts % self.ep:
             raise InputError("ep", self.ep, f"a divisor of {arch.name}'s {arch.moe.experts} experts")
         if self.pp * self.vp > arch.layers + arch.mtp_layers + 2:

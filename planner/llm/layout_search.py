@@ -117,10 +117,7 @@ def search_layouts(pricer: LayoutPricer, gpus: int, global_batch: int, seq_len: 
     """Price every candidate layout and rank those that fit; none fitting (or none at all) is one
     :class:`InputError` naming the smallest need and the device's memory."""
     pricer.check_precision(precision)
-    if capacity_factor is not None:
-        if pricer.arch.moe is None:
-            raise InputError("capacity_factor", capacity_factor, f"none: {pricer.arch.name} has no experts")
-        check_capacity_factor(capacity_factor)
+    check_capacity_factor(capacity_factor, pricer.arch)
     started = time.perf_counter()
     costs = []
     for layout in candidate_layouts(pricer.arch, gpus, global_batch, seq_len, precision,

@@ -266,7 +266,11 @@ class LayoutPricer:
         if not ordered:
             return layout
         candidates = [dataclasses.replace(layout, cp_comm=c, dispatcher=d) for c, d in ordered]
-        return next((c for c in candidates if self.memory(c).fits), candidates[0])
+        if self.exchange_buffer_bytes(candidates[0]) == 0:
+            return candidates[0]  # the fastest adds no memory: fitting or not, no other choice fits better
+        # the choices differ in memory only by their exchange buffer: one count of the rest serves them all
+        spare = self.memory_limit - (self.memory(layout).total - self.exchange_buffer_bytes(layout))
+        return next((c for c in candidates if self.exchange_buffer_bytes(c) <= spare), candidates[0])
 
     # --- pieces ----------------------------------------------------------------------------------
 
@@ -293,7 +297,6 @@ class LayoutPricer:
         if a.mla is None:
             attention = [Gemm("qkv", tokens, (a.heads + 2 * a.kv_heads) * a.head_dim // t, h),
                          Gemm("proj", tokens, h, a.heads * a.head_dim // t)]
-            kv_per_token = 2 * a.kv_heads * a.head_dim
             qk_dim, v_dim = a.head_dim, a.head_dim
         else:
             m = a.mla
@@ -305,15 +308,13 @@ class LayoutPricer:
                          Gemm("proj", tokens, h, a.heads * v_dim // t)]
             if m.q_lora_rank is not None:
                 attention.append(Gemm("q_down", tokens, m.q_lora_rank, h))
-            kv_per_token = a.heads * (qk_dim + v_dim)
         gate = 2 if a.gated else 1
         mlp: list[Gemm] = []
         expert_tokens = 0.0
         if moe and a.moe is not None:
             e = a.moe
             local_experts = e.experts // L.ep
-            # token-expert pairs this GPU computes (balanced routing; a capacity pads or drops to it)
-            expert_tokens = tokens / t * e.top_k * (L.capacity_factor or 1.0)
+            expert_tokens = self._expert_tokens(layout, tokens)
             per_expert = max(1, round(expert_tokens / local_experts))
             mlp += [Gemm("expert_fc1", per_expert, gate * e.ffn_hidden, h, local_experts),
                     Gemm("expert_fc2", per_expert, h, e.ffn_hidden, local_experts)]
@@ -344,7 +345,7 @@ class LayoutPricer:
             pairs = (first_attn, last_attn, first_mlp, last_mlp)
             tp_fwd = sum(max(0.0, comm - g) for g in pairs)
             tp_bwd = sum(max(0.0, comm - 2 * g) for g in pairs)
-        cp_fwd, cp_bwd = self._cp_exposed(layout, tokens, kv_per_token, a.heads * qk_dim, a.heads * v_dim, core)
+        cp_fwd, cp_bwd = self._cp_exposed(layout, tokens, a.kv_width, a.heads * qk_dim, a.heads * v_dim, core)
         ep = self._dispatch_s(layout, tokens, expert_tokens) if moe and a.moe is not None else 0.0
         routed = (sum(gemm_times[len(attention):len(attention) + 2]) if moe and a.moe is not None else 0.0) + \
             hw.memory_bound_s(routed_bytes)
@@ -437,6 +438,11 @@ class LayoutPricer:
         permute = 2 * gathered / self.hw.memory_bandwidth_Bps if self.hw.memory_bandwidth_Bps else 0.0
         return 2 * self.hw.gather_or_scatter_s(gathered, L.ep, self._per_node(L.ep, 1)) + permute
 
+    def _expert_tokens(self, layout: Layout, tokens: int) -> float:
+        """Token-expert pairs one GPU computes per routed layer: its sequence-parallel share of ``tokens`` times
+        top-k (balanced routing), padded or dropped to the capacity factor."""
+        return tokens / layout.tp * self.arch.moe.top_k * (layout.capacity_factor or 1.0)
+
     def _gathered_tokens_bytes(self, layout: Layout, tokens: int) -> float:
         """The all-gather dispatcher's buffer: every token of the EP group (each GPU's sequence-parallel share)."""
         return tokens / layout.tp * self.arch.hidden * BF16 * layout.ep
@@ -450,9 +456,7 @@ class LayoutPricer:
         if a.moe is not None and L.ep > 1 and L.dispatcher == "allgather":
             buffer += self._gathered_tokens_bytes(layout, tokens)
         if L.cp > 1 and L.cp_comm == "all_gather":
-            kv = 2 * a.kv_heads * a.head_dim if a.mla is None else a.heads * (
-                a.mla.qk_head_dim + a.mla.rope_head_dim + a.mla.v_head_dim)
-            buffer += tokens * L.cp * kv * BF16 / L.tp
+            buffer += tokens * L.cp * a.kv_width * BF16 / L.tp
         return buffer
 
     def _alltoall_s(self, nbytes: float, group: int, inner: int) -> float:
@@ -560,7 +564,7 @@ class LayoutPricer:
         for n, moe in ((a.dense_layers, False), (a.moe_layers, True)):
             if n == 0:
                 continue
-            expert_tokens = tokens / L.tp * a.moe.top_k * (L.capacity_factor or 1.0) if moe and a.moe else 0.0
+            expert_tokens = self._expert_tokens(layout, tokens) if moe and a.moe else 0.0
             parts = self.stored_bytes(tokens, L.tp, moe, expert_tokens, element)
             kept = parts["input"] if L.recompute == "full" else sum(parts.values()) - (
                 parts["routed"] if L.recompute == "moe" else 0.0)
