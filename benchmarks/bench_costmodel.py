@@ -35,7 +35,8 @@ import numpy as np  # noqa: E402
 from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is sys.path[0] when a script runs)
 
 require_flexcomm()
-from flexcomm.costmodel.collectives import PIPELINE_SEGMENT_BYTES, formula  # noqa: E402
+from flexcomm.costmodel.collective_formulas import PIPELINE_SEGMENT_BYTES  # noqa: E402
+from flexcomm.costmodel.collectives import formula  # noqa: E402
 
 THRESHOLD = 1e6  # evaluations/s the vectorised path must reach for --check
 

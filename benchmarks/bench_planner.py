@@ -34,12 +34,12 @@ from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is
 require_flexcomm()
 import torch  # noqa: E402
 
-from flexcomm.planner.devices import load_plan_cluster  # noqa: E402
 from flexcomm.planner.graphs import build_graph  # noqa: E402
+from flexcomm.planner.pipeline_units import build_units  # noqa: E402
 from flexcomm.planner.plans import Pricer  # noqa: E402
+from flexcomm.planner.rank_devices import load_plan_cluster  # noqa: E402
 from flexcomm.planner.search import enumerate_plans  # noqa: E402
 from flexcomm.planner.simulate import simulate_plan  # noqa: E402
-from flexcomm.planner.units import build_units  # noqa: E402
 
 GPT_13B = {"layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}  # GPT-3 XL shape, 1.3B
 GPT_QUICK = {"layers": 8, "hidden": 1024, "heads": 16, "seq_len": 1024}

@@ -47,7 +47,7 @@ from _common import pin_one_cpu, require_flexcomm  # noqa: E402  (benchmarks/ is
 
 require_flexcomm()
 from flexcomm.costmodel.cluster import Cluster  # noqa: E402
-from flexcomm.costmodel.model import CostModel  # noqa: E402
+from flexcomm.costmodel.cost_model import CostModel  # noqa: E402
 from flexcomm.sim.collectives import simulate_collective  # noqa: E402
 from flexcomm.sim.dynamics import CrossTraffic, JitterDynamics, MarkovCongestion  # noqa: E402
 

@@ -56,8 +56,8 @@ from flexcomm.costmodel.compressed import (
     scheme_coefficients,
 )
 from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 FLEXIBLE_CANDIDATES = ("dense", "topk-ag", "topk-ar")
 
@@ -160,6 +160,38 @@ class _KeyState:
     streak: int = 0
 
 
+def _check_decision_options(candidates: tuple[str, ...], hysteresis: float, patience: int,
+                            estimator: NetworkEstimator | None, cost_model: CostModel | None,
+                            urgent: float | None) -> None:
+    """:class:`FlexibleCompressor`'s choice rule: candidates, hysteresis, patience, urgency and a network prior."""
+    if not candidates or any(c not in FLEXIBLE_CANDIDATES for c in candidates) or len(set(candidates)) != len(
+            candidates):
+        raise InputError("candidates", list(candidates), "distinct names among " + ", ".join(FLEXIBLE_CANDIDATES))
+    if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
+        raise InputError("hysteresis", hysteresis, "a relative margin >= 0, e.g. 0.1")
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise InputError("patience", patience, "an integer >= 1 (consecutive decisions)")
+    if estimator is None and cost_model is None:
+        raise InputError("estimator", None, "a NetworkEstimator or a CostModel to take the prior from")
+    if urgent is not None and not (isinstance(urgent, (int, float)) and urgent >= hysteresis):
+        raise InputError("urgent", urgent, f"None or a relative margin >= hysteresis ({hysteresis})")
+
+
+def _check_agreement_options(agree_every: int, agree_lag: int, probe_budget: float, switch_cost_s: float) -> None:
+    """:class:`FlexibleCompressor`'s timing agreements, probe budget and switch cost."""
+    if isinstance(agree_every, bool) or not isinstance(agree_every, int) or agree_every < 0:
+        raise InputError("agree_every", agree_every, "an integer >= 1 (exchanges between timing agreements), "
+                         "or 0: the caller calls agree() (a DDP hook, once per iteration)")
+    if isinstance(agree_lag, bool) or not isinstance(agree_lag, int) or agree_lag < 0:
+        raise InputError("agree_lag", agree_lag, "an integer >= 0 (exchanges an agreement may stay in flight)")
+    if isinstance(probe_budget, bool) or not (isinstance(probe_budget, (int, float)) and 0 <= probe_budget):
+        raise InputError("probe_budget", probe_budget, "a fraction >= 0 of the exchanges a probe informs "
+                         "(0: no budget, every probe the estimator asks for)")
+    if isinstance(switch_cost_s, bool) or not (
+            isinstance(switch_cost_s, (int, float)) and math.isfinite(switch_cost_s) and switch_cost_s >= 0):
+        raise InputError("switch_cost_s", switch_cost_s, "seconds >= 0 one switch costs beyond its exchange")
+
+
 class FlexibleCompressor(Compressor):
     """Chooses dense / topk-ag / topk-ar per exchange by predicted time, with hysteresis; see the module.
 
@@ -201,20 +233,10 @@ class FlexibleCompressor(Compressor):
     ) -> None:
         super().__init__(ratio, error_feedback=error_feedback, gain_every=gain_every, keep_sent=keep_sent)
         candidates = tuple(candidates)
-        if not candidates or any(c not in FLEXIBLE_CANDIDATES for c in candidates) or len(set(candidates)) != len(
-                candidates):
-            raise InputError("candidates", list(candidates), "distinct names among " + ", ".join(FLEXIBLE_CANDIDATES))
-        if not (isinstance(hysteresis, (int, float)) and hysteresis >= 0):
-            raise InputError("hysteresis", hysteresis, "a relative margin >= 0, e.g. 0.1")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise InputError("patience", patience, "an integer >= 1 (consecutive decisions)")
-        if estimator is None and cost_model is None:
-            raise InputError("estimator", None, "a NetworkEstimator or a CostModel to take the prior from")
+        _check_decision_options(candidates, hysteresis, patience, estimator, cost_model, urgent)
         self.candidates = candidates
         self.hysteresis = float(hysteresis)
         self.patience = patience
-        if urgent is not None and not (isinstance(urgent, (int, float)) and urgent >= hysteresis):
-            raise InputError("urgent", urgent, f"None or a relative margin >= hysteresis ({hysteresis})")
         self.urgent = urgent
         self.estimator = estimator
         self.cost_model = cost_model
@@ -224,43 +246,41 @@ class FlexibleCompressor(Compressor):
         self.price_scale = float(price_scale)
         self.clock = clock
         self.latency_probe = latency_probe
-        if isinstance(agree_every, bool) or not isinstance(agree_every, int) or agree_every < 0:
-            raise InputError("agree_every", agree_every, "an integer >= 1 (exchanges between timing agreements), "
-                             "or 0: the caller calls agree() (a DDP hook, once per iteration)")
+        _check_agreement_options(agree_every, agree_lag, probe_budget, switch_cost_s)
         self.agree_every = agree_every
-        if isinstance(agree_lag, bool) or not isinstance(agree_lag, int) or agree_lag < 0:
-            raise InputError("agree_lag", agree_lag, "an integer >= 0 (exchanges an agreement may stay in flight)")
         self.agree_lag = agree_lag
-        if isinstance(probe_budget, bool) or not (isinstance(probe_budget, (int, float)) and 0 <= probe_budget):
-            raise InputError("probe_budget", probe_budget, "a fraction >= 0 of the exchanges a probe informs "
-                             "(0: no budget, every probe the estimator asks for)")
         self.probe_budget = float(probe_budget)
-        if isinstance(switch_cost_s, bool) or not (
-                isinstance(switch_cost_s, (int, float)) and math.isfinite(switch_cost_s) and switch_cost_s >= 0):
-            raise InputError("switch_cost_s", switch_cost_s, "seconds >= 0 one switch costs beyond its exchange")
         self.switch_cost_s = float(switch_cost_s)
         self._pending: list[tuple[StepStats, list[float]]] = []
         #: agreements in flight: (exchange count when issued, the allreduce, the stats it covers, their sizes)
         self._inflight: collections.deque[tuple[int, PendingAllreduce, list[tuple[StepStats, int]]]] = (
             collections.deque())
         self._exchanges = 0
-        self.inner: dict[str, Compressor] = {}
-        for scheme in candidates:
+        self.inner: dict[str, Compressor] = self._inner_compressors(owner, index_dtype, error_feedback, gain_every,
+                                                                    keep_sent)
+        self.state: dict[int, _KeyState] = {}
+        self.decisions: list[dict[str, Any]] = []
+        self._predictor: SchemePredictor | None = None
+        self.mechanism = MechanismTimer()
+
+    def _inner_compressors(self, owner: str, index_dtype: str | None, error_feedback: bool, gain_every: int | None,
+                           keep_sent: bool) -> dict[str, Compressor]:
+        """One compressor per candidate, all sharing this one's ``residuals`` and ``steps``: error feedback is the
+        worker's, not the scheme's, so it carries across a switch."""
+        inner: dict[str, Compressor] = {}
+        for scheme in self.candidates:
             if scheme == "dense":
-                inner = make_compressor("dense", gain_every=gain_every, keep_sent=keep_sent)
+                compressor = make_compressor("dense", gain_every=gain_every, keep_sent=keep_sent)
             else:
                 options: dict[str, Any] = {"index_dtype": index_dtype, "error_feedback": error_feedback,
                                            "gain_every": gain_every, "keep_sent": keep_sent}
                 if scheme == "topk-ar":
                     options["owner"] = owner
-                inner = make_compressor(scheme, self.ratio, **options)
-            inner.residuals = self.residuals  # one residual per worker, whichever scheme runs
-            inner.steps = self.steps
-            self.inner[scheme] = inner
-        self.state: dict[int, _KeyState] = {}
-        self.decisions: list[dict[str, Any]] = []
-        self._predictor: SchemePredictor | None = None
-        self.mechanism = MechanismTimer()
+                compressor = make_compressor(scheme, self.ratio, **options)
+            compressor.residuals = self.residuals  # one residual per worker, whichever scheme runs
+            compressor.steps = self.steps
+            inner[scheme] = compressor
+        return inner
 
     def __repr__(self) -> str:
         return f"FlexibleCompressor(ratio={self.ratio}, candidates={self.candidates}, hysteresis={self.hysteresis})"

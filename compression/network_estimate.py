@@ -40,7 +40,7 @@ from flexcomm.costmodel.errors import InputError
 
 if TYPE_CHECKING:
     from flexcomm.compression.base import StepStats
-    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.cost_model import CostModel
 
 
 def record_coefficients(
@@ -59,16 +59,6 @@ def record_coefficients(
 def timed_records(stats: StepStats) -> list[CollectiveRecord]:
     """The collectives a step really costs on a cluster: payload and control (not gain measurement)."""
     return list(stats.collectives) + [r for r in stats.overhead if r.purpose == "control"]
-
-
-def step_coefficients(stats: StepStats, price_scale: float = 1.0) -> tuple[float, float, float]:
-    """(a, b, g) of a whole step's payload, summed over ``StepStats.parts()``."""
-    a = b = g = 0.0
-    for _, _, coef in stats.parts():
-        a += float(coef.alpha)
-        b += float(coef.beta) * price_scale
-        g += float(coef.gamma) * price_scale
-    return a, b, g
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from flexcomm.controller.traces import NetworkTrace, TraceClock
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.emulation.engine import EmulatedRun, time_to_accuracy
+from flexcomm.emulation.seeds import mean_ci
 from flexcomm.workloads import Workload, get_workload
 
 DEFAULT_STATIC = ("dense", "topk-ag@0.1", "topk-ag@0.01", "topk-ag@0.001", "topk-ar@0.1", "topk-ar@0.01",
@@ -100,8 +101,6 @@ def summarise(frames: pd.DataFrame, target: float | None = None) -> tuple[pd.Dat
     of its Student-t 95 % interval (NaN for one seed), ``seeds`` counts them and ``reached`` how many seeds
     reach the target; the default target is 95 % of the best *mean* final accuracy.
     """
-    from flexcomm.emulation.seeds import mean_ci
-
     frames = frames if "seed" in frames else frames.assign(seed=0)
     rows, targets = [], {}
     for trace, part in frames.groupby("trace", sort=False):

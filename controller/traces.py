@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import read_text_bounded
-from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 from flexcomm.emulation.network import DYNAMIC_NETWORKS, NetworkClock
 

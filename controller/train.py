@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.controller.config import VARIANTS, EnvConfig, TrainConfig, load_settings  # noqa: F401 (callers import them from here)
-from flexcomm.controller.env import CompressionEnv
+from flexcomm.controller.env import CompressionEnv, knobs_to_action
 from flexcomm.controller.traces import NetworkTrace, family
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.workloads import Workload, get_workload
@@ -103,7 +103,6 @@ def reference_returns(config: TrainConfig, traces: list[NetworkTrace], workload:
     fixed episodes: the levels a trained policy should clear (tens of seconds: a bar shows them pass)."""
     from tqdm import tqdm
 
-    from flexcomm.controller.env import knobs_to_action
 
     env = CompressionEnv(config.env, traces, workload=workload)
     episodes = fixed_episodes(config, traces)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from flexcomm.costmodel.collectives import FORMULAS, Coefficients, CostBreakdown, algorithms, formula, predict
+from flexcomm.costmodel.cost_model import CostModel, LinkParams
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel, LinkParams
 
 __all__ = [
     "FORMULAS", "Coefficients", "CostBreakdown", "CostModel", "InputError", "LinkParams", "algorithms",

@@ -46,6 +46,7 @@ from scipy.optimize import least_squares
 
 from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.bounded_stream import read_csv_bounded
+from flexcomm.costmodel.cluster_parts import Link
 from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, algorithms
 from flexcomm.costmodel.documents import parse_document
 from flexcomm.costmodel.errors import InputError
@@ -579,8 +580,6 @@ def calibrated_cluster(
     is used (allreduce/ring by default, the best-measured collective in practice), else the first
     fit of that class; per-node overrides keep applying on top.
     """
-    from flexcomm.costmodel.cluster import Link
-
     updates: dict[str, Link] = {}
     for link_class, field_name in (("inter", "inter_link"), ("intra", "intra_link")):
         fit = profile.get(collective, algorithm, link_class, strict=True) or next(

@@ -33,6 +33,7 @@ import math
 from flexcomm.costmodel.collective_libraries.transports import HOST_LAUNCH_US
 from flexcomm.costmodel.compressed import DEFAULT_POWERSGD_RANK, LOW_PRECISION_BYTES
 from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.gemm_efficiency import achievable_fraction
 
 #: Kernels PyTorch's PowerSGD hook runs per matrix: two matmuls, the orthogonalisation, the decompression
 #: (torch/distributed/algorithms/ddp_comm_hooks/powerSGD_hook.py, ``powerSGD_hook``).
@@ -93,7 +94,5 @@ def device_compression_seconds(scheme: str, numel: float, device, topk_elements_
                                powersgd_rank: int = DEFAULT_POWERSGD_RANK,
                                matrices: list[float] | None = None) -> float:
     """:func:`compression_seconds` on a cluster's device (its peak, bandwidth and achievable matmul fraction)."""
-    from flexcomm.costmodel.gemm_efficiency import achievable_fraction
-
     return compression_seconds(scheme, numel, device.peak_flops, device.memory_bandwidth_Bps,
                                topk_elements_per_s_given, powersgd_rank, achievable_fraction(device.name), matrices)

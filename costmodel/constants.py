@@ -24,6 +24,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from flexcomm.costmodel.devices import catalog
+from flexcomm.validation import reference_rows
+
 
 @dataclass(frozen=True)
 class ModelConstant:
@@ -87,7 +90,7 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("costmodel.compression_compute", "THRESHOLD_BYTES_PER_ELEMENT", "bytes/element", "derived"),
     _c("costmodel.compression_compute", "DEFAULT_ACHIEVABLE", "fraction of peak", "cited"),
     _c("costmodel.compressed", "DEFAULT_POWERSGD_RANK", "rank", "cited"),
-    _c("costmodel.collectives", "PIPELINE_SEGMENT_BYTES", "bytes", "design"),
+    _c("costmodel.collective_formulas", "PIPELINE_SEGMENT_BYTES", "bytes", "design"),
     _c("planner.llm.timing", "FORWARD_TRAFFIC_PER_STORED_BYTE", "bytes/byte", "derived"),
     _c("planner.llm.timing", "ADAM_BYTES_PER_PARAMETER", "bytes", "derived"),
     _c("planner.llm.layout_step", "BF16", "bytes/element", "cited"),
@@ -96,7 +99,7 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.plans", "ADAM_STATE_MULTIPLE", "x fp32 parameter bytes", "cited"),
     _c("planner.plans", "GRADIENT_BYTES", "bytes/element", "derived"),
     _c("costmodel.gradient_exchange", "DEFAULT_TOPK_RATIO", "fraction of elements", "design"),
-    _c("planner.llm.model", "FFN_MULTIPLE", "x hidden", "cited"),
+    _c("planner.llm.gpt", "FFN_MULTIPLE", "x hidden", "cited"),
     _c("planner.llm.search", "MICRO_BATCH_SIZES", "samples", "design"),
     _c("planner.llm.search", "MAX_VIRTUAL_STAGES", "stages", "design"),
     _c("planner.llm.layout_search", "TP_SIZES", "GPUs", "design"),
@@ -107,6 +110,8 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.llm.layout_search", "DEFAULT_SEQ_LEN", "tokens", "design"),
     _c("planner.llm.layout_search", "DEFAULT_SEQUENCES_PER_GPU", "sequences", "design"),
     _c("planner.llm.recovery", "CANDIDATE_NODE_COUNTS", "node counts", "design"),
+    _c("planner.llm.transformer_plan", "GPT_SEQUENCES", "sequences", "cited"),
+    _c("planner.llm.transformer_plan", "DEFAULT_SIMULATE_TOP", "schedules", "design"),
     # collective libraries: what NCCL's source leaves to the hardware
     _c("costmodel.collective_libraries.transports", "HOST_LAUNCH_US", "us per GPU and call",
        "cited (the lower end of a 5-20 us range)"),
@@ -116,7 +121,7 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("costmodel.collective_libraries.fabric_fit", "DETERMINED", "standard deviation", "design"),
     # simulator and recovery
     _c("sim.recovery", "FLEET_NODE_MTBF_S", "s", "derived"),
-    _c("sim.training", "DEFAULT_BUCKET_CAP", "bytes", "cited"),
+    _c("sim.buckets", "DEFAULT_BUCKET_CAP", "bytes", "cited"),
     _c("sim.traced_step", "SIM_ELEMENT_BYTES", "bytes", "design"),
     _c("sim.nccl_flows", "MAX_ALLTOALL_RANKS", "ranks", "design"),
     # compression and the adaptive hooks
@@ -148,18 +153,14 @@ CONSTANTS: tuple[ModelConstant, ...] = (
 def reference_fits() -> list[dict[str, str]]:
     """Values fitted on reference rows, as the reference tables record them (``fitted_on`` of
     ``validation/references/*.csv``): the "ViT" size of Tyagi & Swany's Table IV."""
-    from flexcomm.validation import reference_rows
-
     rows = reference_rows("tyagi-swany-2023-models")
-    return [{"name": f"experiments.reproduce.MODELS['{r['model']}'].params", "value": r["params"],
+    return [{"name": f"experiments.tyagi_table4.MODELS['{r['model']}'].params", "value": r["params"],
              "unit": "parameters", "kind": "fitted", "fitted_on": r["fitted_on"], "source": r["params_source"]}
             for r in rows if r["fitted_on"]]
 
 
 def borrowed_catalog_values() -> list[dict[str, str]]:
     """Catalog values a device borrows from a sibling (a measured matmul rate of another memory configuration)."""
-    from flexcomm.costmodel.devices import catalog
-
     return [{"name": f"costmodel/devices.yaml {name}.mamf.bf16", "value": f"{device.mamf.tflops:g}",
              "unit": "TFLOP/s", "kind": "borrowed", "fitted_on": "", "source": device.mamf.borrowed_from}
             for name, device in catalog().items() if device.mamf is not None and device.mamf.borrowed_from]

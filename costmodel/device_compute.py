@@ -66,7 +66,7 @@ class DeviceCompute:
         self.config = kernel_config(device_name, precision)
 
     @classmethod
-    def of(cls, device) -> DeviceCompute:  # device: costmodel.cluster.Device
+    def of(cls, device) -> DeviceCompute:  # device: costmodel.cluster_parts.Device
         return cls(device.name, device.peak_flops, device.memory_bandwidth_Bps, device.sms, device.precision)
 
     def _gemm(self, shape: GemmShape) -> float:
@@ -116,7 +116,7 @@ class DeviceCompute:
 
 def model_layer_seconds(model: ModelSpec, batch: float, device, efficiency: float | None = None,
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-layer (forward, backward) seconds of ``model`` on ``device`` (a :class:`costmodel.cluster.Device`):
+    """Per-layer (forward, backward) seconds of ``model`` on ``device`` (a :class:`costmodel.cluster_parts.Device`):
     ``efficiency`` None prices it on the device (this module); a number keeps the flat model, FLOPs at that
     fraction of peak (what-ifs, and the engines' explicit ``--efficiency``)."""
     if efficiency is None:

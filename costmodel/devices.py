@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import parse_bandwidth, parse_size
+from flexcomm.costmodel.units import parse_bandwidth, parse_flops, parse_size
 
 CATALOG_PATH = Path(__file__).resolve().parent / "devices.yaml"
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -164,7 +164,6 @@ def fill(data: dict[str, Any], field_names: Mapping[str, tuple[str, ...]] | None
                          "device that states its peak_flops and memory")
     has_bandwidth = any(k in data for k in names_of.get("memory_bandwidth_Bps", ("memory_bandwidth_Bps",)))
     if not has_bandwidth and "peak_flops" in data:
-        from flexcomm.costmodel.units import parse_flops
 
         peak = parse_flops(data["peak_flops"], "peak_flops")
         data["memory_bandwidth"] = peak / CONSERVATIVE_RIDGE_FLOP_PER_BYTE

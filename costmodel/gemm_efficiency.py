@@ -33,6 +33,7 @@ import statistics
 from dataclasses import dataclass
 
 from flexcomm.costmodel.collective_libraries.transports import HOST_LAUNCH_US
+from flexcomm.costmodel.devices import catalog, lookup
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,6 @@ def shape_fill(shape: GemmShape, sms: int | None, config: KernelConfig = SM80_TE
 
 @functools.cache
 def _measured_fractions() -> dict[str, float]:
-    from flexcomm.costmodel.devices import catalog
-
     out = {}
     for name, device in catalog().items():
         if device.mamf is None:
@@ -134,8 +133,6 @@ def measured_ceiling(device_name: str, precision: str = "bf16") -> float:
     FP4 is unmeasured and takes FP8's, the nearest measured format of the same tensor cores), the shape losses
     *not* divided out: no GEMM is priced above the fastest one measured. A device without a measurement takes
     the median of the measured ones."""
-    from flexcomm.costmodel.devices import catalog, lookup
-
     def ceiling(device) -> float | None:  # noqa: ANN001 - a CatalogDevice
         mamf = device.mamf if precision == "bf16" else device.mamf_fp8
         return None if mamf is None else mamf.tflops * 1e12 / device.peak(precision)
@@ -160,8 +157,6 @@ UNMEASURED_FRACTION_RULE = "median achievable fraction of the catalog's measured
 def achievable_fraction(device_name: str) -> float:
     """Fraction of peak a perfectly shaped GEMM reaches on ``device_name`` (its catalog MAMF with the shape
     losses at its best shape divided out); the same fraction is applied to every precision's peak."""
-    from flexcomm.costmodel.devices import lookup
-
     device = lookup(device_name)
     measured = _measured_fractions()
     if device is not None and device.name in measured:
@@ -171,8 +166,6 @@ def achievable_fraction(device_name: str) -> float:
 
 def achievable_source(device_name: str) -> str:
     """Where :func:`achievable_fraction`'s value for a device comes from, in words."""
-    from flexcomm.costmodel.devices import lookup
-
     device = lookup(device_name)
     if device is not None and device.mamf is not None:
         return (f"MAMF {device.mamf.tflops:g} TFLOP/s bf16 at {'x'.join(map(str, device.mamf.shape))} "

@@ -18,8 +18,8 @@ from flexcomm.costmodel.compressed import (
     scheme_memory_bytes,
 )
 from flexcomm.costmodel.compression_compute import device_compression_seconds
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 #: The fraction of elements Top-k keeps unless told (what ``simulate`` and ``cost`` default to).
 DEFAULT_TOPK_RATIO = 0.01

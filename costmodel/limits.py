@@ -111,6 +111,10 @@ MAX_SIM_FAILURES = Limit("FLEXCOMM_MAX_SIM_FAILURES", 1_000, "failures in one si
 #: (`--horizon 1e9d` never ended).
 MAX_RECOVERY_FAILURES = Limit("FLEXCOMM_MAX_RECOVERY_FAILURES", 10_000, "failures within the horizon")
 MAX_RECOVERY_CHECKPOINTS = Limit("FLEXCOMM_MAX_RECOVERY_CHECKPOINTS", 1_000_000, "checkpoints within the horizon")
+#: The global batch one plan may price. The largest published data-parallel batches are ~65,536 samples
+#: (ResNet-50 on ImageNet, BERT with LAMB) and a few thousand sequences (LLM pre-training, 4-16M tokens); 2^20
+#: is 16x beyond, while 10^12 priced an 8-year step without a word.
+MAX_GLOBAL_BATCH = Limit("FLEXCOMM_MAX_GLOBAL_BATCH", 2**20, "samples in one global batch")
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe), which blocks until written"),
           (stat.S_ISCHR, "a character device, which may never end"), (stat.S_ISBLK, "a block device"),

@@ -5,7 +5,8 @@ coflows on its network, and the cost model (:mod:`costmodel.paths`) prices each 
 routes. Schedules are written over local indices 0..p-1 and lifted to a cluster's ranks by the caller, so
 one schedule serves a plain group and the q parallel instances of the hierarchical allreduce. On an
 uncontended uniform network every step costs ``alpha + bytes * beta`` and the schedules reproduce
-:mod:`costmodel.collectives` term by term (see :mod:`sim.collectives` for the table of algorithms).
+:mod:`costmodel.collective_formulas` term by term; :mod:`costmodel.collectives` pairs each algorithm's formula
+with its schedule here and checks that they agree.
 """
 
 from __future__ import annotations
@@ -16,14 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flexcomm.costmodel.collectives import (
-    FORMULAS,
-    HIERARCHICAL,
-    PIPELINE_SEGMENT_BYTES,
-    binomial_async_children,
-    formula,
-)
-from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.collective_formulas import PIPELINE_SEGMENT_BYTES, binomial_async_children
 
 #: One coflow of a step: (cache key of its local pairs, local src, local dst, bytes per flow).
 Group = tuple[Any, np.ndarray, np.ndarray, float]
@@ -262,62 +256,5 @@ def alltoall_pairwise(p: int, nbytes: float, steps: bool) -> Iterator[Step]:
 
 Schedule = Any  # Callable[[int, float, bool], Iterator[Step]]
 
-#: The schedule of every (collective, algorithm) of :data:`costmodel.collectives.FORMULAS`.
-SCHEDULES: dict[tuple[str, str], Schedule] = {
-    ("allreduce", "ring"): allreduce_ring,
-    ("allreduce", "recursive-doubling"): allreduce_recursive_doubling,
-    ("allreduce", "tree"): allreduce_tree,
-    ("allreduce", "rabenseifner"): allreduce_rabenseifner,
-    ("allgather", "ring"): allgather_ring,
-    ("allgather", "recursive-doubling"): allgather_recursive_doubling,
-    ("allgather", "bruck"): allgather_bruck,
-    ("reduce-scatter", "ring"): reduce_scatter_ring,
-    ("broadcast", "binomial"): broadcast_binomial,
-    ("broadcast", "binomial-async"): broadcast_binomial_async,
-    ("broadcast", "pipelined-ring"): broadcast_pipelined_ring,
-    ("broadcast", "scatter-allgather"): broadcast_scatter_allgather,
-    ("alltoall", "pairwise"): alltoall_pairwise,
-}
-assert set(SCHEDULES) == set(FORMULAS), "every cost-model formula needs a schedule"
-
-
 #: One piece of a plan: (rank matrix instances x size, steps over local indices, tag prefix).
 Segment = tuple[np.ndarray, Iterator[Step], str]
-
-
-def node_groups(cluster: Any, ranks: np.ndarray) -> np.ndarray:
-    """The ranks as a (nodes x q) matrix, nodes in order of first appearance."""
-    order: dict[int, list[int]] = {}
-    for r in ranks.tolist():
-        order.setdefault(cluster.node_of(r), []).append(r)
-    sizes = {len(v) for v in order.values()}
-    if len(sizes) != 1:
-        raise InputError("ranks", ranks.tolist(),
-                         "the same number of ranks on every node for the hierarchical allreduce")
-    return np.array(list(order.values()), dtype=np.int64)
-
-
-def collective_plan(cluster: Any, collective: str, algorithm: str, ranks: np.ndarray, nbytes: float,
-                    steps: bool = False, inter_algorithm: str = "ring", tag: str = "") -> list[Segment]:
-    """One collective over ``ranks`` (in that order) as segments of steps over rank matrices.
-
-    The hierarchical allreduce runs an intra-node ring reduce-scatter, then q inter-node allreduces of n/q
-    at once (instance j: local rank j of every node) and an intra-node ring allgather. On a rail-optimized
-    fabric local rank j owns NIC j, so instance j runs on its own rail: this *is* the rail-aware
-    hierarchical allreduce NCCL runs there; on a one-NIC node the q instances share the NIC.
-    """
-    prefix = f"{tag}:" if tag else ""
-    if (collective, algorithm) == HIERARCHICAL:
-        formula("allreduce", inter_algorithm)  # validates the name
-        nodes = node_groups(cluster, ranks)
-        n_nodes, q = nodes.shape
-        name = f"{prefix}allreduce/hierarchical"
-        return [
-            (nodes, ring_reduce_scatter(q, nbytes, steps, "intra-reduce-scatter"), name),
-            (nodes.T.copy(), SCHEDULES[("allreduce", inter_algorithm)](n_nodes, nbytes / q, steps),
-             f"{name}/inter-{inter_algorithm}"),
-            (nodes, ring_allgather(q, nbytes / q, steps, "intra-allgather"), name),
-        ]
-    formula(collective, algorithm)  # clear InputError for unknown names
-    schedule = SCHEDULES[(collective, algorithm)]
-    return [(ranks[None, :], schedule(len(ranks), nbytes, steps), f"{prefix}{collective}/{algorithm}")]

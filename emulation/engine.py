@@ -58,9 +58,9 @@ from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compressed import scheme_coefficients
 from flexcomm.costmodel.compression_compute import topk_elements_per_s
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.emulation.config import EmulationConfig, strategy_names
 from flexcomm.emulation.network import NetworkClock
 from flexcomm.workloads import TensorData, Workload, evaluate, get_workload, shard, steps_per_epoch

@@ -2,7 +2,7 @@
 
 Why a module of its own: the emulated clock, the learned controller's traces and the speedup study all
 read the same phase tables; keeping them beside the clock that uses them stops three copies drifting.
-Each collective a step really issued is priced by the current phase's :class:`~costmodel.model.CostModel`
+Each collective a step really issued is priced by the current phase's :class:`~costmodel.cost_model.CostModel`
 (optionally with seeded, mean-one log-normal jitter); on a cluster with a ``gpu_fabric`` it is priced as
 NCCL runs it (``library="nccl"``), whatever algorithm the emulated communicator names.
 """
@@ -16,7 +16,7 @@ import numpy as np
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries.topology import packs_evenly
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.cost_model import CostModel
 
 if TYPE_CHECKING:
     from flexcomm.compression.comm import CollectiveRecord

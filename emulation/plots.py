@@ -11,7 +11,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
-from flexcomm.costmodel.plotting import readable_log_axis, strategy_style  # noqa: E402
+from flexcomm.costmodel.plotting import (  # noqa: E402
+    SCHEME_COLOURS,  # noqa: E402
+    readable_log_axis,
+    strategy_style,
+)
 
 SCHEME_MARKERS = {"dense": "s", "topk-ag": "o", "topk-ar": "^"}
 #: What each exchange is called where a figure explains it (a legend, a strip's key).
@@ -210,7 +214,6 @@ def _scheme_strip(ax, frames: dict[str, pd.DataFrame], adaptive: list[str],  # n
     """One row per adaptive run, coloured by the scheme of each step, under a row of the network's phases."""
     from matplotlib.patches import Patch
 
-    from flexcomm.costmodel.plotting import SCHEME_COLOURS
 
     rows: list[str] = []
     if len(network) > 1:

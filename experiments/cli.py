@@ -15,8 +15,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from flexcomm.costmodel.atomic import output_folder_lock
 from flexcomm.costmodel.errors import InputError, RunStoppedError
+from flexcomm.costmodel.units import parse_ratio
 from flexcomm.experiments.commands import COMMANDS
+from flexcomm.experiments.commands.common import os_error_reason
 from flexcomm.experiments.commands.job_options import with_job
 
 EXIT_BAD_INPUT = 2
@@ -99,8 +102,6 @@ def _refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespa
 def _check_ratios(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--ratio`` means the fraction of elements kept in every command that has it: (0, 1], checked by one
     parser even where this run's strategy does not use it (``--ratio 0`` with dense is a typo, not a no-op)."""
-    from flexcomm.costmodel.units import parse_ratio
-
     for chosen in _chosen_parsers(parser, getattr(args, "handler", None)):
         for action in chosen._actions:
             value = getattr(args, action.dest, None)
@@ -148,8 +149,6 @@ def _option_holding(parser: argparse.ArgumentParser, args: argparse.Namespace, f
 
 def _os_refusal(parser: argparse.ArgumentParser, args: argparse.Namespace | None, error: OSError) -> str:
     """One line for a path that cannot be used, naming the option it came from when there is one."""
-    from flexcomm.experiments.commands.common import os_error_reason
-
     holder = _option_holding(parser, args, str(error.filename)) if args is not None and error.filename else None
     if holder is None:
         where = error.filename if error.filename is not None else "path"
@@ -175,8 +174,6 @@ def _holding_output_folder(args: argparse.Namespace) -> contextlib.AbstractConte
     """Every command that writes into an output folder (``--out DIR``) holds it for the run: a second run on
     the same folder is one line, exit 2 (two `simulate` runs on one folder both exited 0, the second's files
     over the first's). An ``--out`` naming a file (a CSV, a JSON) is not a folder to hold."""
-    from flexcomm.costmodel.atomic import output_folder_lock
-
     out = getattr(args, "out", None)
     if isinstance(out, str) and out and not Path(out).suffix:
         return output_folder_lock(out)

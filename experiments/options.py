@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from flexcomm.compression.moo_config import MOOConfig
 from flexcomm.costmodel.errors import InputError
+from flexcomm.emulation.config import EmulationConfig
 
 #: Rules that pick the operating point on a Pareto front (:data:`compression.moo.RULES`).
 MOO_RULES = ("asf", "knee", "utopia")
@@ -43,9 +45,6 @@ def pareto_configs(workload: str, cluster: Any, *, workers: int, warmup_steps: i
                    seed: int) -> tuple[Any, Any]:
     """The (MOOConfig, validated EmulationConfig) of :func:`experiments.pareto.pareto_study`, built and checked
     without torch: ``flexcomm pareto`` refuses a bad option before the study imports it."""
-    from flexcomm.compression.moo_config import MOOConfig
-    from flexcomm.emulation.config import EmulationConfig
-
     if rule not in MOO_RULES:
         raise InputError("rule", rule, "one of " + ", ".join(MOO_RULES))
     for name, value, low in (("warmup-steps", warmup_steps, 1), ("probe-steps", probe_steps, 1),

@@ -22,7 +22,9 @@ import pandas as pd
 
 from flexcomm.compression.flexible import FlexibleCompressor
 from flexcomm.compression.moo import RULES, GainModel, ParetoFront, choose_point, objectives, pareto_front
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
 from flexcomm.emulation.engine import EmulatedRun
 from flexcomm.experiments.options import pareto_configs
 
@@ -117,13 +119,10 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
     dominated ones sat under the front's points; the zoom spreads that corner, where every rule picks.
     With ``ax`` given, draws the full view into it and returns None (for multi-panel figures).
     """
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     own = ax is None
     box = _zoom_box(result)
@@ -159,7 +158,6 @@ def plot_pareto(result: ParetoResult, path: str | Path, ax: Any = None) -> Path 
         ax.add_patch(Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--", lw=0.9, ec="0.3", zorder=5))
     if not own:
         return None
-    from flexcomm.costmodel.plotting import readable_log_axis
 
     bar = fig.colorbar(points, ax=[a for a in (ax, zoom) if a is not None], label="compression ratio c (fraction kept)")
     readable_log_axis(bar.ax, "y")

@@ -2,7 +2,7 @@
 
 Each run ``DIR/<id>.txt`` has its hardware in ``DIR/clusters/<id>.yaml`` (usually ``extends:`` a shipped
 cluster, whose name is the run's *hardware class*). Every row is priced by the collective-library model
-(:mod:`costmodel.collective_libraries.model`: NCCL's choice, then its runtime; RCCL on AMD clusters) with
+(:mod:`costmodel.collective_libraries.call_cost`: NCCL's choice, then its runtime; RCCL on AMD clusters) with
 the log's own NCCL_ALGO / NCCL_PROTO, NCCL version, GPUs per thread and CUDA-graph mode; nothing is fitted.
 Then, as a second and separate figure, a leave-one-run-out calibration inside each hardware class: the
 run's predictions are scaled by the median measured/predicted ratio of the *other* runs of its class with
@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
+from flexcomm.costmodel.collective_libraries.validation import validate_log
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.published_plots import plot_run
+from flexcomm.experiments.published_summary import summaries_section
 from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
 
 #: share of described runs that should meet the per-run targets
@@ -116,8 +124,6 @@ def undescribed(cluster_file: Path) -> str:
 
 def hardware_class(cluster_file: Path) -> str:
     """The shipped cluster a run's file extends (its class), or the file's own name."""
-    from flexcomm.costmodel.documents import read_document
-
     data = read_document(cluster_file, "cluster", "cluster file")
     base = data.get("extends") if isinstance(data, dict) else None
     return str(base).removesuffix(".yaml").lstrip("_") if base else cluster_file.stem
@@ -125,11 +131,6 @@ def hardware_class(cluster_file: Path) -> str:
 
 def predict_run(log_path: Path, cluster_file: Path) -> RunResult:
     """Every row of one published log, priced from its cluster file alone."""
-    from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
-    from flexcomm.costmodel.collective_libraries.validation import validate_log
-    from flexcomm.costmodel.model import CostModel
-
     run_id = log_path.stem
     if not cluster_file.is_file():
         return RunResult(run_id, "-", "not predicted", f"no cluster file {cluster_file.name}")
@@ -177,8 +178,6 @@ def leave_one_run_out(results: list[RunResult]) -> None:
 
 def validate_published(folder: Path, out: Path, progress: bool = True, figures: bool = True) -> list[RunResult]:
     """Predict every ``*.txt`` run of ``folder``; write errors.csv, errors.md and a figure per run to ``out``."""
-    from flexcomm.costmodel.atomic import write_text_atomic
-
     if not folder.is_dir():
         raise InputError("published", str(folder), "a folder of nccl-tests logs with a clusters/ folder beside them")
     logs = sorted(folder.glob("*.txt"))
@@ -189,7 +188,6 @@ def validate_published(folder: Path, out: Path, progress: bool = True, figures: 
     leave_one_run_out(results)
     _write_csv(results, out / "errors.csv")
     if figures:
-        from flexcomm.experiments.published_plots import plot_run
 
         for r in results:
             if r.rows:
@@ -209,7 +207,6 @@ def _bar(items: list[Path], progress: bool) -> Iterable[Path]:
 def _write_csv(results: list[RunResult], path: Path) -> None:
     import pandas as pd
 
-    from flexcomm.costmodel.atomic import write_csv_atomic
 
     columns = ["run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
                "rel_error", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
@@ -339,7 +336,6 @@ def errors_markdown(results: list[RunResult], folder: Path) -> str:
     if others:
         lines += ["", "## Not predicted", "", "| run | why |", "|---|---|"]
         lines += [f"| {r.run_id} | {r.reason or 'no rows'} |" for r in others]
-    from flexcomm.experiments.published_summary import summaries_section
 
     lines += summaries_section(folder)
     return "\n".join(lines) + "\n"

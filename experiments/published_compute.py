@@ -21,6 +21,12 @@ from typing import Protocol
 
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.costmodel.cluster_parts import Device
+from flexcomm.costmodel.compute import bert_spec, get_model
+from flexcomm.costmodel.device_compute import DeviceCompute
+from flexcomm.costmodel.plotting import square_log_axes, use_file_backend
+
 
 class TrainingRow(Protocol):
     """What this module reads of a published row (:class:`experiments.published_training.TrainingRow`); a
@@ -64,8 +70,6 @@ def training_precision(row: TrainingRow) -> str:
 
 
 def model_spec(row: TrainingRow):  # -> ModelSpec
-    from flexcomm.costmodel.compute import bert_spec, get_model
-
     if row.model == "resnet50":
         return get_model("resnet50")
     if row.model == "bert-pretraining":
@@ -76,18 +80,12 @@ def model_spec(row: TrainingRow):  # -> ModelSpec
 
 def catalog_micro_batch_seconds(row: TrainingRow) -> float:
     """One micro-batch's forward and backward on the row's catalog device, nothing measured."""
-    from flexcomm.costmodel.cluster import Device
-    from flexcomm.costmodel.device_compute import DeviceCompute
-
     device = Device.model_validate({"name": device_name(row), "precision": training_precision(row)})
     return DeviceCompute.of(device).iteration_seconds(model_spec(row), row.batch)
 
 
 def predict_one_gpu(row: TrainingRow) -> dict[str, object]:
     """One 1-GPU row predicted from the catalog: samples per second of its micro-batch's compute."""
-    from flexcomm.costmodel.cluster import Device
-    from flexcomm.costmodel.device_compute import DeviceCompute
-
     name, precision = device_name(row), training_precision(row)
     device = Device.model_validate({"name": name, "precision": precision})
     compute = DeviceCompute.of(device)
@@ -119,12 +117,9 @@ def report_lines(frame: pd.DataFrame) -> list[str]:
 
 def plot_compute(frame: pd.DataFrame, path: Path) -> Path:
     """Predicted against published samples/s, log-log, one marker per row; the 20 % band shaded."""
-    from flexcomm.costmodel.plotting import square_log_axes, use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     low = 0.5 * float(min(frame["published_throughput"].min(), frame["predicted_throughput"].min()))

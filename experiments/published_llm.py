@@ -25,8 +25,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.bounded_stream import read_text_bounded
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
-from flexcomm.planner.llm.layout import check_capacity_factor
+from flexcomm.costmodel.gemm_efficiency import measured_ceiling
+from flexcomm.planner.llm.layout import Layout, check_capacity_factor, gemm_precision
+from flexcomm.planner.llm.layout_search import search_layouts
+from flexcomm.planner.llm.layout_step import LayoutPricer, cluster_of
+from flexcomm.planner.llm.presets import resolve_table_name
 
 #: The tables' system names -> embedded clusters.
 SYSTEM_CLUSTERS = {"DGX-H100": "dgx-h100", "DGX-B200": "dgx-b200", "DGX-B300": "dgx-b300",
@@ -112,8 +118,6 @@ def _release(title: str) -> tuple[str, str]:
 
 def read_tables(path: Path) -> list[PublishedRow]:
     """Every row of one markdown file (see the module docstring)."""
-    from flexcomm.costmodel.bounded_stream import read_text_bounded
-
     text = read_text_bounded(path, "published-llm", "markdown table")
     lines = text.splitlines()
     title = next((line for line in lines if line.startswith("# ")), "")
@@ -210,8 +214,6 @@ def naive_tokens_per_s(flops_per_token: float, device_name: str, bf16_peak: floa
     """The naive baseline: model FLOPs per token at the device's measured BF16 matmul rate, nothing else. The rate
     is the one the model caps its BF16 GEMMs at (:func:`measured_ceiling`: the catalog MAMF, or the median measured
     fraction of peak for a device nobody measured), so the two differ in everything but the rate."""
-    from flexcomm.costmodel.gemm_efficiency import measured_ceiling
-
     return bf16_peak * measured_ceiling(device_name) / flops_per_token
 
 
@@ -235,11 +237,6 @@ def predict(rows: list[PublishedRow], rank: bool = True, progress=None) -> pd.Da
     parts (seconds); with ``rank``, where the published layout places among every layout the planner prices
     for the row (its GPUs, batch, sequence and precision) and how far it is from the planner's best.
     ``progress``: called with each row done."""
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.planner.llm.layout import Layout, gemm_precision
-    from flexcomm.planner.llm.layout_step import LayoutPricer, cluster_of
-    from flexcomm.planner.llm.presets import resolve_table_name
-
     clusters: dict[str, object] = {}
     records = []
     for row in rows:
@@ -279,8 +276,6 @@ def predict(rows: list[PublishedRow], rank: bool = True, progress=None) -> pd.Da
 
 def _placement(pricer, row: PublishedRow, cost) -> dict[str, object]:  # noqa: ANN001 - LayoutPricer, LayoutCost
     """Where the published layout's predicted step places among the planner's fitting layouts for the row."""
-    from flexcomm.planner.llm.layout_search import search_layouts
-
     found = search_layouts(pricer, row.gpus, row.gbs, row.seq_len, cost.layout.precision,
                            cost.layout.capacity_factor)
     faster = sum(1 for c in found.ranked if c.step_s < cost.step_s * (1 - 1e-9))

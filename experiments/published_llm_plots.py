@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.plotting import use_file_backend
 
 #: The step's parts in the order they are stacked, as ``predict`` names their columns.
@@ -27,7 +28,6 @@ def plot_published_llm(frame: pd.DataFrame, path: Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     height = max(6.0, 0.13 * len(frame) + 1.5)  # one readable tick label per row on the right
     fig, (ax, parts) = plt.subplots(1, 2, figsize=(14, height), gridspec_kw={"width_ratios": [1, 1.3]})
@@ -77,7 +77,6 @@ def plot_layout_parts(costs: list, path: Path, title: str) -> Path:  # list[Layo
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     fig, ax = plt.subplots(figsize=(9, max(3.0, 0.35 * len(costs) + 1.5)))
     left = [0.0] * len(costs)

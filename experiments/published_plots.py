@@ -15,14 +15,18 @@ from typing import Any
 
 import numpy as np
 
+from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
+from flexcomm.costmodel.plotting import plain_number, readable_log_axis, use_file_backend
+from flexcomm.costmodel.units import format_size
+from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
+
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def verdict(result: Any) -> str:
     """The run against its targets in words: on a busbw axis over ten decades a 25 % miss looks like a fit, so
     the figure says the numbers the report judges (median and worst |error| of the rows >= 1 MiB)."""
-    from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
-
     errors = [abs(r["predicted_s"] / r["measured_s"] - 1.0) for r in result.rows
               if r["bytes"] >= SUMMARY_MIN_BYTES and r["measured_s"] > 0]
     if not errors:
@@ -47,7 +51,6 @@ def _ratio_ticks(ax: Any, spread: float) -> None:
     log ticks labelled only 1 and 1.5 on an axis whose points sat at 0.5."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-    from flexcomm.costmodel.plotting import plain_number
 
     ticks = [t for t in _RATIO_TICKS if 1 / spread <= t <= spread]
     while len(ticks) > 7:
@@ -61,11 +64,6 @@ def _ratio_ticks(ax: Any, spread: float) -> None:
 def plot_run(result: Any, path: Path) -> Path:
     """``result``: a :class:`experiments.published.RunResult` with rows (typed loosely: that module imports
     this one)."""
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
-    from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
-    from flexcomm.costmodel.units import format_size
-
     use_file_backend()
     import matplotlib.pyplot as plt
 
@@ -130,9 +128,6 @@ def plot_transfer(frame: Any, path: Path) -> Path:
     Below the diagonal the model beats the baseline; inside the shaded corner both meet the 5 % target."""
     from matplotlib.ticker import FuncFormatter
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
-    from flexcomm.experiments.published_targets import TARGET_MEDIAN
 
     use_file_backend()
     import matplotlib.pyplot as plt

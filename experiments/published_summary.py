@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.collective_libraries.call_cost import explain
 from flexcomm.costmodel.errors import InputError
 
 #: the table's columns -> the forced algorithm (NVLS on one node, NVLS-tree across nodes)
@@ -71,9 +73,6 @@ def read_summary(path: Path) -> list[ScaleRow]:
 
 def check_summary(summary: Path, cluster_file: Path) -> list[ScaleRow]:
     """Every row of ``summary`` priced per forced algorithm on ``cluster_file`` at the row's node count."""
-    from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.costmodel.collective_libraries.model import explain
-
     base = Cluster.from_file(cluster_file)
     rows = read_summary(summary)
     for row in rows:

@@ -40,8 +40,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.compute import ModelSpec, get_model, transformer_spec
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_RANKS
+from flexcomm.costmodel.limits import MAX_RANKS, read_text_bounded
+from flexcomm.experiments.published_compute import catalog_micro_batch_seconds
+from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+from flexcomm.sim.workload import TrainingWorkload
 
 #: Published table hardware -> the embedded cluster that describes one node of it.
 HARDWARE_CLUSTERS = {"dgx a100": "dgx-a100-80g", "dgx-1": "dgx1-v100"}
@@ -185,8 +190,6 @@ def _part(text: str, header: str, precision_class: str) -> str:
 def read_corpus(paths: str | Path | list[str | Path]) -> TrainingCorpus:
     """Every measurement in markdown files of published training throughput (see the module doc); tables of a
     model, hardware or framework flexcomm does not price are listed in ``skipped`` with why."""
-    from flexcomm.costmodel.limits import read_text_bounded
-
     rows: list[TrainingRow] = []
     skipped: list[tuple[str, str]] = []
     for path in [paths] if isinstance(paths, (str, Path)) else paths:
@@ -373,8 +376,6 @@ def _table_row(header: list[str], cells: list[str], model: str, hardware: str | 
 
 
 def _model_spec(model: str, seq_len: int | None):  # -> ModelSpec
-    from flexcomm.costmodel.compute import get_model, transformer_spec
-
     if model == "resnet50":
         return get_model("resnet50")
     # BERT-Large's shape: 24 layers, hidden 1024, vocab 30522 (Devlin et al. 2019): ~335M parameters
@@ -383,8 +384,6 @@ def _model_spec(model: str, seq_len: int | None):  # -> ModelSpec
 
 
 def _cluster_for(hardware: str, gpus: int):  # -> Cluster
-    from flexcomm.costmodel.cluster import load_cluster
-
     name = HARDWARE_CLUSTERS[[k for k in HARDWARE_CLUSTERS if k in hardware.lower()][0]]
     cluster = load_cluster(name)
     nodes = math.ceil(gpus / cluster.devices_per_node)
@@ -393,10 +392,6 @@ def _cluster_for(hardware: str, gpus: int):  # -> Cluster
 
 def _simulated_step(row: TrainingRow, micro_s: float) -> float:
     """Seconds of one optimizer step of ``row`` on its hardware when a micro-batch computes in ``micro_s``."""
-    from flexcomm.costmodel.compute import ModelSpec
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
-    from flexcomm.sim.workload import TrainingWorkload
-
     spec = _model_spec(row.model, row.seq_len)
     flops = [layer.forward_flops for layer in spec.layers]
     total = sum(flops)
@@ -435,8 +430,6 @@ def predict_row(row: TrainingRow, reference: TrainingRow | None) -> dict[str, ob
     description alone where the tables hold none (the device catalog's compute of a micro-batch); beside it, the
     naive baseline (linear scaling of the reference, or of the catalog's compute) and the description's
     prediction."""
-    from flexcomm.experiments.published_compute import catalog_micro_batch_seconds
-
     described_micro = catalog_micro_batch_seconds(row)
     described_step = _simulated_step(row, described_micro)
     described = row.gpus * row.batch * row.accumulation / described_step

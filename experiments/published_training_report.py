@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.plotting import square_log_axes, use_file_backend
 
 
@@ -49,7 +50,6 @@ def plot_training(frame: pd.DataFrame, path: Path) -> Path:
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     if not (frame["predicted_scaling"].notna() & frame["published_scaling"].notna()).any():
@@ -83,8 +83,6 @@ def plot_training(frame: pd.DataFrame, path: Path) -> Path:
 def _plot_throughput(fig, ax, frame: pd.DataFrame, path: Path) -> Path:  # noqa: ANN001 (matplotlib objects)
     """Rows predicted from the description alone (no row of theirs on fewer GPUs): throughput against published,
     and the naive baseline (the catalog's compute scaled linearly) beside it."""
-    from flexcomm.costmodel.atomic import save_figure_atomic
-
     values = pd.concat([frame["published_throughput"], frame["predicted_throughput"], frame["baseline_throughput"]])
     low, high = 0.5 * float(values.min()), 2.0 * float(values.max())
     ax.plot([low, high], [low, high], color="k", lw=0.8, label="predicted = published")

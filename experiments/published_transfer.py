@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.cluster import Cluster, calibration_mismatch
+from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
+from flexcomm.costmodel.collective_libraries.fabric_fit import calibrate_fabric, described_values, price_logs, seconds
+from flexcomm.costmodel.collective_libraries.logs import bus_factor, read_nccl_tests
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.published_plots import plot_transfer
 from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
 
 #: Median |error| over a predicted run's rows below 1 MiB that a pair must also meet (where it has such rows).
@@ -65,10 +71,6 @@ class SystemRun:
 
 
 def load_run(folder: Path, run_id: str) -> SystemRun:
-    from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.costmodel.collective_libraries.fabric_fit import price_logs
-    from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
-
     try:
         cluster = Cluster.from_file(folder / "clusters" / f"{run_id}.yaml")
         log = read_nccl_tests(str(folder / f"{run_id}.txt"))
@@ -79,8 +81,6 @@ def load_run(folder: Path, run_id: str) -> SystemRun:
 
 def baseline_seconds(calibration: SystemRun, predicted: SystemRun) -> np.ndarray:
     """The calibration run's measured bus bandwidth at each predicted size, applied to the predicted run."""
-    from flexcomm.costmodel.collective_libraries.logs import bus_factor
-
     c = calibration.rows
     bus = c.size / c.measured_s * bus_factor(calibration.log.collective, int(c.ranks[0]))
     order = np.argsort(c.size)
@@ -103,9 +103,6 @@ def _errors(predicted_s: np.ndarray, rows: Any) -> tuple[float | None, float | N
 
 def transfer_pair(system: str, calibrated: SystemRun, fitted: Any, predicted: SystemRun) -> dict[str, Any]:
     """One (calibration run, predicted run) pair as a row of ``transfer.csv``."""
-    from flexcomm.costmodel.cluster import calibration_mismatch
-    from flexcomm.costmodel.collective_libraries.fabric_fit import described_values, seconds
-
     row: dict[str, Any] = {"system": system, "calibrated_on": calibrated.run_id, "predicted_run": predicted.run_id,
                            "change": _change(calibrated.setting, predicted.setting), "note": ""}
     mismatch = calibration_mismatch(fitted.made_for, predicted.cluster)
@@ -130,10 +127,6 @@ def transfer_pair(system: str, calibrated: SystemRun, fitted: Any, predicted: Sy
 
 def validate_transfer(folder: Path, out: Path, progress: bool = True) -> pd.DataFrame:
     """Every ordered pair of runs inside each system of ``folder``; writes the report to ``out``."""
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
-    from flexcomm.costmodel.collective_libraries.fabric_fit import calibrate_fabric
-
     if not (folder / "clusters").is_dir():
         raise InputError("published", str(folder), "a folder of nccl-tests logs with a clusters/ folder beside them")
     systems: dict[str, list[str]] = {}
@@ -163,7 +156,6 @@ def validate_transfer(folder: Path, out: Path, progress: bool = True) -> pd.Data
     frame = pd.DataFrame.from_records(pairs, columns=COLUMNS)
     write_csv_atomic(frame, out / "transfer.csv")
     write_text_atomic(out / "transfer.md", "\n".join(report_lines(frame, unusable)) + "\n")
-    from flexcomm.experiments.published_plots import plot_transfer
 
     plot_transfer(frame, out / "transfer.png")
     return frame

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.collective_libraries.topology import packs_evenly
 from flexcomm.costmodel.compressed import (
     PRICED_SCHEMES,
     SCHEMES,
@@ -32,9 +33,9 @@ from flexcomm.costmodel.compressed import (
     scheme_coefficients,
 )
 from flexcomm.costmodel.compression_compute import device_compression_seconds
-from flexcomm.costmodel.compute import V100_TOPK_ELEMENTS_PER_S
+from flexcomm.costmodel.compute import MODEL_ZOO, V100_TOPK_ELEMENTS_PER_S, get_model
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_time
 from flexcomm.experiments.whatif_step import (
     StepPricer,
@@ -43,6 +44,7 @@ from flexcomm.experiments.whatif_step import (
     step_columns,
 )
 from flexcomm.sim.workload import TrainingWorkload, get_training_workload, workload_names
+from flexcomm.workloads.names import FACTORY_FORM
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
@@ -185,8 +187,6 @@ def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
     """(ranks, NIC bandwidth, ratio) for a GPU cluster: every rank count of the grid it holds as whole NVLink
     domains (or within one; NCCL's model describes those), the whole cluster, one node's ranks only once
     (NVLink does not see the NIC), and the swept NIC speeds plus its own."""
-    from flexcomm.costmodel.collective_libraries.topology import packs_evenly
-
     world, per_node = cluster.world_size, cluster.devices_per_node
     ranks = sorted(r for r in {int(r) for r in grid.ranks if 2 <= r <= world} | {world} if packs_evenly(cluster, r))
     own = float(cluster.inter_link.bandwidth_Bps)
@@ -203,8 +203,6 @@ def _nic_grid(grid: WhatIfGrid, cluster: Cluster) -> pd.DataFrame:
 
 def _layer_params(model_name: str, grid: WhatIfGrid | None = None) -> list[float] | None:
     """The parameter counts of a model flexcomm knows layer by layer (PowerSGD's matrices); None otherwise."""
-    from flexcomm.costmodel.compute import MODEL_ZOO, get_model
-
     if grid is not None and model_name in grid.layers:
         return grid.layers[model_name]
     if model_name not in MODEL_ZOO:
@@ -218,8 +216,6 @@ def grid_models(names: list[str], batch_per_rank: float | None = None
     package model or ``module:factory`` / ``file.py:factory`` (the user's own, counted off the module), each
     read as ``simulate --workload`` reads it (``batch_per_rank`` as its ``--batch``, default the workload's),
     so both count the same parameters and price the same step."""
-    from flexcomm.workloads.names import FACTORY_FORM
-
     params: dict[str, float] = {}
     layers: dict[str, list[float]] = {}
     workloads: dict[str, TrainingWorkload] = {}

@@ -16,7 +16,12 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from flexcomm.costmodel.atomic import save_figure_atomic  # noqa: E402
 from flexcomm.costmodel.compressed import PRICED_SCHEMES as SCHEMES  # noqa: E402
-from flexcomm.costmodel.plotting import SCHEME_COLOURS  # noqa: E402  (one meaning per colour across tools)
+from flexcomm.costmodel.plotting import (  # noqa: E402  (SCHEME_COLOURS: one meaning per colour across tools)
+    SCHEME_COLOURS,
+    coinciding_line,
+    name_coinciding,
+    readable_log_axis,
+)
 from flexcomm.costmodel.units import format_count, format_time  # noqa: E402
 
 #: Speedup contours drawn where the data spans them: dense enough that a panel shows more than one.
@@ -209,8 +214,6 @@ def plot_step_lines(table: pd.DataFrame, out_dir: Path, x: str, xlabel: str, tit
     """One panel per model: the training step of every scheme over ``x`` (rank count or NIC speed), Top-k at
     its fastest ratio. A line, not a map: on a GPU cluster the schemes that matter (PowerSGD, fp16) have no
     ratio, so a ratio axis drew stripes; the step is what the user waits for."""
-    from flexcomm.costmodel.plotting import coinciding_line, name_coinciding, readable_log_axis
-
     models = list(table["model"].unique())
     fig, axes = plt.subplots(1, len(models), figsize=(4.4 * len(models), 3.8), squeeze=False)
     handles: dict[str, Line2D] = {}

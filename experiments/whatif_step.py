@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.cluster import Cluster
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.gradient_exchange import GradientScheme
 from flexcomm.sim.training import (
     TrainingConfig,
     TrainingSimulator,
@@ -162,6 +163,16 @@ def accuracy_cost(scheme: str, ratio: float) -> str:
         drop = float(row["final_percent"]) - float(row["dense_final_percent"])
         parts.append(f"{drop:+.1f} points ({row['model']}, {row['seeds']} seeds)")
     return "measured on Fashion-MNIST: " + "; ".join(parts)
+
+
+def exchange_lines(exchange: GradientScheme) -> list[str]:
+    """What a plan priced for a compressed data-parallel exchange and its measured accuracy cost (none for dense):
+    the line ``flexcomm plan --scheme`` prints under its plans."""
+    if exchange.dense:
+        return []
+    ratio = f" at ratio {exchange.ratio:g}" if exchange.scheme.startswith("topk") else ""
+    return [f"data-parallel exchange: {exchange.scheme}{ratio} (its calls, device work and error-feedback memory "
+            f"priced in every plan); accuracy cost: {accuracy_cost(exchange.scheme, exchange.ratio if ratio else 1.0)}"]
 
 
 @functools.cache

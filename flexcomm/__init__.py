@@ -54,8 +54,8 @@ _LAZY: dict[str, str] = {
     "cost": "flexcomm._pricing",
     "Cost": "flexcomm._pricing",
     "predict": "flexcomm.costmodel.collectives",
-    "CostModel": "flexcomm.costmodel.model",
-    "LinkParams": "flexcomm.costmodel.model",
+    "CostModel": "flexcomm.costmodel.cost_model",
+    "LinkParams": "flexcomm.costmodel.cost_model",
     "load_cluster": "flexcomm.costmodel.cluster",
     "Cluster": "flexcomm.costmodel.cluster",
     "Job": "flexcomm.costmodel.job",
@@ -107,8 +107,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first
     from flexcomm.costmodel.calibration import CalibrationProfile
     from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
     from flexcomm.costmodel.collectives import predict
+    from flexcomm.costmodel.cost_model import CostModel, LinkParams
     from flexcomm.costmodel.job import Job, load_job
-    from flexcomm.costmodel.model import CostModel, LinkParams
     from flexcomm.costmodel.units import (
         format_bandwidth,
         format_size,

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.cli import _check_ratios, _refuse_empty_values, build_parser
+from flexcomm.experiments.commands.job_options import with_job
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,8 +141,6 @@ def run_command(command: str, positional: Sequence[str] = (), *, main_table: str
     """
     import pandas as pd
 
-    from flexcomm.experiments.cli import _check_ratios, _refuse_empty_values, build_parser
-    from flexcomm.experiments.commands.job_options import with_job
 
     parser = build_parser()
     words = with_job([command, *map(_word, positional), *_flag_words(_subparser(parser, command), command, options)])

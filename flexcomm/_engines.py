@@ -1,28 +1,71 @@
 """``flexcomm.plan``, ``place``, ``scenario``, ``recovery``, ``validate_nccl_tests``, ``validate_published``.
 
-Why these are thin: each is its CLI command run in-process (:func:`flexcomm._commands.run_command`), so a
-keyword is the flag of the same name (``batch_size=64`` is ``--batch-size 64``, units as strings or numbers,
-``True`` for a switch, lists for comma lists) with the same defaults and the same one-line
-:class:`~flexcomm.InputError`. Each returns a :class:`~flexcomm.CommandResult`: ``frame`` (the main table),
-``tables``, ``figures`` (paths of the PNGs drawn), ``summaries`` (JSON written) and ``report`` (what the
-command prints). ``flexcomm <command> --help`` lists every keyword.
+``flexcomm.plan("gpt", ...)`` calls the transformer planner itself (no argv, no printed text, no file read back:
+its keywords are the engine function's). The others still run their CLI command in-process
+(:func:`flexcomm._commands.run_command`), so a keyword is the flag of the same name (``batch_size=64`` is
+``--batch-size 64``, units as strings or numbers, ``True`` for a switch, lists for comma lists) with the same
+defaults and the same one-line :class:`~flexcomm.InputError`. Each returns a :class:`~flexcomm.CommandResult`:
+``frame`` (the main table), ``tables``, ``figures`` (paths of the PNGs drawn), ``summaries`` (JSON written) and
+``report`` (what the command prints). ``flexcomm <command> --help`` lists every keyword.
 """
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flexcomm._commands import CommandResult, run_command
+from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.plan_gpt import printed
+from flexcomm.experiments.published_plots import plot_run
+from flexcomm.planner.llm.transformer_plan import plan_transformer
+from flexcomm.planner.llm.transformer_report import write_files
+
+if TYPE_CHECKING:
+    from flexcomm.costmodel.cluster import Cluster
 
 __all__ = ["place", "plan", "recovery", "scenario", "validate_nccl_tests", "validate_published"]
 
 
-def plan(model: str | None = None, cluster: str | Path | None = None, **options: Any) -> CommandResult:
+def plan(model: str | None = None, cluster: str | Path | Cluster | None = None, **options: Any) -> CommandResult:
     """Parallel plans of ``model`` on ``cluster``, ranked (``flexcomm plan``); ``frame``: every plan priced
-    (``plans.csv``), ``summaries["best_plan"]``, figure ``plans``. ``model="gpt"`` plans a transformer."""
+    (``plans.csv``), ``summaries["best_plan"]``, figure ``plans``.
+
+    ``model="gpt"`` plans a transformer by calling the planner itself
+    (:func:`flexcomm.planner.llm.transformer_plan.plan_transformer`: no argv, no printed text, no file read back);
+    its keywords are that function's (``batch_size``, ``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
+    ``precision``, ``tp``, ``pp``, ...), ``cluster`` may be a :class:`~flexcomm.Cluster`, and files are written
+    only when ``out`` is given (``top`` plans in its table and figure). Other models run the command in-process.
+    """
+    if model == "gpt" and "job" not in options:
+        return _plan_transformer(cluster, **options)
     return run_command("plan", main_table="plans", model=model, cluster=cluster, **options)
+
+
+#: ``flexcomm plan``'s default cluster, which the transformer planner's Python call takes too.
+_PLAN_CLUSTER = "4x8-a100-ib"
+
+
+def _plan_transformer(cluster: str | Path | Cluster | None, out: str | Path | None = None, top: int = 10,
+                      no_progress: bool = False, **options: Any) -> CommandResult:
+    """``flexcomm.plan("gpt", ...)``: the engine's result as a :class:`CommandResult` (``no_progress`` is accepted
+    for the command's sake: the transformer planner draws no progress bar)."""
+    known = inspect.signature(plan_transformer).parameters
+    for keyword, value in options.items():
+        if keyword not in known or keyword == "cluster":
+            expected = ", ".join(sorted([*(k for k in known if k != "cluster"), "out", "top", "no_progress"]))
+            raise InputError(keyword, value, f"a keyword of flexcomm.plan('gpt', ...): {expected}")
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InputError("top", top, "an integer >= 1")
+    result = plan_transformer(_PLAN_CLUSTER if cluster is None else cluster, **options)
+    written = write_files(result, Path(out), top) if out is not None else []
+    frame = result.table()
+    figures = {p.stem: p for p in written if p.suffix == ".png"}
+    return CommandResult(command="plan", out=None if out is None else Path(out), frame=frame,
+                         tables={"plans": frame}, figures=figures, summaries={"best_plan": result.summary()},
+                         report=printed(result, top, written))
 
 
 def place(model: str | None = None, cluster: str | Path | None = None, **options: Any) -> CommandResult:
@@ -64,7 +107,6 @@ def validate_nccl_tests(log: str | Path, cluster: str | Path, out: str | Path | 
     result = run_command("validate", name="validate_nccl_tests", nccl_tests=log, cluster=cluster, json=True, **options)
     if out is None:
         return result
-    from flexcomm.experiments.published_plots import plot_run
 
     printed = result.summaries["printed"]
     run = SimpleNamespace(run_id=Path(log).stem, collective=printed["collective"], ranks=printed["ranks"],

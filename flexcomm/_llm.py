@@ -9,6 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.experiments.published_llm import predict, read_corpus
+from flexcomm.planner.llm.hf_config import model_architecture
+from flexcomm.planner.llm.layout_search import plan_layouts as search
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -20,8 +25,6 @@ if TYPE_CHECKING:
 def architecture(model: str) -> Architecture:
     """A preset (``llama3-70b``, ``deepseek-v3``, ...) or a HuggingFace ``config.json`` path as an Architecture
     (parameter counts, FLOPs per token)."""
-    from flexcomm.planner.llm.hf_config import model_architecture
-
     return model_architecture(model)
 
 
@@ -33,9 +36,6 @@ def plan_layouts(model: str | Architecture, cluster: str | Cluster, *, gpus: int
     sequences (default 4 per GPU), ``seq_len`` tokens (default 4,096); ``precision``: bf16, fp8, fp8-ds, mxfp8
     or nvfp4; ``capacity_factor``: None (dropless) or each expert's multiple of its balanced share. The engine
     ``flexcomm plan --model`` calls."""
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.planner.llm.layout_search import plan_layouts as search
-
     arch = architecture(model) if isinstance(model, str) else model
     return search(arch, load_cluster(cluster), gpus=gpus, batch_size=batch_size, seq_len=seq_len,
                   precision=precision, capacity_factor=capacity_factor)
@@ -44,6 +44,4 @@ def plan_layouts(model: str | Architecture, cluster: str | Cluster, *, gpus: int
 def validate_published_llm(file: str | Path | None = None, *, rank: bool = True) -> pd.DataFrame:
     """Every row of NVIDIA's published LLM pre-training tables (or ``file`` in their layout) predicted at its own
     layout beside the naive baseline: one row each, as ``llm.csv`` of ``flexcomm validate --published-llm``."""
-    from flexcomm.experiments.published_llm import predict, read_corpus
-
     return predict(read_corpus(file), rank=rank)

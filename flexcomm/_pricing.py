@@ -1,6 +1,6 @@
 """``flexcomm.cost`` and ``flexcomm.calibrate``: the cost model's questions as one call each.
 
-Why a layer over :class:`~flexcomm.costmodel.model.CostModel`: a user asking "how long is a 64 MiB
+Why a layer over :class:`~flexcomm.costmodel.cost_model.CostModel`: a user asking "how long is a 64 MiB
 allreduce on 8 ranks at 10 Gbit/s?" should not have to build link parameters, pick a default algorithm
 or convert units first. ``flexcomm cost`` (the CLI) calls :func:`cost` too, so the two never disagree.
 """
@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flexcomm.costmodel.calibration import CalibrationProfile, fit, load_measurements
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.collective_libraries import fabric_fit
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
+from flexcomm.costmodel.collective_libraries.fabric_fit import read_logs
+from flexcomm.costmodel.collective_libraries.logs import looks_like_nccl_tests, read_nccl_tests, to_measurements
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, CostBreakdown, algorithms, canonical_collective
 from flexcomm.costmodel.compressed import (
     LOW_PRECISION_BYTES,
@@ -24,8 +30,9 @@ from flexcomm.costmodel.compressed import (
     SparsePayload,
     powersgd_side,
 )
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.ring_orders import ring_order
 from flexcomm.costmodel.units import (
     coerce,
     format_bus_bandwidth,
@@ -184,11 +191,9 @@ def cost_model(
                                        or ranks_per_node < 1):
         raise InputError("ranks-per-node", ranks_per_node, "an integer >= 1")
     if profile is not None and isinstance(profile, (str, Path)):
-        from flexcomm.costmodel.calibration import CalibrationProfile  # scipy: only when a profile is used
 
         profile = CalibrationProfile.load(profile)
     if cluster is not None:
-        from flexcomm.costmodel.cluster import load_cluster
 
         if latency is not None or bandwidth is not None:
             raise InputError("cluster", str(cluster), "either --cluster or --latency/--bandwidth, not both")
@@ -264,18 +269,7 @@ def cost(
     # checked even without a scheme: a typo in a flag that does nothing this time is still a typo
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not (math.isfinite(ratio) and 0 < ratio <= 1):
         raise InputError("ratio", ratio, "a fraction of elements kept in (0, 1], e.g. 0.01")
-    SparsePayload(index_dtype=index_dtype).index_bytes  # noqa: B018  (validates the dtype)
-    payload = SparsePayload(index_dtype=index_dtype) if scheme else None
-    if numel is not None:
-        elements = float(parse_count(numel, "numel"))
-        nbytes = elements * payload.value_bytes
-    else:
-        nbytes = float(parse_size(size, "size"))
-        elements = max(1.0, nbytes / payload.value_bytes) if payload else 0.0
-    if powersgd_matrix is not None:
-        if scheme != "powersgd":
-            raise InputError("powersgd-matrix", powersgd_matrix, "--scheme powersgd (the shape of its matrices)")
-        payload = replace(payload, matrix_sides=matrix_sides(powersgd_matrix, elements))
+    payload, elements, nbytes = _sizes(size, numel, scheme, index_dtype, powersgd_matrix)
     if scheme and scheme not in PRICED_SCHEMES:
         raise InputError("scheme", scheme, "one of " + ", ".join(PRICED_SCHEMES))
     name = canonical_collective(collective)
@@ -289,7 +283,32 @@ def cost(
     if scheme:
         return _scheme_cost(model, scheme, algorithm, elements, nbytes, ranks, float(ratio), payload, index_dtype,
                             powersgd_rank, powersgd_matrix)
-    chosen_algorithm = algorithm or table[name][0]
+    return _collective_cost(model, name, algorithm or table[name][0], nbytes, ranks, order, gpus_per_process,
+                            nccl_version)
+
+
+def _sizes(size: float | str | None, numel: float | str | None, scheme: str | None, index_dtype: str,
+           powersgd_matrix: str | None) -> tuple[SparsePayload | None, float, float]:
+    """(payload, gradient elements, bytes) from ``size`` or ``numel``: a scheme's payload (its index type, and
+    PowerSGD's matrix shape) or None for a plain collective."""
+    SparsePayload(index_dtype=index_dtype).index_bytes  # noqa: B018  (validates the dtype)
+    payload = SparsePayload(index_dtype=index_dtype) if scheme else None
+    if numel is not None:
+        elements = float(parse_count(numel, "numel"))
+        nbytes = elements * payload.value_bytes
+    else:
+        nbytes = float(parse_size(size, "size"))
+        elements = max(1.0, nbytes / payload.value_bytes) if payload else 0.0
+    if powersgd_matrix is not None:
+        if scheme != "powersgd":
+            raise InputError("powersgd-matrix", powersgd_matrix, "--scheme powersgd (the shape of its matrices)")
+        payload = replace(payload, matrix_sides=matrix_sides(powersgd_matrix, elements))
+    return payload, elements, nbytes
+
+
+def _collective_cost(model: CostModel, name: str, chosen_algorithm: str, nbytes: float, ranks: int,
+                     order: str | list[int], gpus_per_process: int, nccl_version: str | None) -> Cost:
+    """One collective priced by its formula (on its real paths for another rank ``order``) or as NCCL runs it."""
     if isinstance(order, str) and order == "rank" or is_nccl_algorithm(chosen_algorithm):
         breakdown = model.collective(name, chosen_algorithm, nbytes, ranks)
     else:
@@ -328,8 +347,6 @@ def _scheme_cost(model: CostModel, scheme: str, algorithm: str | None, elements:
 
 def _ordered(cluster: Cluster, ranks: int, order: str | list[int]) -> list[int]:
     """The group ``0..ranks-1`` in ``order``, or an explicit list of ``ranks`` distinct ranks."""
-    from flexcomm.costmodel.ring_orders import ring_order
-
     if isinstance(order, str):
         return ring_order(cluster, range(ranks), order)
     members = [int(r) for r in order]
@@ -347,8 +364,6 @@ def calibrate(measurements: str | Path | pd.DataFrame | Sequence[str | Path | pd
     say what a log does not); saved to ``out`` when given."""
     import pandas as pd
 
-    from flexcomm.costmodel.calibration import fit, load_measurements
-    from flexcomm.costmodel.collective_libraries.logs import looks_like_nccl_tests, read_nccl_tests, to_measurements
 
     sources = [measurements] if isinstance(measurements, (str, Path, pd.DataFrame)) else list(measurements)
     if not sources:
@@ -372,13 +387,8 @@ def calibrate_fabric(logs: str | Path | Sequence[str | Path], cluster: str | Pat
     count; bench-collectives CSVs too), as ``flexcomm calibrate --cluster`` does: a
     :class:`~flexcomm.costmodel.collective_libraries.fabric_fit.FabricFit` (``.calibration``, the file's content;
     ``.rows``, every row described and calibrated), saved to ``out`` (YAML) when given."""
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
-    from flexcomm.costmodel.collective_libraries.fabric_fit import calibrate_fabric as fit
-    from flexcomm.costmodel.collective_libraries.fabric_fit import read_logs
-
     paths = [logs] if isinstance(logs, (str, Path)) else list(logs)
-    result = fit(load_cluster(cluster), read_logs(paths))
+    result = fabric_fit.calibrate_fabric(load_cluster(cluster), read_logs(paths))
     if out is not None:
         save_calibration(result.calibration, out)
     return result

@@ -14,8 +14,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.collectives import canonical_collective
 from flexcomm.costmodel.errors import InputError, renamed_fields
 from flexcomm.costmodel.units import coerce, parse_count, parse_size, parse_time
+from flexcomm.emulation.config import EmulationConfig, strategy_names
+from flexcomm.experiments.study.runner import run_study
+from flexcomm.experiments.study.spec import load_spec
+from flexcomm.sim.collectives import simulate_collective as run
+from flexcomm.sim.dynamics import JitterDynamics, MarkovCongestion, TraceDynamics
+from flexcomm.sim.faults import FaultPolicy, parse_fault
+from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_stragglers
 from flexcomm.workloads.names import is_factory_reference
 
 if TYPE_CHECKING:
@@ -36,8 +46,6 @@ CONGESTION_FORM = "good=MEAN,bad=MEAN,factor=F, e.g. good=50ms,bad=10ms,factor=0
 
 def _congestion(spec: str | Mapping[str, Any], seed: int) -> Any:
     """``good=50ms,bad=10ms,factor=0.25`` (or a mapping of the same keys) as a seeded MarkovCongestion."""
-    from flexcomm.sim.dynamics import MarkovCongestion
-
     values: dict[str, Any] = {"good": 0.05, "bad": 0.01, "factor": 0.25}
     if isinstance(spec, Mapping):
         items = list(spec.items())
@@ -61,8 +69,6 @@ def network_dynamics(*, network_trace: str | Path | None = None, jitter: float |
                      jitter_period: float | str = "1ms", congestion: str | Mapping[str, Any] | None = None,
                      seed: int = 0) -> list[Any]:
     """The simulator's dynamics from the CLI's network options (seeded: trace, jitter, congestion)."""
-    from flexcomm.sim.dynamics import JitterDynamics, TraceDynamics
-
     dynamics: list[Any] = []
     if network_trace is not None:
         with renamed_fields({"trace": "network-trace"}):
@@ -118,46 +124,20 @@ def simulate(
     ``"random:mtbf=2h"``) with checkpoint-restart or ``elastic`` shrink. Returns the
     :class:`~flexcomm.sim.training.TrainingResult` (``.iterations``, ``.summary()``, ``.job_time_s``...).
     """
-    from flexcomm.costmodel.cluster import load_cluster
-
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise InputError("iterations", iterations, "an integer >= 1")
     resolved = load_cluster(cluster)  # a bad cluster file fails before the simulator (pandas, simpy) loads
     if profile is not None:
-        from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
-
         resolved = calibrated_cluster(resolved, CalibrationProfile.load(profile))
-
-    from flexcomm.sim.faults import FaultPolicy, parse_fault
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_stragglers
-
-    if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1):
-        raise InputError("buckets", buckets, "an integer >= 1")
-    parse_size(bucket_size, "bucket-size")
-    if batch is not None and not batch > 0:
-        raise InputError("batch", batch, "a positive number of samples per rank")
-    extra: dict[str, Any] = {}
-    if is_factory_reference(workload):  # the user's own model: DDP's real first bucket too
-        extra["first_bucket_cap"] = DDP_FIRST_BUCKET_BYTES
-    if efficiency is not None:
-        if not 0 < efficiency <= 1:
-            raise InputError("efficiency", efficiency, "a fraction of peak in (0, 1]")
-        extra["efficiency"] = efficiency
+    extra = _job_extras(workload, buckets, bucket_size, batch, efficiency)
     if stragglers is None:
         straggling: dict[int, float] = {}
     elif isinstance(stragglers, Mapping):
         straggling = dict(stragglers)
     else:
         straggling = parse_stragglers(stragglers, resolved.devices_per_node, resolved.nodes)
-    if isinstance(faults, str):  # one fault given as a string, not its characters
-        faults = [faults]
-    fault_sources = [parse_fault(spec, seed) if isinstance(spec, str) else spec for spec in faults]
-    cost = coerce(checkpoint_cost, parse_time, "checkpoint-cost") if checkpoint_cost is not None else None
-    policy = FaultPolicy(
-        timeout_s=coerce(timeout, parse_time, "timeout"), restart_s=coerce(restart_cost, parse_time, "restart-cost"),
-        repair_s=coerce(repair_time, parse_time, "repair-time"), checkpoint_every=checkpoint_every,
-        checkpoint_write_s=cost, checkpoint_load_s=cost, elastic=elastic,
-    )
+    fault_sources, policy = _fault_setup(faults, seed, checkpoint_every, checkpoint_cost, restart_cost, timeout,
+                                         repair_time, elastic)
     with renamed_fields({"optimizer": "optimizer-time"}):
         config = TrainingConfig(
             workload=workload, iterations=iterations, ranks=ranks, batch_per_rank=batch, scheme=scheme, ratio=ratio,
@@ -171,6 +151,41 @@ def simulate(
     return simulator.run(progress)
 
 
+def _job_extras(workload: str, buckets: int | None, bucket_size: float | str, batch: float | None,
+                efficiency: float | None) -> dict[str, Any]:
+    """The bucket and batch options checked, and what the training config takes besides the flags: DDP's real
+    first bucket for a user's own model, and a fixed efficiency where one is given."""
+    if buckets is not None and (isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1):
+        raise InputError("buckets", buckets, "an integer >= 1")
+    parse_size(bucket_size, "bucket-size")
+    if batch is not None and not batch > 0:
+        raise InputError("batch", batch, "a positive number of samples per rank")
+    extra: dict[str, Any] = {}
+    if is_factory_reference(workload):  # the user's own model: DDP's real first bucket too
+        extra["first_bucket_cap"] = DDP_FIRST_BUCKET_BYTES
+    if efficiency is not None:
+        if not 0 < efficiency <= 1:
+            raise InputError("efficiency", efficiency, "a fraction of peak in (0, 1]")
+        extra["efficiency"] = efficiency
+    return extra
+
+
+def _fault_setup(faults: str | Iterable[str], seed: int, checkpoint_every: int, checkpoint_cost: float | str | None,
+                 restart_cost: float | str, timeout: float | str, repair_time: float | str,
+                 elastic: bool) -> tuple[list[Any], FaultPolicy]:
+    """The fault sources (specs parsed with the run's seed) and the policy that answers them."""
+    if isinstance(faults, str):  # one fault given as a string, not its characters
+        faults = [faults]
+    fault_sources = [parse_fault(spec, seed) if isinstance(spec, str) else spec for spec in faults]
+    cost = coerce(checkpoint_cost, parse_time, "checkpoint-cost") if checkpoint_cost is not None else None
+    policy = FaultPolicy(
+        timeout_s=coerce(timeout, parse_time, "timeout"), restart_s=coerce(restart_cost, parse_time, "restart-cost"),
+        repair_s=coerce(repair_time, parse_time, "repair-time"), checkpoint_every=checkpoint_every,
+        checkpoint_write_s=cost, checkpoint_load_s=cost, elastic=elastic,
+    )
+    return fault_sources, policy
+
+
 def simulate_collective(
     cluster: str | Path | Cluster,
     collective: str,
@@ -182,9 +197,6 @@ def simulate_collective(
     **options: Any,
 ) -> SimResult:
     """One collective of ``size`` bytes (``"64MiB"``) on ``ranks`` of ``cluster``, simulated flow by flow."""
-    from flexcomm.costmodel.collectives import canonical_collective
-    from flexcomm.sim.collectives import simulate_collective as run
-
     return run(cluster, canonical_collective(collective), algorithm, parse_size(size, "size"), ranks,
                dynamics=list(dynamics) or None, **options)
 
@@ -230,7 +242,6 @@ def emulation_settings(
     """
     from dataclasses import fields
 
-    from flexcomm.emulation.config import EmulationConfig, strategy_names
 
     known = {f.name for f in fields(EmulationConfig)} - {"compute_time_s", "price_params", "strategy"}
     unknown = sorted(set(config) - known)
@@ -252,9 +263,6 @@ def study(file: str | Path, out: str | Path, *, workers: int | None = None, sche
           scheduler_timeout: float | str = "30s", max_points: int | None = None, batch: int | None = None,
           progress: bool = False, figures: bool = True) -> StudyRun:
     """Run a study file (or a shipped study's name) into ``out``, resuming what an earlier run left."""
-    from flexcomm.experiments.study.runner import run_study
-    from flexcomm.experiments.study.spec import load_spec
-
     timeout = coerce(scheduler_timeout, parse_time, "scheduler-timeout")
     return run_study(load_spec(file), out, workers=workers, scheduler=scheduler, max_points=max_points,
                      scheduler_timeout_s=timeout, batch=batch, progress=progress, figures=figures)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flexcomm._pricing import cost_model as build
 from flexcomm.real_backend.hooks import RATIO_STRATEGIES, STRATEGIES, HookState
 from flexcomm.real_backend.hooks import register as _register
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import torch
 
     from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.cost_model import CostModel
 
 __all__ = ["RATIO_STRATEGIES", "STRATEGIES", "HookState", "register"]
 
@@ -50,7 +51,6 @@ def register(
     compressor's own such as ``index_dtype`` or ``hysteresis``).
     """
     if cost_model is None and any(v is not None for v in (cluster, latency, bandwidth, profile)):
-        from flexcomm._pricing import cost_model as build
 
         cost_model = build(cluster=cluster, profile=profile, latency=latency, bandwidth=bandwidth)
     return _register(ddp_model, strategy, ratio, cost_model=cost_model, log_path=log_path, **options)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flexcomm.costmodel.cluster import Cluster, Device
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.cluster_parts import Device
 from flexcomm.costmodel.errors import InputError
 
 

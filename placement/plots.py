@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import save_figure_atomic
-from flexcomm.costmodel.plotting import readable_log_axis
+from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
 from flexcomm.placement.compare import Comparison
 from flexcomm.placement.simulator import PlacementProblem
 
@@ -34,8 +34,6 @@ def search_curves(comparison: Comparison, path: str | Path, title: str) -> Path:
     other, so it is named in the baseline's legend entry instead ("partition = sync-es: never beat it").
     Searches are drawn over the baselines, thin enough that a search running along a baseline before it
     leaves it shows both."""
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 
@@ -92,8 +90,6 @@ def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, 
     """Gantt chart of one simulated step: per device (every one, those holding no op included), its ops,
     forward in blues and backward in reds, one shade per micro-batch, and beneath them the tensors it has in
     flight to other devices (leaving its port until they arrive)."""
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 

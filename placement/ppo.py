@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.placement.baselines import dfs_order, single
 from flexcomm.placement.es import SearchResult
 from flexcomm.placement.simulator import PlacementProblem
 
@@ -151,7 +152,6 @@ class PPOPlacer:
         if cfg.segment_init:
             self._segment_init(cfg.segment_steps)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=cfg.lr)
-        from flexcomm.placement.baselines import single
 
         self.reference = max(problem.step_time(single(problem)), 1e-30)
         self.best = math.inf
@@ -169,8 +169,6 @@ class PPOPlacer:
         the graph everywhere and the reward says little about any one choice; segments start from
         placements with few cuts, the way a pipeline stage or a branch would be placed.
         """
-        from flexcomm.placement.baselines import dfs_order
-
         n, groups = len(self.problem.nodes), self.net.groups
         pos = np.empty(n, dtype=int)
         pos[dfs_order(self.problem)] = np.arange(n)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
+from flexcomm.costmodel.cluster_parts import Device
 from flexcomm.costmodel.errors import InputError
 from flexcomm.placement.devices import DeviceSet
 
@@ -135,7 +136,6 @@ class PlacementProblem:
         for d in range(self.devices.count):
             peak = float(self.devices.peak_flops[d])
             if peak not in cache:
-                from flexcomm.costmodel.cluster import Device
 
                 device = Device(name=self.devices.names[d], peak_flops=peak,
                                 memory_bytes=float(self.devices.memory_bytes[d]))
@@ -205,33 +205,38 @@ class PlacementProblem:
         return self.simulate(placement).step_time_s
 
     def simulate(self, placement: Placement, *, trace: bool = False, validate: bool = True) -> Simulation:
+        """One step of ``placement``: the event simulation's makespan, penalised by memory over the devices'."""
         p = self.check(placement) if validate else list(placement)
+        makespan, busy, moved, schedule, transfers = self._run_schedule(p, trace)
+        memory = np.bincount(np.asarray(p, dtype=int), weights=self.op_memory, minlength=self.devices.count)
+        factor = self.penalty(memory)
+        return Simulation(step_time_s=makespan * factor, makespan_s=makespan, feasible=factor == 1.0,
+                          memory_bytes=memory, busy_s=np.asarray(busy), transfer_bytes=moved, schedule=schedule,
+                          transfers=transfers)
+
+    def _run_schedule(self, p: list[int], trace: bool) -> tuple[float, list[float], float, list, list]:
+        """The event simulation of placement ``p``: (makespan, busy seconds per device, bytes moved, schedule,
+        transfers). One loop on purpose: it runs per task and per edge, so its state stays in locals."""
         D = self.devices.count
         task_op, task_succ, task_time, task_rank = self.task_op, self.task_succ, self.task_time, self.task_rank
         task_bwd = self.task_bwd
-        lat, beta = self.devices.latency_s, self.devices.beta_s_per_byte
-        lat_l, beta_l = lat.tolist(), beta.tolist()
+        lat_l, beta_l = self.devices.latency_s.tolist(), self.devices.beta_s_per_byte.tolist()
         contention = self.contention
         remaining = list(self.task_indeg)
         ready_at = [0.0] * self.n_tasks
-        free = [0.0] * D
         idle = [True] * D
         egress = [0.0] * D
         queues: list[list[tuple[int, int]]] = [[] for _ in range(D)]
         sent: dict[tuple[int, int], float] = {}
         busy = [0.0] * D
-        moved = 0.0
+        moved = makespan = 0.0
+        done = 0
         schedule: list[tuple[int, int, int, bool, float, float]] = []
         transfers: list[tuple[int, int, float, float, float]] = []
-        events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, payload)
-        seq = 0
-        for t in range(self.n_tasks):
-            if remaining[t] == 0:
-                events.append((0.0, _ARRIVE, seq, t))
-                seq += 1
+        # (time, kind, seq, payload): the tasks with no inputs arrive at 0
+        events = [(0.0, _ARRIVE, seq, t) for seq, t in enumerate(t for t in range(self.n_tasks) if remaining[t] == 0)]
+        seq = len(events)
         heapq.heapify(events)
-        makespan = 0.0
-        done = 0
         while events:
             now, kind, _, payload = heapq.heappop(events)
             if kind != _DISPATCH:  # a task arrived or a device freed: start at ``now`` once all are in
@@ -253,7 +258,6 @@ class PlacementProblem:
             dur = task_time[t][d]
             end = now + dur
             busy[d] += dur
-            free[d] = end
             done += 1
             if end > makespan:
                 makespan = end
@@ -288,11 +292,7 @@ class PlacementProblem:
                     seq += 1
         if done != self.n_tasks:  # pragma: no cover - the graph is a DAG, so every task runs
             raise RuntimeError(f"simulated {done} of {self.n_tasks} tasks")
-        memory = np.bincount(np.asarray(p, dtype=int), weights=self.op_memory, minlength=D)
-        factor = self.penalty(memory)
-        return Simulation(step_time_s=makespan * factor, makespan_s=makespan, feasible=factor == 1.0,
-                          memory_bytes=memory, busy_s=np.asarray(busy), transfer_bytes=moved, schedule=schedule,
-                          transfers=transfers)
+        return makespan, busy, moved, schedule, transfers
 
     def single_device_s(self, device: int = 0) -> float:
         """Sum of every task's time on one device: the step time of placing everything there."""

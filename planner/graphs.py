@@ -40,12 +40,18 @@ import torch.fx as fx
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.bounded_stream import read_json_bounded
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
 from flexcomm.costmodel.device_compute import DeviceCompute, unshaped_flops
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES
 from flexcomm.costmodel.torch_kernels import KernelCounter, KernelTally
+from flexcomm.costmodel.units import parse_flops
 from flexcomm.planner import zoo
 from flexcomm.workloads.models import ECAResNet
+from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
+from flexcomm.workloads.user_model import build_user_model, fenced
 
 #: Ops that return a view of their input (no new storage): they carry no activation memory.
 VIEW_KINDS = frozenset({"view", "reshape", "transpose", "permute", "getitem", "flatten", "split", "squeeze",
@@ -99,8 +105,6 @@ def graph_options(name: str) -> dict[str, Any]:
 
 
 def _spec(name: str) -> _Spec:
-    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
-
     if is_factory_reference(name):
         return _user_spec(str(name).strip())
     key = str(name).strip().lower()
@@ -123,8 +127,6 @@ def _resized(example: Any, batch: int, device: torch.device) -> Any:
 def _user_spec(reference: str) -> _Spec:
     """A user's ``module:factory`` as a graph spec: the factory builds the module (on the device ``trace``
     asks for), its example input is resized to the batch."""
-    from flexcomm.workloads.user_model import build_user_model
-
     built: dict[str, Any] = {}
 
     def factory() -> nn.Module:
@@ -178,8 +180,6 @@ def trace(name: str, *, batch_size: int = 32, device: str = "meta",
 def _running_model(name: str, expected: str) -> contextlib.AbstractContextManager[None]:
     """Tracing or running a model's forward: a user's model runs fenced (one line for anything it raises, what
     it prints kept out of stdout: :func:`workloads.user_model.fenced`), and so does any error of tracing."""
-    from flexcomm.workloads.user_model import fenced
-
     return fenced(str(name), expected)
 
 
@@ -401,7 +401,6 @@ def save_op_times(path: str, measured: Mapping[str, float], batch_size: int, pea
     """Write measured per-op medians as the JSON ``flexcomm plan --op-times`` reads."""
     import json
 
-    from flexcomm.costmodel.atomic import write_text_atomic
 
     payload: dict[str, Any] = {"batch_size": batch_size, "ops": dict(measured)}
     if peak_flops is not None:
@@ -414,10 +413,6 @@ def load_op_times(path: str) -> tuple[int, dict[str, float], float | None]:
 
     The file: ``{"batch_size": 8, "peak_flops": "1TFLOP/s", "ops": {"conv1": 0.0012, ...}}``.
     """
-    from flexcomm.costmodel.bounded_stream import read_json_bounded
-    from flexcomm.costmodel.limits import MAX_DOCUMENT_BYTES
-    from flexcomm.costmodel.units import parse_flops
-
     data = read_json_bounded(path, "op-times", "JSON file", MAX_DOCUMENT_BYTES)
     if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         raise InputError("op-times", path, 'a JSON object {"batch_size": N, "peak_flops": ..., "ops": {op: seconds}}')

@@ -1,7 +1,7 @@
 """Price one parallel plan (data x tensor x pipeline parallel, micro-batches, ZeRO) with the cost model.
 
 The PaddlePaddle-style model (Ao et al., arXiv 2112.02752) on the chain of units of
-:mod:`planner.units`:
+:mod:`planner.pipeline_units`:
 
 * compute: work / peak of the stage's slowest device (work already carries the 0.65 efficiency
   or calibrated medians), backward = 2 x forward; tensor parallelism divides matmul/conv work;
@@ -36,13 +36,13 @@ import numpy as np
 
 from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.compute import DEFAULT_BACKWARD_FACTOR
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gradient_exchange import GradientScheme
-from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.units import format_size
-from flexcomm.planner.devices import PlanCluster
 from flexcomm.planner.overlap import exposed_exchange_s, gradient_buckets
-from flexcomm.planner.units import Units
+from flexcomm.planner.pipeline_units import Units
+from flexcomm.planner.rank_devices import PlanCluster
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "rabenseifner")
 ORDERS = ("tp-dp-pp", "tp-pp-dp")  # innermost to outermost rank dimension
@@ -116,6 +116,27 @@ def _coefficients(algorithm: str, p: int) -> tuple[float, float]:
     """(alpha count, beta bytes per byte) of an allreduce over p ranks: linear in the size."""
     coef = formula("allreduce", algorithm)(1.0, float(p))
     return float(coef.alpha), float(coef.beta)
+
+
+@dataclass(slots=True)
+class _StageSplit:
+    """A plan's stages as :meth:`Pricer.price`'s phases share them: per-unit and per-stage sums, per-replica
+    micro-batch sizes and the [replica, stage] groups' slowest device speed and memory."""
+
+    group_speed: np.ndarray  # [dp, pp] peak FLOP/s of each group's slowest device
+    group_memory: np.ndarray  # [dp, pp] usable bytes of each group's smallest device
+    sizes: tuple[int, ...]  # units per stage
+    seg: list[slice]  # each stage's units
+    work_u: np.ndarray  # per unit, one tp rank's share
+    param_u: np.ndarray
+    work: np.ndarray  # per stage
+    params: np.ndarray
+    acts: np.ndarray
+    tp_count: np.ndarray
+    tp_bytes: np.ndarray
+    send_fwd: np.ndarray
+    send_bwd: np.ndarray
+    mb: np.ndarray  # samples per micro-batch of each replica
 
 
 class Pricer:
@@ -322,7 +343,7 @@ class Pricer:
         return self.exchange.exchange_seconds(numel, len(ranks), link, False), f"{self.exchange.scheme}/ring"
 
     @property
-    def _slowest_device(self):  # -> costmodel.cluster.Device
+    def _slowest_device(self):  # -> costmodel.cluster_parts.Device
         base = self.cluster.cluster
         return min(base.rank_devices, key=lambda device: device.peak_flops)
 
@@ -378,9 +399,47 @@ class Pricer:
     def price(self, cfg: PlanConfig) -> PlanCost:
         """Step time, breakdown and memory of ``cfg`` (rejected plans are priced too, marked infeasible)."""
         self.check(cfg)
-        u = self.units
-        dp, tp, pp, m = cfg.dp, cfg.tp, cfg.pp, cfg.micro_batches
+        m = cfg.micro_batches
         ranks = self.layout(cfg)
+        split = self._stage_split(cfg, ranks)
+        mb = split.mb
+        fb = 1.0 + self.backward_factor
+        compute, tp_comm, p2p = self._micro_batch_times(cfg, ranks, split, fb)
+        per_mb = compute + tp_comm + p2p
+        replica = per_mb.sum(axis=1) + (m - 1) * per_mb.max(axis=1)
+        slow = int(np.argmax(replica))
+        b = int(np.argmax(per_mb[slow]))
+
+        dp_times, dp_algs, dp_shares, dp_comm = self._dp_exchanges(cfg, ranks, split.params)
+        dp_alg = dp_algs[int(np.argmax(dp_times))]
+        dp_exposed = dp_comm
+        if dp_comm > 0 and self.exchange.dense:
+            dp_exposed = self._dp_exposed(ranks, split, slow, dp_times, dp_shares, dp_comm)
+        feedback, device_work = self._compressor_costs(cfg.dp, split.params)
+        used, use, feasible, reason = self._memory_use(cfg, ranks, split, feedback)
+        step = float(replica[slow] + device_work + dp_exposed)
+        seg, work_u, param_u = split.seg, split.work_u, split.param_u
+        return PlanCost(
+            config=cfg, feasible=feasible, reason=reason, step_s=step,
+            compute_s=float(m * compute[slow, b]), tp_comm_s=float(m * tp_comm[slow, b]),
+            p2p_s=float(m * p2p[slow, b]), bubble_s=float(replica[slow] - m * per_mb[slow, b]),
+            dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, peak_memory_bytes=float(used.max()),
+            memory_use=float(use.max()),
+            stage_units=tuple(split.sizes), replica_micro_batch=tuple(int(x) for x in mb), dp_algorithm=dp_alg,
+            extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0,
+                   "dp_device_work_s": device_work},
+            detail={"ranks": ranks, "compute": compute, "forward": compute / fb, "mb": mb,
+                    "tp_count": split.tp_count, "tp_bytes": split.tp_bytes, "send_fwd": split.send_fwd,
+                    "send_bwd": split.send_bwd, "params": split.params, "dp_times": dp_times,
+                    "dp_algs": np.array(dp_algs), "dp_shares": dp_shares, "replica": replica,
+                    "bucket_work": [work_u[s] for s in seg], "bucket_grads": [param_u[s] for s in seg]},
+        )
+
+    def _stage_split(self, cfg: PlanConfig, ranks: np.ndarray) -> _StageSplit:
+        """Cut the units into ``cfg``'s stages (by the stages' slowest devices under ``balance="speed"``), sum each
+        stage's work, parameters, activations and tp traffic, and share the batch between the replicas."""
+        u = self.units
+        tp, pp = cfg.tp, cfg.pp
         group_speed = self._peaks[ranks].min(axis=2)  # [dp, pp]
         group_memory = self._memory[ranks].min(axis=2)
         stage_speed = group_speed.min(axis=0) if self.balance == "speed" else np.ones(pp)
@@ -400,9 +459,17 @@ class Pricer:
         send_bwd = np.array([u.boundary[int(a) - 1] if p > 0 else 0.0 for p, a in enumerate(bounds[:-1])])
         bottleneck = (work[None, :] / group_speed).max(axis=1)
         mb = np.array(self.replica_micro_batches(cfg, bottleneck), dtype=float)
+        return _StageSplit(group_speed, group_memory, sizes, seg, work_u, param_u, work, params, acts, tp_count,
+                           tp_bytes, send_fwd, send_bwd, mb)
 
-        fb = 1.0 + self.backward_factor
-        compute = work[None, :] * mb[:, None] / group_speed * fb  # [dp, pp]
+    def _micro_batch_times(self, cfg: PlanConfig, ranks: np.ndarray, split: _StageSplit,
+                           fb: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Seconds of one micro-batch per [replica, stage]: compute (forward + backward), tp allreduces, and the
+        pipeline sends, the NIC shared by the replicas whose stage sits on the same node."""
+        dp, tp, pp = cfg.dp, cfg.tp, cfg.pp
+        mb, tp_count, tp_bytes = split.mb, split.tp_count, split.tp_bytes
+        send_fwd, send_bwd = split.send_fwd, split.send_bwd
+        compute = split.work[None, :] * mb[:, None] / split.group_speed * fb  # [dp, pp]
         tp_comm = np.zeros((dp, pp))
         p2p = np.zeros((dp, pp))
         # replicas whose stage p sits on each node: their sends leave through one NIC together
@@ -419,11 +486,13 @@ class Pricer:
                     p2p[d, p] += self._p2p_time(group, ranks[d, p + 1], send_fwd[p] * mb[d], share)
                 if p > 0:
                     p2p[d, p] += self._p2p_time(group, ranks[d, p - 1], send_bwd[p] * mb[d], share)
-        per_mb = compute + tp_comm + p2p
-        replica = per_mb.sum(axis=1) + (m - 1) * per_mb.max(axis=1)
-        slow = int(np.argmax(replica))
-        b = int(np.argmax(per_mb[slow]))
+        return compute, tp_comm, p2p
 
+    def _dp_exchanges(self, cfg: PlanConfig, ranks: np.ndarray,
+                      params: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray, float]:
+        """Each stage's gradient exchange (seconds, algorithm, NIC share) and the whole step's: the stages'
+        allreduces overlap, so a NIC's load is summed over the stages crossing it."""
+        dp, pp = cfg.dp, cfg.pp
         dp_times = np.zeros(pp)
         dp_algs = [""] * pp
         dp_shares = np.ones(pp)
@@ -442,27 +511,39 @@ class Pricer:
                     for n in np.unique(nodes).tolist():
                         nic_load[n] = nic_load.get(n, 0.0) + dp_times[p]
             dp_comm = float(max([dp_times.max(), *nic_load.values()]))
-        dp_alg = dp_algs[int(np.argmax(dp_times))]
-        dp_exposed = dp_comm
-        if dp_comm > 0 and self.exchange.dense:
-            # DDP's buckets overlap the last micro-batch's backward (planner/overlap.py): the stage with the
-            # longest exchange, its buckets priced alone and slowed as the NICs' shared load slows the whole
-            longest = int(np.argmax(dp_times))
-            backward = work_u[seg[longest]] * mb[slow] / group_speed[slow, longest] * self.backward_factor
-            bucket_ready, bucket_bytes = gradient_buckets(param_u[seg[longest]], backward)
-            contention = dp_comm / dp_times[longest]
-            group, share = ranks[:, longest, 0], float(dp_shares[longest])
-            bucket_s = [contention * self._bucket_exchange(group, size, share)[0] for size in bucket_bytes.tolist()]
-            dp_exposed = exposed_exchange_s(bucket_ready, np.array(bucket_s), float(backward.sum()))
+        return dp_times, dp_algs, dp_shares, dp_comm
 
-        grads = params / (dp if cfg.zero >= 2 else 1)
-        optim = params * self.optimizer_multiple / (dp if cfg.zero >= 1 else 1)
-        inflight = np.minimum(pp - np.arange(pp), m)
-        # a compressor's error feedback (fp32, one element per gradient element) and its device work, every
-        # stage compressing its own gradients at once on its slowest device
+    def _dp_exposed(self, ranks: np.ndarray, split: _StageSplit, slow: int, dp_times: np.ndarray,
+                    dp_shares: np.ndarray, dp_comm: float) -> float:
+        """The dense exchange the backward does not hide. DDP's buckets overlap the last micro-batch's backward
+        (planner/overlap.py): the stage with the longest exchange, its buckets priced alone and slowed as the NICs'
+        shared load slows the whole."""
+        longest = int(np.argmax(dp_times))
+        seg = split.seg[longest]
+        backward = split.work_u[seg] * split.mb[slow] / split.group_speed[slow, longest] * self.backward_factor
+        bucket_ready, bucket_bytes = gradient_buckets(split.param_u[seg], backward)
+        contention = dp_comm / dp_times[longest]
+        group, share = ranks[:, longest, 0], float(dp_shares[longest])
+        bucket_s = [contention * self._bucket_exchange(group, size, share)[0] for size in bucket_bytes.tolist()]
+        return exposed_exchange_s(bucket_ready, np.array(bucket_s), float(backward.sum()))
+
+    def _compressor_costs(self, dp: int, params: np.ndarray) -> tuple[np.ndarray, float]:
+        """A compressor's error feedback per stage (fp32, one element per gradient element) and its device work,
+        every stage compressing its own gradients at once on its slowest device (nothing without data parallelism)."""
         feedback = np.array([self.exchange.memory_bytes(x / GRADIENT_BYTES) if dp > 1 else 0.0 for x in params])
         device_work = max((self.exchange.device_seconds(x / GRADIENT_BYTES, self._slowest_device)
                            for x in params), default=0.0) if dp > 1 else 0.0
+        return feedback, device_work
+
+    def _memory_use(self, cfg: PlanConfig, ranks: np.ndarray, split: _StageSplit,
+                    feedback: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, str]:
+        """Bytes per [replica, stage] device (weights, ZeRO-sharded gradients and optimizer states, error feedback,
+        the activations of the micro-batches in flight in 1F1B), their share of the limit, and whether all fit."""
+        dp, pp, m = cfg.dp, cfg.pp, cfg.micro_batches
+        params, acts, mb, group_memory = split.params, split.acts, split.mb, split.group_memory
+        grads = params / (dp if cfg.zero >= 2 else 1)
+        optim = params * self.optimizer_multiple / (dp if cfg.zero >= 1 else 1)
+        inflight = np.minimum(pp - np.arange(pp), m)
         used = (params + grads + optim + feedback)[None, :] + acts[None, :] * mb[:, None] * inflight[None, :]
         use = used / group_memory
         worst = np.unravel_index(int(np.argmax(use)), use.shape)
@@ -473,18 +554,4 @@ class Pricer:
             dev = self.cluster.devices[int(ranks[d, p, 0])]
             reason = (f"memory: stage {p} needs {format_size(used[d, p])} per device, "
                       f"{dev.name} has {format_size(group_memory[d, p] / self.memory_fraction)}")
-        step = float(replica[slow] + device_work + dp_exposed)
-        return PlanCost(
-            config=cfg, feasible=feasible, reason=reason, step_s=step,
-            compute_s=float(m * compute[slow, b]), tp_comm_s=float(m * tp_comm[slow, b]),
-            p2p_s=float(m * p2p[slow, b]), bubble_s=float(replica[slow] - m * per_mb[slow, b]),
-            dp_comm_s=dp_comm, dp_exposed_s=dp_exposed, peak_memory_bytes=float(used.max()),
-            memory_use=float(use.max()),
-            stage_units=tuple(sizes), replica_micro_batch=tuple(int(x) for x in mb), dp_algorithm=dp_alg,
-            extra={"samples_per_s": self.batch_size / step if step > 0 and math.isfinite(step) else 0.0,
-                   "dp_device_work_s": device_work},
-            detail={"ranks": ranks, "compute": compute, "forward": compute / fb, "mb": mb, "tp_count": tp_count,
-                    "tp_bytes": tp_bytes, "send_fwd": send_fwd, "send_bwd": send_bwd, "params": params,
-                    "dp_times": dp_times, "dp_algs": np.array(dp_algs), "dp_shares": dp_shares, "replica": replica,
-                    "bucket_work": [work_u[s] for s in seg], "bucket_grads": [param_u[s] for s in seg]},
-        )
+        return used, use, feasible, reason

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.costmodel.units import format_size, format_time
 from flexcomm.planner.plans import PlanCost, Pricer
 from flexcomm.planner.search import SearchResult, signature
@@ -79,8 +80,6 @@ def time_unit(longest_s: float) -> tuple[float, str]:
 
 def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     """Step-time breakdown bars of the top plans (simulated step marked) and the best plan's stage split."""
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 

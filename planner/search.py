@@ -20,6 +20,7 @@ import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.planner.plans import ORDERS, PlanConfig, PlanCost, Pricer
+from flexcomm.planner.simulate import simulate_plan
 
 SEARCHES = ("exhaustive", "random")
 
@@ -148,7 +149,6 @@ def search(pricer: Pricer, *, method: str = "exhaustive", samples: int = 200, se
     simulated: dict[str, float] = {}
     start = time.perf_counter()
     if simulate_top and ranked:
-        from flexcomm.planner.simulate import simulate_plan
 
         # ZeRO stages move the same bytes in the same time: simulate distinct schedules only
         by_signature: dict[tuple, float] = {}

@@ -41,6 +41,8 @@ from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_BENCH_BYTES
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
+from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
+from flexcomm.real_backend.launch import launch
 
 FSYNC_EVERY_S = 1.0
 ELEMENT_BYTES = 4  # float32
@@ -242,7 +244,6 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 
     args = _worker_parser().parse_args(argv)
     sizes = parse_sizes(args.sizes)
@@ -363,8 +364,6 @@ def run_benchmark(
 
     ``link_class`` defaults to ``intra`` for local ranks (one host) and ``inter`` on a testbed.
     """
-    from flexcomm.real_backend.launch import launch
-
     size_list = parse_sizes(sizes) if isinstance(sizes, str) else [int(s) for s in sizes]
     names = parse_collectives(collectives)
     if not isinstance(warmup, int) or warmup < 0:

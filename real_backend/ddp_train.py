@@ -41,8 +41,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flexcomm.compression.moo import MOOConfig
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.calibration import CalibrationProfile
+from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE, flat_hosts
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_TRAINING_STEPS
+from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
+from flexcomm.real_backend.launch import launch
+from flexcomm.real_backend.net_trace import parse_trace
+from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
+from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
+from flexcomm.real_backend.trace_control import request_start, trace_file
 
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
@@ -64,9 +75,6 @@ class StrategySpec:
 
 def parse_strategies(spec: str | Sequence[str], ratio: float | None = None) -> list[StrategySpec]:
     """``dense,topk-ag,topk-ar@0.1`` -> specs; ``--ratio`` applies to the ratio strategies without ``@``."""
-    from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
-    from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
-
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     out: list[StrategySpec] = []
     for item in (i.strip() for i in items):
@@ -118,8 +126,6 @@ def link_cluster(ranks: int, latency_s: float, bandwidth_Bps: float, name: str =
     Every rank is its own node, so every collective crosses the ``inter`` link (latency, bandwidth):
     the testbed as the cost model and the simulator see it.
     """
-    from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE, flat_hosts
-
     return flat_hosts(ranks, latency_s, bandwidth_Bps, MEASURED_HOST_DEVICE, name)
 
 
@@ -134,7 +140,6 @@ def keep_profile_beside(out: Path, profile: str | Path | None) -> str | None:
         return None
     target = out / RUN_PROFILE
     if Path(profile).resolve() != target.resolve():
-        from flexcomm.costmodel.atomic import write_text_atomic
 
         write_text_atomic(target, Path(profile).read_text(encoding="utf-8"))
     return RUN_PROFILE
@@ -157,8 +162,6 @@ def run_profile_path(folder: Path, named: str | None) -> Path | None:
 def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float | None,
                      profile: str | Path | None = None) -> Any:
     """The cost model of the log: the link as a cluster, calibrated by ``profile`` where it has fits."""
-    from flexcomm.costmodel.calibration import CalibrationProfile
-    from flexcomm.costmodel.model import CostModel
     from flexcomm.real_backend.hooks import DEFAULT_PRIOR_BANDWIDTH_BPS, DEFAULT_PRIOR_LATENCY_S
 
     cluster = link_cluster(max(int(ranks), 1), DEFAULT_PRIOR_LATENCY_S if latency_s is None else latency_s,
@@ -265,8 +268,6 @@ def _median_step_max_over_ranks(model: Any, optimizer: Any, workload: Any, strea
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    from flexcomm.costmodel.atomic import write_text_atomic
-
     write_text_atomic(path, json.dumps(document, indent=2, default=_jsonable) + "\n")
 
 
@@ -320,11 +321,9 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
 def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, cost_model: Any,
                  out: Path, compute_s: float, watchdog: Any, solo_s: float = math.nan) -> dict[str, Any]:
     """Train ``args.steps`` steps with one strategy; rank 0 logs them. Returns the summary (rank 0's)."""
-    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from flexcomm.compression.moo import MOOConfig
     from flexcomm.real_backend.hooks import CsvLog, register
     from flexcomm.workloads import batch_stream, shard
 
@@ -343,67 +342,117 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
     data = shard(workload.train_set, rank, world, seed=args.seed)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank)
     log = CsvLog(folder / "steps.csv", STEP_COLUMNS) if rank == 0 else None
-    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
-    gathered = [torch.zeros(3, dtype=torch.float64, device=info.device) for _ in range(world)]
-    rows: list[dict[str, Any]] = []
-    run_clock = RunClock.start(args, spec.label, rank)
+    run = _StrategyRun(spec, workload, args, info, optimizer, state, watchdog, RunClock.start(args, spec.label, rank))
     profiler = step_profiler(args, folder / "trace.json", rank)
     try:
-        for step in range(args.steps):
-            _, inputs, targets = next(stream)
-            inputs, targets = inputs.to(info.device), targets.to(info.device)
-            with watchdog.guard(f"{spec.label} step {step}"):
-                dist.barrier()
-                sync()
-                start_epoch = time.time()
-                start = time.perf_counter()
-                loss = _step(ddp, optimizer, workload.loss_fn, inputs, targets)
-                sync()
-                seconds = time.perf_counter() - start
-                stop = float(run_clock.over(time.time()))  # rank 0's clock decides; every rank sees its flag
-                dist.all_gather(gathered, torch.tensor([loss, seconds, stop], dtype=torch.float64,
-                                                       device=info.device))
-            losses = [float(g[0]) for g in gathered]
-            step_s = max(float(g[1]) for g in gathered)
-            done = state.take_steps()
-            summary = done[-1] if done else None
-            row = {
-                "step": step, "strategy": spec.strategy, "label": spec.label, "loss": loss,
-                "loss_mean": sum(losses) / len(losses), "step_s": step_s,
-                "hook_s": summary.hook_s if summary else math.nan,
-                "comm_s": summary.measured_comm_s if summary else math.nan,
-                "codec_s": summary.codec_s if summary else math.nan,
-                "mechanism_s": summary.mechanism_s if summary and state.strategy in ("flexible", "moo") else math.nan,
-                "predicted_comm_s": summary.predicted_comm_s if summary else math.nan,
-                "payload_bytes": summary.payload_bytes if summary else math.nan,
-                "control_bytes": summary.control_bytes if summary else math.nan,
-                "scheme": summary.scheme if summary else spec.strategy,
-                "ratio": state.ratio if summary is None else summary.ratio,
-                "buckets": summary.buckets if summary else math.nan,
-                "records": ";".join(f"{c}/{a}/{n}" for c, a, n in summary.records) if summary else "",
-                "gain": state.moo.step_gain if state.moo is not None else math.nan,
-                **run_clock.columns(start_epoch),
-            }
-            rows.append(row)
-            if log is not None:
-                log.write(row)
-            if profiler is not None:
-                profiler.step()
-            if not math.isfinite(loss):
-                raise RuntimeError(f"{spec.label}: loss is {loss} at step {step}")
-            if any(float(g[2]) for g in gathered):
-                break
+        rows = _train_steps(run, ddp, stream, log, profiler)
     finally:
         if profiler is not None:
             profiler.stop()
         if log is not None:
             log.close()
         state.close()
-    numel = sum(p.numel() for p in model.parameters())
+    result = _strategy_summary(run, sum(p.numel() for p in model.parameters()), rows, compute_s, solo_s)
+    if state.moo is not None and rank == 0 and state.moo.controller.probes:
+        import pandas as pd
+
+        write_csv_atomic(pd.concat(state.moo.controller.probes, ignore_index=True), folder / "moo_probes.csv")
+    if rank == 0:
+        _write_json(folder / "summary.json", result)
+    del ddp
+    dist.barrier()
+    return result
+
+
+@dataclass
+class _StrategyRun:
+    """One strategy's training as its steps and its summary see it."""
+
+    spec: StrategySpec
+    workload: Any
+    args: argparse.Namespace
+    info: Any  # real_backend.dist's rank info: rank, world_size, device
+    optimizer: Any
+    state: Any  # real_backend.hooks' HookState
+    watchdog: Any
+    run_clock: RunClock
+
+
+def _train_steps(run: _StrategyRun, ddp: Any, stream: Any, log: Any, profiler: Any) -> list[dict[str, Any]]:
+    """The steps, each after a barrier and timed between device syncs: its time is the max over ranks, its loss
+    this rank's (and the mean over ranks). Stops early where rank 0's trace clock says so; a non-finite loss is an
+    error."""
+    import torch
+    import torch.distributed as dist
+
+    spec, info, args, run_clock = run.spec, run.info, run.args, run.run_clock
+    sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
+    gathered = [torch.zeros(3, dtype=torch.float64, device=info.device) for _ in range(info.world_size)]
+    rows: list[dict[str, Any]] = []
+    for step in range(args.steps):
+        _, inputs, targets = next(stream)
+        inputs, targets = inputs.to(info.device), targets.to(info.device)
+        with run.watchdog.guard(f"{spec.label} step {step}"):
+            dist.barrier()
+            sync()
+            start_epoch = time.time()
+            start = time.perf_counter()
+            loss = _step(ddp, run.optimizer, run.workload.loss_fn, inputs, targets)
+            sync()
+            seconds = time.perf_counter() - start
+            stop = float(run_clock.over(time.time()))  # rank 0's clock decides; every rank sees its flag
+            dist.all_gather(gathered, torch.tensor([loss, seconds, stop], dtype=torch.float64,
+                                                   device=info.device))
+        losses = [float(g[0]) for g in gathered]
+        step_s = max(float(g[1]) for g in gathered)
+        row = _step_row(run, step, loss, losses, step_s, start_epoch)
+        rows.append(row)
+        if log is not None:
+            log.write(row)
+        if profiler is not None:
+            profiler.step()
+        if not math.isfinite(loss):
+            raise RuntimeError(f"{spec.label}: loss is {loss} at step {step}")
+        if any(float(g[2]) for g in gathered):
+            break
+    return rows
+
+
+def _step_row(run: _StrategyRun, step: int, loss: float, losses: list[float], step_s: float,
+              start_epoch: float) -> dict[str, Any]:
+    """One row of ``steps.csv``: the step's times and loss, and what the hook logged of it (NaN where it logged
+    nothing, as DDP's builtin allreduce does)."""
+    spec, state = run.spec, run.state
+    done = state.take_steps()
+    summary = done[-1] if done else None
+    return {
+        "step": step, "strategy": spec.strategy, "label": spec.label, "loss": loss,
+        "loss_mean": sum(losses) / len(losses), "step_s": step_s,
+        "hook_s": summary.hook_s if summary else math.nan,
+        "comm_s": summary.measured_comm_s if summary else math.nan,
+        "codec_s": summary.codec_s if summary else math.nan,
+        "mechanism_s": summary.mechanism_s if summary and state.strategy in ("flexible", "moo") else math.nan,
+        "predicted_comm_s": summary.predicted_comm_s if summary else math.nan,
+        "payload_bytes": summary.payload_bytes if summary else math.nan,
+        "control_bytes": summary.control_bytes if summary else math.nan,
+        "scheme": summary.scheme if summary else spec.strategy,
+        "ratio": state.ratio if summary is None else summary.ratio,
+        "buckets": summary.buckets if summary else math.nan,
+        "records": ";".join(f"{c}/{a}/{n}" for c, a, n in summary.records) if summary else "",
+        "gain": state.moo.step_gain if state.moo is not None else math.nan,
+        **run.run_clock.columns(start_epoch),
+    }
+
+
+def _strategy_summary(run: _StrategyRun, numel: int, rows: list[dict[str, Any]], compute_s: float,
+                      solo_s: float) -> dict[str, Any]:
+    """``summary.json``: medians over the steps after warm-up (all of them when there are no more), the losses,
+    and what an adaptive strategy decided."""
+    spec, args, state = run.spec, run.args, run.state
     steady = rows[args.warmup_steps:] or rows
     result: dict[str, Any] = {
-        "label": spec.label, "strategy": spec.strategy, "ratio": spec.ratio, "ranks": world, "numel": numel,
-        "gradient_bytes": numel * 4, "steps": len(rows), "warmup_steps": args.warmup_steps,
+        "label": spec.label, "strategy": spec.strategy, "ratio": spec.ratio, "ranks": run.info.world_size,
+        "numel": numel, "gradient_bytes": numel * 4, "steps": len(rows), "warmup_steps": args.warmup_steps,
         "compute_only_s": compute_s, "solo_step_s": solo_s,
         "median_step_s": _median([r["step_s"] for r in steady]),
         "median_hook_s": _median([r["hook_s"] for r in steady]),
@@ -422,18 +471,8 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
         result["switches"] = int(sum(bool(d.get("switched")) for d in comp.decisions))
     if state.moo is not None:
         result["moo_events"] = state.moo.controller.events
-        if rank == 0 and state.moo.controller.probes:
-            import pandas as pd
-
-            from flexcomm.costmodel.atomic import write_csv_atomic
-
-            write_csv_atomic(pd.concat(state.moo.controller.probes, ignore_index=True), folder / "moo_probes.csv")
-    if run_clock.start_epoch is not None:
-        result["trace_start_epoch"] = run_clock.start_epoch
-    if rank == 0:
-        _write_json(folder / "summary.json", result)
-    del ddp
-    dist.barrier()
+    if run.run_clock.start_epoch is not None:
+        result["trace_start_epoch"] = run.run_clock.start_epoch
     return result
 
 
@@ -483,8 +522,6 @@ class RunClock:
             return cls(None, None)
         if not args.trace_testbed:
             return cls(time.time(), args.duration)
-        from flexcomm.real_backend.net_trace import parse_trace
-        from flexcomm.real_backend.trace_control import request_start, trace_file
 
         text = trace_file(args.trace_testbed, "csv").read_text(encoding="utf-8")
         trace = parse_trace(text, "trace", 10**6)
@@ -506,7 +543,6 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     """One rank: compute-only measurement, then every strategy in turn."""
     import torch
 
-    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 
     args = _parser().parse_args(argv)
     specs = parse_strategies(args.strategy, args.ratio)
@@ -624,7 +660,6 @@ def run_training(nproc: int | None, workload: str, strategies: str | Sequence[St
     ``options`` go to :func:`worker_command`. On a testbed without ``bandwidth_Bps`` the log's link is
     the testbed's goodput (``Testbed.effective_bandwidth_Bps``).
     """
-    from flexcomm.real_backend.launch import launch
     from flexcomm.workloads import get_workload
 
     specs = parse_strategies(strategies, ratio) if isinstance(strategies, str) else list(strategies)

@@ -32,8 +32,10 @@ from typing import Any
 
 import pandas as pd
 
-from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.atomic import save_figure_atomic, write_text_atomic
+from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.real_backend.launch import POLL_S
 from flexcomm.sim.recovery import Plan, Planner, RecoveryConfig, simulate_recovery
 
@@ -62,7 +64,6 @@ def _continuous(r0: pd.DataFrame, r1: pd.DataFrame, s_ckpt: int) -> bool:
 def measure(log_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """The measured and predicted time lost of the first lost rank of an elastic run (seconds)."""
     log_dir, out = Path(log_dir), Path(out)
-    from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 
     try:
         launcher = read_json_bounded(log_dir / "elastic.json", "report", "elastic.json")
@@ -130,9 +131,6 @@ def summary_line(r: dict[str, Any]) -> str:
 
 
 def plot(steps: pd.DataFrame, report: dict[str, Any], path: Path) -> Path:
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 

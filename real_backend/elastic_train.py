@@ -31,11 +31,15 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.checkpoints import load_state, random_state, restore_random_state
+from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 
 CHECKPOINT = "checkpoint.pt"
 #: The hook strategies whose whole state is the compressor's residuals and step counters.
@@ -162,13 +166,32 @@ def _restore_compressor(hook, out: Path, rank: int, step: int) -> bool:  # noqa:
     return True
 
 
+@dataclass
+class _RankRun:
+    """One rank's round of the job as its steps and checkpoints use it: the options, where it runs, what it
+    trains, and rank 0's step log (None on the other ranks)."""
+
+    args: argparse.Namespace
+    attempt: int
+    t0: float
+    out: Path
+    rank: int
+    world: int
+    workload: Any  # a flexcomm.workloads Workload
+    model: Any  # torch.nn.Module
+    optimizer: Any  # torch.optim.Optimizer
+    ddp: Any  # DistributedDataParallel
+    hook: Any  # a real_backend.hooks HookState, or None for DDP's own allreduce
+    log: AppendingCsv | None
+
+
 def worker_main(argv: Sequence[str] | None = None) -> int:
+    """One rank of one round: 0 when the run is done, 1 when a peer died mid-collective (the launcher re-forms
+    the job and this rank's successor resumes from the last checkpoint)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from flexcomm.costmodel.atomic import AppendingCsv
-    from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
     from flexcomm.workloads import batch_stream, get_workload, shard
 
     args = _parser().parse_args(argv)
@@ -209,51 +232,10 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     # the batches the uninterrupted run would see from `start` on (same world size: the same shard)
     stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank, skip=start)
     log = AppendingCsv(out / STEPS, COLUMNS) if rank == 0 else None
-    loss_sum = torch.zeros(1)
+    run = _RankRun(args, attempt, t0, out, rank, world, workload, model, optimizer, ddp, hook, log)
     try:
-        if log is not None:
-            log.write({"attempt": attempt, "world_size": world, "step": start, "loss": float("nan"), "step_s": 0.0,
-                       "since_start_s": time.time() - t0, "event": "resumed" if resumed else "started"})
-            if hook is not None and resumed:
-                log.write({"attempt": attempt, "world_size": world, "step": start, "loss": float("nan"),
-                           "step_s": 0.0, "since_start_s": time.time() - t0,
-                           "event": f"residuals {int(restored[0])}/{world}"})
-        for step in range(start, args.steps):
-            if fail is not None and attempt == 0 and rank == fail[0] and step == fail[1]:
-                os.kill(os.getpid(), signal.SIGKILL)
-            _, inputs, targets = next(stream)
-            began = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = workload.loss_fn(ddp(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            if args.step_sleep:
-                time.sleep(args.step_sleep)
-            loss_sum[0] = float(loss.item())
-            dist.all_reduce(loss_sum)
-            seconds = time.perf_counter() - began
-            if log is not None:
-                log.write({"attempt": attempt, "world_size": world, "step": step + 1,
-                           "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
-                           "event": ""})
-            if (step + 1) % args.checkpoint_every == 0:
-                # every rank's own state of this step first, in files of this step; then the model checkpoint,
-                # renamed last, commits them all: a kill anywhere before leaves the previous checkpoint and its
-                # step's files untouched (they are removed only after the rename)
-                _save(random_state_path(out, rank, step + 1), random_state(step + 1))
-                if hook is not None:
-                    residuals = {**hook.compressor.state_dict(rank), "step": step + 1,
-                                 "layouts": hook.layouts.state_dict()}
-                    _save(compressor_path(out, rank, step + 1), residuals)
-                dist.barrier()
-                if rank == 0:
-                    _save(checkpoint, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                       "step": step + 1, "workload": workload.name,
-                                       "numel": sum(p.numel() for p in model.parameters())})
-                    log.write({"attempt": attempt, "world_size": world, "step": step + 1, "loss": float("nan"),
-                               "step_s": 0.0, "since_start_s": time.time() - t0, "event": "checkpoint"})
-                    forget_other_steps(out, step + 1)
-                dist.barrier()
+        _log_round_start(run, start, resumed, int(restored[0]))
+        _train(run, stream, start, fail)
     except InputError:
         raise
     except Exception as exc:  # a peer died mid-collective: the launcher re-forms the job
@@ -262,14 +244,86 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     finally:
         if log is not None:
             log.close()
-    # Leaving the group can hang in gloo when peers tear down at different moments (seen once in ~10 runs);
-    # every step is logged and checkpointed by now, so a stuck exit ends with success after a bounded wait.
+    _leave(rank)
+    return 0
+
+
+def _log_round_start(run: _RankRun, start: int, resumed: bool, restored: int) -> None:
+    """Rank 0 logs the round's start (``started`` or ``resumed``) and how many ranks got their residuals back."""
+    log = run.log
+    if log is None:
+        return
+    log.write({"attempt": run.attempt, "world_size": run.world, "step": start, "loss": float("nan"), "step_s": 0.0,
+               "since_start_s": time.time() - run.t0, "event": "resumed" if resumed else "started"})
+    if run.hook is not None and resumed:
+        log.write({"attempt": run.attempt, "world_size": run.world, "step": start, "loss": float("nan"),
+                   "step_s": 0.0, "since_start_s": time.time() - run.t0,
+                   "event": f"residuals {restored}/{run.world}"})
+
+
+def _train(run: _RankRun, stream: Iterator[tuple[Any, Any, Any]], start: int, fail: tuple[int, int] | None) -> None:
+    """Steps ``start`` to ``--steps``: each logged by rank 0 with the loss averaged over ranks, a checkpoint every
+    ``--checkpoint-every``; ``--fail`` kills its rank at its step of the first round."""
+    import torch
+    import torch.distributed as dist
+
+    args, log, world, t0 = run.args, run.log, run.world, run.t0
+    loss_sum = torch.zeros(1)
+    for step in range(start, args.steps):
+        if fail is not None and run.attempt == 0 and run.rank == fail[0] and step == fail[1]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        _, inputs, targets = next(stream)
+        began = time.perf_counter()
+        run.optimizer.zero_grad(set_to_none=True)
+        loss = run.workload.loss_fn(run.ddp(inputs), targets)
+        loss.backward()
+        run.optimizer.step()
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        loss_sum[0] = float(loss.item())
+        dist.all_reduce(loss_sum)
+        seconds = time.perf_counter() - began
+        if log is not None:
+            log.write({"attempt": run.attempt, "world_size": world, "step": step + 1,
+                       "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
+                       "event": ""})
+        if (step + 1) % args.checkpoint_every == 0:
+            _checkpoint(run, step + 1)
+
+
+def _checkpoint(run: _RankRun, step: int) -> None:
+    """Every rank's own state of ``step`` first, in files of this step; then the model checkpoint, renamed last,
+    commits them all: a kill anywhere before leaves the previous checkpoint and its step's files untouched (they
+    are removed only after the rename)."""
+    import torch.distributed as dist
+
+    out, rank, hook = run.out, run.rank, run.hook
+    _save(random_state_path(out, rank, step), random_state(step))
+    if hook is not None:
+        residuals = {**hook.compressor.state_dict(rank), "step": step, "layouts": hook.layouts.state_dict()}
+        _save(compressor_path(out, rank, step), residuals)
+    dist.barrier()
+    if rank == 0:
+        _save(out / CHECKPOINT, {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+                                 "step": step, "workload": run.workload.name,
+                                 "numel": sum(p.numel() for p in run.model.parameters())})
+        run.log.write({"attempt": run.attempt, "world_size": run.world, "step": step, "loss": float("nan"),
+                       "step_s": 0.0, "since_start_s": time.time() - run.t0, "event": "checkpoint"})
+        forget_other_steps(out, step)
+    dist.barrier()
+
+
+def _leave(rank: int) -> None:
+    """Leave the process group. Leaving can hang in gloo when peers tear down at different moments (seen once in
+    ~10 runs); every step is logged and checkpointed by now, so a stuck exit ends with success after a bounded
+    wait."""
+    import torch.distributed as dist
+
     dist.barrier()
     watchdog = Watchdog(10.0, label=f"flexcomm elastic: rank {rank}: shutdown", exit_code=0)
     with watchdog.guard("shutdown"):
         shutdown()
     watchdog.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -33,10 +33,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_bandwidth
+from flexcomm.costmodel.plotting import SCHEME_COLOURS, readable_log_axis, square_log_axes
+from flexcomm.costmodel.units import format_bandwidth, parse_bandwidth
+from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
+from flexcomm.real_backend.ddp_train import DEFAULT_WARMUP_STEPS, parse_hidden, run_training
+from flexcomm.real_backend.testbed import Testbed, require_privileges
 from flexcomm.real_backend.validate import GOODPUT_FACTOR, parse_bandwidths
+from flexcomm.sim.profile_replay import host_compute_scale, link_target, predicted_step_s, replay
+from flexcomm.sim.traced_step import step_profile
+from flexcomm.workloads.profiler_trace import read_profiler_trace
 
 TRACED_RANKS = 3
 TRACED_BANDWIDTH = "200Mbit/s"
@@ -100,9 +108,6 @@ def _log(message: str, quiet: bool) -> None:
 def measure(settings: list[Setting], out: Path, *, workload: str, hidden: str | None, steps: int, ratio: float,
             timeout_s: float, quiet: bool) -> list[str]:
     """Train every strategy, profiled, at every setting on a fresh testbed; returns what failed."""
-    from flexcomm.real_backend.ddp_train import run_training
-    from flexcomm.real_backend.testbed import Testbed
-
     failures = []
     for setting in settings:
         folder = out / setting.slug
@@ -122,8 +127,6 @@ def measure(settings: list[Setting], out: Path, *, workload: str, hidden: str | 
 
 def measured_step_s(path: Path) -> tuple[float, float, int]:
     """Median ``ProfilerStep`` of one run's trace, its interquartile range and how many steps it holds."""
-    from flexcomm.workloads.profiler_trace import read_profiler_trace
-
     durations = [s.duration_s for s in read_profiler_trace(path).steps]
     q1, q2, q3 = np.percentile(durations, [25, 50, 75])
     return float(q2), float(q3 - q1), len(durations)
@@ -132,8 +135,6 @@ def measured_step_s(path: Path) -> tuple[float, float, int]:
 def hook_medians(path: Path) -> tuple[float, float]:
     """Median seconds per step a compression hook spent in its collectives and compressing and decoding (its own
     log, ``comm_s`` and ``codec_s``, after warm-up); NaN for DDP's builtin allreduce, which logs nothing."""
-    from flexcomm.real_backend.ddp_train import DEFAULT_WARMUP_STEPS
-
     if not path.exists():
         return math.nan, math.nan
     log = read_csv_bounded(path, "out", "train-ddp steps.csv").iloc[DEFAULT_WARMUP_STEPS:]
@@ -144,9 +145,6 @@ def hook_medians(path: Path) -> tuple[float, float]:
 def codec_rates(out: Path, numel: int, ratio: float, rank_counts: list[int], seed: int = 0) -> dict[int, float]:
     """Top-k elements/s of one rank alone at each rank count: measured once, kept in ``codec_rate.json`` so a
     ``--predict-only`` rerun gives the same numbers."""
-    from flexcomm.costmodel.atomic import write_text_atomic
-    from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
-
     path = out / "codec_rate.json"
     key = {"numel": numel, "ratio": ratio}
     kept = read_json_bounded(path, "out", "codec_rate.json") if path.exists() else {}
@@ -180,8 +178,6 @@ def naive_step_s(profile: Any, ranks: int, rate_Bps: float, strategy: str, ratio
 
 def with_naive_baseline(table: pd.DataFrame, profile: Any, ratio: float) -> pd.DataFrame:
     """``table`` with the naive baseline's step and error beside the replay's (a finished table can be given it)."""
-    from flexcomm.costmodel.units import parse_bandwidth
-
     table = table.copy()
     table["naive_step_s"] = [naive_step_s(profile, int(r["ranks"]), parse_bandwidth(str(r["bandwidth"])),
                                           str(r["strategy"]), ratio, float(r["compute_scale"]))
@@ -192,10 +188,6 @@ def with_naive_baseline(table: pd.DataFrame, profile: Any, ratio: float) -> pd.D
 
 def predict(settings: list[Setting], out: Path, ratio: float, seed: int = 0) -> pd.DataFrame:
     """Every (setting, strategy): measured from its own trace, predicted from the traced setting's builtin trace."""
-    from flexcomm.sim.profile_replay import host_compute_scale, link_target, predicted_step_s, replay
-    from flexcomm.sim.traced_step import step_profile
-    from flexcomm.workloads.profiler_trace import read_profiler_trace
-
     traced = settings[0]
     profile = step_profile(read_profiler_trace(out / traced.slug / "builtin" / "trace.json"))
     cores = os.cpu_count() or 1
@@ -329,8 +321,6 @@ def plot(table: pd.DataFrame, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import SCHEME_COLOURS, readable_log_axis, square_log_axes
 
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     measured = table["measured_step_s"].to_numpy() * 1e3
@@ -366,8 +356,6 @@ def run_from_trace_validation(out: str | Path = "results/validate-from-trace", *
                               workload: str = "mlp-digits", hidden: str | None = "512,512", timeout_s: float = 1800.0,
                               measure_runs: bool = True, quiet: bool = False) -> tuple[Path, dict[str, Any], list[str]]:
     """Measure (unless ``measure_runs`` is False: only predict from an existing folder), predict, report."""
-    from flexcomm.real_backend.ddp_train import parse_hidden
-
     if isinstance(traced_ranks, bool) or not isinstance(traced_ranks, int) or traced_ranks < 2:
         raise InputError("ranks", traced_ranks, "an integer >= 2 (the traced setting's ranks)")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 4:
@@ -381,7 +369,6 @@ def run_from_trace_validation(out: str | Path = "results/validate-from-trace", *
     folder.mkdir(parents=True, exist_ok=True)
     failures: list[str] = []
     if measure_runs:
-        from flexcomm.real_backend.testbed import require_privileges
 
         require_privileges()
         failures = measure(settings, folder, workload=workload, hidden=hidden, steps=steps, ratio=ratio,
@@ -393,7 +380,6 @@ def run_from_trace_validation(out: str | Path = "results/validate-from-trace", *
     summary = summarize(table)
     summary.update({"settings": [s.label for s in settings], "workload": workload, "hidden": hidden, "steps": steps,
                     "ratio": ratio, "host_cores": os.cpu_count(), "failures": failures})
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
     write_csv_atomic(table, folder / "from_trace.csv")
     write_text_atomic(folder / "from_trace.md", markdown(table, summary))

@@ -35,6 +35,17 @@ from typing import Any
 
 import torch
 
+from flexcomm.costmodel.atomic import write_csv_atomic
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.compression_compute import device_compression_seconds
+from flexcomm.costmodel.device_compute import model_layer_seconds
+from flexcomm.costmodel.devices import lookup
+from flexcomm.planner.llm.gpt import Transformer
+from flexcomm.planner.llm.pricing import LLMPricer
+from flexcomm.planner.llm.timing import Hardware
+from flexcomm.workloads import get_workload
+from flexcomm.workloads.names import WORKLOADS
+
 #: Megatron-LM Table 1's shapes (layers, hidden, heads), sequence 2048, vocabulary 51,200.
 GEMM_MODELS = {"gpt-1.7b": (24, 2304, 24), "gpt-7.5b": (36, 4096, 32), "gpt-18.4b": (40, 6144, 48)}
 TENSOR_PARALLEL = (1, 2, 4, 8)
@@ -78,8 +89,6 @@ class Context:
     """The device, what the catalog knows of it and the software, shared by every section."""
 
     def __init__(self, device: torch.device, device_name: str | None, quick: bool, repeats: int) -> None:
-        from flexcomm.costmodel.devices import lookup
-
         self.device, self.quick = device, quick
         self.timer = Timer(device, repeats)
         self.name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -89,8 +98,6 @@ class Context:
         self.software = {"torch": torch.__version__, "cuda": torch.version.cuda or ""}
 
     def cluster(self):  # -> Cluster: one node holding this device, for the engines' pricing
-        from flexcomm.costmodel.cluster import Cluster
-
         return Cluster.from_dict({"name": "gpu-check", "nodes": 1, "devices_per_node": 1,
                                   "device": {"name": self.catalog},
                                   "intra_link": {"latency": "1us", "bandwidth": "100GB/s"},
@@ -106,17 +113,13 @@ class Context:
                 **self.software}
 
 
-def _transformer(shape: tuple[int, int, int], quick: bool):  # -> planner.llm.model.Transformer
-    from flexcomm.planner.llm.model import Transformer
-
+def _transformer(shape: tuple[int, int, int], quick: bool):  # -> planner.llm.gpt.Transformer
     layers, hidden, heads = shape
     return Transformer(layers, hidden, heads, QUICK_SEQ_LEN if quick else SEQ_LEN, QUICK_VOCAB if quick else VOCAB)
 
 
 def gemm_section(ctx: Context) -> list[dict[str, Any]]:
     """Every GEMM of the planner's layer (and the logits) per model and t, timed against its prediction."""
-    from flexcomm.planner.llm.timing import Hardware
-
     hardware = Hardware.of(ctx.cluster()) if ctx.catalog else None
     rows = []
     for name, shape in (QUICK_MODELS if ctx.quick else GEMM_MODELS).items():
@@ -158,9 +161,6 @@ class Block(torch.nn.Module):
 
 def layer_section(ctx: Context) -> list[dict[str, Any]]:
     """One layer's forward + backward per model against the planner's layer passes (t = 1, no recompute)."""
-    from flexcomm.planner.llm.pricing import LLMPricer
-    from flexcomm.planner.llm.timing import Hardware
-
     rows = []
     for name, shape in (QUICK_MODELS if ctx.quick else GEMM_MODELS).items():
         model = _transformer(shape, ctx.quick)
@@ -196,8 +196,6 @@ def _powersgd(matrix: torch.Tensor, error: torch.Tensor, q: torch.Tensor) -> tor
 
 def compression_section(ctx: Context) -> list[dict[str, Any]]:
     """Top-k, threshold, PowerSGD and fp16 on one gradient against the cost model's per-device price."""
-    from flexcomm.costmodel.compression_compute import device_compression_seconds
-
     n = QUICK_COMPRESSION_NUMEL if ctx.quick else COMPRESSION_NUMEL
     grad = torch.randn(n, device=ctx.device)  # gradients are fp32 (AMP keeps fp32 master parameters)
     k = max(1, n // 100)
@@ -224,10 +222,6 @@ def compression_section(ctx: Context) -> list[dict[str, Any]]:
 
 def step_section(ctx: Context) -> list[dict[str, Any]]:
     """Each emulation workload's forward + backward at its batch size against the simulator's price."""
-    from flexcomm.costmodel.device_compute import model_layer_seconds
-    from flexcomm.workloads import get_workload
-    from flexcomm.workloads.names import WORKLOADS
-
     device = ctx.cluster().device if ctx.catalog else None
     rows = []
     for name in WORKLOADS:
@@ -277,7 +271,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import pandas as pd
 
-    from flexcomm.costmodel.atomic import write_csv_atomic
 
     ctx = Context(device, args.device_name, args.quick, args.repeats)
     print(f"# gpu_compute on {ctx.name} (catalog: {ctx.catalog or 'none: no predictions'}), torch "

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.validation import data_path
 
 #: Column the corpus needs, with what a file must give.
 REQUIRED = ("section", "case", "measured_s", "predicted_s", "device")
@@ -23,8 +24,6 @@ GEMM_MEDIAN_TARGET, GEMM_WORST_TARGET = 0.10, 0.25
 
 def corpus_folder() -> Path:
     """The corpus shipped beside the package (as ``validation/nccl-tests`` is)."""
-    from flexcomm.validation import data_path
-
     return data_path("gpu-compute")
 
 

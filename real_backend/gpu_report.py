@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import read_text_bounded
 from flexcomm.costmodel.units import format_percent
+from flexcomm.real_backend.gpu_compute_corpus import summary_lines
 
 
 def _ms(seconds: Any) -> str:
@@ -91,7 +93,6 @@ def compute_section(folder: Path) -> list[str]:
     if not path.exists():
         return ["Compute model: not measured (no gpu_compute.csv)."]
 
-    from flexcomm.real_backend.gpu_compute_corpus import summary_lines
 
     frame = read_csv_bounded(path, "folder", "gpu_compute.csv")
     device = frame["device"].iloc[0] if len(frame) else "?"
@@ -119,7 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     text = report(args[0])
-    from flexcomm.costmodel.atomic import write_text_atomic
 
     write_text_atomic(Path(args[0]) / "report.md", text)
     print(text)

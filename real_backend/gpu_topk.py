@@ -26,6 +26,10 @@ from pathlib import Path
 
 import torch
 
+from flexcomm.compression import LocalCommunicator, make_compressor
+from flexcomm.compression.compressors import Threshold
+from flexcomm.costmodel.atomic import write_text_atomic
+
 DEFAULT_SIZES = (1_000_000, 4_000_000, 11_689_512, 25_000_000)
 DEFAULT_RATIOS = (0.01, 0.001)
 SCHEMES = ("dense", "fp16", "topk-ag", "topk-ar", "threshold", "randomk")
@@ -52,8 +56,6 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int,
 
 
 def _one_size(device: torch.device, n: int, ratios: Sequence[float], repeats: int) -> list[dict]:
-    from flexcomm.compression.compressors import Threshold
-
     t = torch.randn(int(n), device=device)
     magnitude = t.abs()
     read = median_seconds(lambda: magnitude.sum(), device, repeats)
@@ -89,8 +91,6 @@ def selection(device: torch.device, sizes: Sequence[int], ratios: Sequence[float
 
 
 def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repeats: int) -> list[dict]:
-    from flexcomm.compression import LocalCommunicator, make_compressor
-
     comm = LocalCommunicator(workers)
     gen = torch.Generator(device=device).manual_seed(0)
     grads = [torch.randn(numel, device=device, generator=gen) for _ in range(workers)]
@@ -137,7 +137,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               "selection": selection(device, args.sizes, args.ratios, args.repeats),
               "exchanges": exchanges(device, args.numel, args.workers, min(args.ratios), max(1, args.repeats // 2))}
     if args.out is not None:
-        from flexcomm.costmodel.atomic import write_text_atomic
 
         write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     return 0

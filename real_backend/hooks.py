@@ -86,8 +86,9 @@ from flexcomm.compression.flexible import FlexibleCompressor
 from flexcomm.compression.moo import MOOConfig, RatioController
 from flexcomm.compression.network_estimate import timed_records
 from flexcomm.costmodel.atomic import AppendingCsv
+from flexcomm.costmodel.collectives import predict
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.real_backend.bucket_layout import BucketLayouts
 from flexcomm.real_backend.comm_thread import CommThread
 from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
@@ -152,8 +153,6 @@ def predict_records(model: CostModel | None, records: Sequence[tuple[str, str, i
 def nominal_records_seconds(records: Sequence[tuple[str, str, int]], world_size: int, rate_Bps: float) -> float:
     """The naive baseline's seconds for a sequence of (collective, algorithm, bytes) calls: each call's bytes at
     ``rate_Bps`` by its formula, no latency (what one works out by hand from a link's nominal rate)."""
-    from flexcomm.costmodel.collectives import predict
-
     return float(sum(predict(c, a, n, world_size, 0.0, rate_Bps).total for c, a, n in records))
 
 

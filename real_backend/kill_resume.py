@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.atomic import write_csv_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.checkpoints import load_state
 from flexcomm.real_backend.elastic_train import CHECKPOINT
@@ -162,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from dataclasses import asdict
 
-    from flexcomm.costmodel.atomic import write_csv_atomic
 
     parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.kill_resume", description=__doc__)
     parser.add_argument("--kills", type=int, default=20)

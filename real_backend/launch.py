@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
@@ -180,13 +181,7 @@ def launch(
     ``rank_env(r)`` added to its environment. ``log_dir`` sends rank r's stdout and stderr to
     ``rank{r}.log`` there instead of the launcher's. ``env`` replaces ``os.environ`` as the base.
     """
-    if not isinstance(nproc, int) or nproc < 1:
-        raise InputError("nproc", nproc, "an integer >= 1")
-    MAX_LOCAL_PROCESSES.check("nproc", nproc)  # every rank is a Python process of ~200 MB on this machine
-    if backend is not None and backend not in BACKENDS:
-        raise InputError("backend", backend, "one of " + ", ".join(BACKENDS))
-    if timeout_s is not None and not timeout_s > 0:
-        raise InputError("timeout", timeout_s, "seconds > 0")
+    _check_launch(nproc, backend, timeout_s)
     argv = resolve_command(command)
     port = master_port if master_port is not None else free_port(master_addr if master_addr else "127.0.0.1")
     logs: list[Path] = []
@@ -195,7 +190,7 @@ def launch(
         logs = [Path(log_dir) / f"rank{r}.log" for r in range(nproc)]
 
     procs: list[subprocess.Popen] = []
-    handles = []
+    handles: list[BinaryIO] = []
     start = time.monotonic()
     result = LaunchResult(returncode=0, returncodes=[None] * nproc, log_files=logs)
     try:
@@ -208,48 +203,8 @@ def launch(
             if logs:
                 out = open(logs[r], "wb")  # closed in finally
                 handles.append(out)
-            try:
-                procs.append(
-                    subprocess.Popen(
-                        [*prefix, *argv],
-                        env=child_env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT if out is not None else None,
-                        start_new_session=True,
-                        preexec_fn=functools.partial(die_with_parent, os.getpid()),
-                    )
-                )
-            except OSError as exc:
-                raise InputError("command", " ".join([*prefix, *argv]), f"an executable command ({exc})") from exc
-
-        deadline = None if timeout_s is None else start + timeout_s
-        failed_at: float | None = None
-        while True:
-            codes = [p.poll() for p in procs]
-            result.returncodes = list(codes)
-            if result.failed_rank is None:
-                rank = first_failure(codes)
-                if rank is not None:
-                    result.failed_rank = rank
-                    result.returncode = exit_status(codes[rank])
-                    failed_at = time.monotonic()
-                    if not quiet:
-                        _log(f"rank {rank} exited with status {result.returncode}{_signal_name(codes[rank])}; "
-                             f"stopping the other ranks")
-            if all(c is not None for c in codes):
-                break
-            now = time.monotonic()
-            if failed_at is not None and now - failed_at >= grace_s:
-                break
-            if deadline is not None and now >= deadline:
-                result.timed_out = True
-                if result.failed_rank is None:
-                    result.returncode = EXIT_TIMEOUT
-                running = [r for r, c in enumerate(codes) if c is None]
-                if not quiet:
-                    _log(f"timed out after {timeout_s:g}s; stopping ranks {running}")
-                break
-            time.sleep(POLL_S)
+            procs.append(_start_rank([*prefix, *argv], child_env, out))
+        _watch(procs, result, None if timeout_s is None else start + timeout_s, timeout_s, grace_s, quiet)
     finally:
         stop_processes(procs, kill_after_s)
         for handle in handles:
@@ -257,6 +212,65 @@ def launch(
         result.returncodes = [p.poll() for p in procs] + [None] * (nproc - len(procs))
         result.elapsed_s = time.monotonic() - start
     return result
+
+
+def _check_launch(nproc: int, backend: str | None, timeout_s: float | None) -> None:
+    if not isinstance(nproc, int) or nproc < 1:
+        raise InputError("nproc", nproc, "an integer >= 1")
+    MAX_LOCAL_PROCESSES.check("nproc", nproc)  # every rank is a Python process of ~200 MB on this machine
+    if backend is not None and backend not in BACKENDS:
+        raise InputError("backend", backend, "one of " + ", ".join(BACKENDS))
+    if timeout_s is not None and not timeout_s > 0:
+        raise InputError("timeout", timeout_s, "seconds > 0")
+
+
+def _start_rank(argv: list[str], env: dict[str, str], out: BinaryIO | None) -> subprocess.Popen:
+    """One rank in its own session (its children die with it), killed if the launcher dies; a command that cannot
+    be executed is an input error naming it."""
+    try:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT if out is not None else None,
+            start_new_session=True,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),
+        )
+    except OSError as exc:
+        raise InputError("command", " ".join(argv), f"an executable command ({exc})") from exc
+
+
+def _watch(procs: list[subprocess.Popen], result: LaunchResult, deadline: float | None, timeout_s: float | None,
+           grace_s: float, quiet: bool) -> None:
+    """Poll the ranks until all have ended, ``grace_s`` has passed since the first failure (which decides the exit
+    code), or the deadline; ``result`` records what was seen. The caller stops whatever still runs."""
+    failed_at: float | None = None
+    while True:
+        codes = [p.poll() for p in procs]
+        result.returncodes = list(codes)
+        if result.failed_rank is None:
+            rank = first_failure(codes)
+            if rank is not None:
+                result.failed_rank = rank
+                result.returncode = exit_status(codes[rank])
+                failed_at = time.monotonic()
+                if not quiet:
+                    _log(f"rank {rank} exited with status {result.returncode}{_signal_name(codes[rank])}; "
+                         f"stopping the other ranks")
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if failed_at is not None and now - failed_at >= grace_s:
+            break
+        if deadline is not None and now >= deadline:
+            result.timed_out = True
+            if result.failed_rank is None:
+                result.returncode = EXIT_TIMEOUT
+            running = [r for r, c in enumerate(codes) if c is None]
+            if not quiet:
+                _log(f"timed out after {timeout_s:g}s; stopping ranks {running}")
+            break
+        time.sleep(POLL_S)
 
 
 def first_failure(codes: Sequence[int | None]) -> int | None:

@@ -27,9 +27,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import read_text_bounded
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
+from flexcomm.emulation.network import DYNAMIC_NETWORKS
 
 #: The paper's dynamic networks, from the emulation's table, as testbed traces: (duration, fastest rate).
 DEFAULT_DURATION_S = 120.0
@@ -83,8 +85,6 @@ def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, max_rate: s
                   ) -> str:
     """The CSV text of the paper's ``c1`` or ``c2`` scaled to ``duration_s`` and to ``max_rate`` for its
     fastest phase (every rate scaled by the same factor: C1's 25 -> 1 Gbit/s becomes 200 -> 8 Mbit/s)."""
-    from flexcomm.emulation.network import DYNAMIC_NETWORKS
-
     key = name.strip().lower()
     if key not in DYNAMIC_NETWORKS:
         raise InputError("trace", name, "c1, c2 or a CSV file with time_s, link, bandwidth, latency")
@@ -101,8 +101,6 @@ def builtin_trace(name: str, duration_s: float = DEFAULT_DURATION_S, max_rate: s
 
 def testbed_cluster(ranks: int, rate_Bps: float, latency_s: float) -> dict:
     """The simulator's model of a testbed (one device per node, one switch): a cluster mapping."""
-    from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE
-
     return {"name": f"testbed-{ranks}", "nodes": ranks, "devices_per_node": 1,
             "device": dict(MEASURED_HOST_DEVICE),
             "intra_link": {"latency": "1us", "bandwidth": "10GB/s"},

@@ -50,6 +50,7 @@ from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_time, parse_bandwidth, parse_time
 from flexcomm.real_backend.delayline import set_sysctl, setup_routed_core, start_delay_line, stop_delay_line
+from flexcomm.real_backend.launch import launch, resolve_command
 from flexcomm.real_backend.netns import (
     BRIDGE_IF,
     BRIDGE_PORT_IF,
@@ -59,6 +60,7 @@ from flexcomm.real_backend.netns import (
     state_dir,
     state_path,
 )
+from flexcomm.real_backend.trace_control import start_supervisor, stop_supervisor
 
 PREFIX = "fxc-"
 FORMAT = "flexcomm-testbed/1"
@@ -303,8 +305,6 @@ class Testbed:
 
     def apply_trace(self, trace: Any, repeat: bool = False, owner_pid: int | None = None) -> None:
         """Start applying ``trace`` now (replacing a trace in progress); see :mod:`real_backend.trace_supervisor`."""
-        from flexcomm.real_backend.trace_control import start_supervisor, stop_supervisor
-
         missing = [n for n in [*self.namespaces, self.bridge_namespace] if n not in set(list_namespaces())]
         if missing:
             raise InputError("testbed", self.id, f"a running testbed (namespaces gone: {', '.join(missing)}; "
@@ -415,7 +415,6 @@ class Testbed:
         Idempotent; a name already gone is fine. Raises :class:`TestbedError` if one survives.
         """
         if self.trace_pid:
-            from flexcomm.real_backend.trace_control import stop_supervisor
 
             stop_supervisor(self.trace_pid)
         if self.delay_pid:
@@ -466,8 +465,6 @@ class Testbed:
                timeout_s: float | None = None, backend: str | None = None, log_dir: str | Path | None = None,
                grace_s: float = 0.0, dist_timeout_s: float | None = None):  # -> LaunchResult
         """Run ``command`` as ``nproc`` (default: all) ranks, rank r inside namespace r."""
-        from flexcomm.real_backend.launch import launch
-
         count = self.ranks if nproc is None else nproc
         if not isinstance(count, int) or not 1 <= count <= self.ranks:
             raise InputError("nproc", nproc, f"1..{self.ranks} (the testbed's ranks)")
@@ -512,7 +509,6 @@ def down_all() -> list[str]:
     """Remove every ``fxc-`` namespace and every state file; the namespaces removed."""
     for testbed in list_testbeds():
         if testbed.trace_pid:
-            from flexcomm.real_backend.trace_control import stop_supervisor
 
             stop_supervisor(testbed.trace_pid)
         if testbed.delay_pid:
@@ -538,8 +534,6 @@ def run_in_testbed(command: Sequence[str], ranks: int, bandwidth: str | float,
                    per_link: str | Mapping[int, object] | None = None, delay: str | float = 0.0,
                    trace: Any = None, **launch_args: object):  # -> LaunchResult
     """Create a testbed, run ``command`` in it, and remove it whatever happens (the one-shot form)."""
-    from flexcomm.real_backend.launch import resolve_command
-
     resolve_command(command)  # bad commands are refused before anything is built
     with Testbed.up(ranks, bandwidth, per_link, delay, trace=trace) as testbed:
         print(testbed.describe(), file=sys.stderr, flush=True)

@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.compression.moo import MOOConfig, RatioController
+from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
+from flexcomm.costmodel.collectives import formula
 from flexcomm.costmodel.errors import InputError
+from flexcomm.real_backend.ddp_train import build_cost_model, run_profile_path
+from flexcomm.real_backend.testbed import burst_bytes, burst_rate_for
+from flexcomm.real_backend.validate import _coefficients
 
 #: One-way delays each step of a gloo collective waits (receiver's ready notice, then the data).
 RENDEZVOUS_DELAYS = 2.0
@@ -73,16 +79,12 @@ class CollectiveTiming:
 
 def latency_rounds(collective: str, algorithm: str, ranks: int) -> float:
     """Latency coefficient of what gloo runs for this label (steps of one link latency)."""
-    from flexcomm.costmodel.collectives import formula
-
     runs = GLOO_RUNS.get((collective, algorithm), (collective, algorithm))
     return float(formula(*runs)(1.0, float(ranks)).alpha)
 
 
 def _totals(item: Any, ranks: int) -> tuple[float, float]:
     """A profile fit (per link step and per link byte, in the label's formula) as (latency s, s per byte)."""
-    from flexcomm.real_backend.validate import _coefficients
-
     a, b = _coefficients(item.collective, item.algorithm, 1.0, ranks)
     return a * item.alpha_s, b * item.beta_s_per_byte
 
@@ -171,7 +173,6 @@ class TraceTimeline:
         self.calibration = calibration
         self.trace = trace
         self.bucket = bucket
-        from flexcomm.real_backend.testbed import burst_rate_for
 
         self.burst_rate_Bps = burst_rate_for(float(self.rates.max()))  #: as the testbed sized its buckets
         self.reset()
@@ -181,8 +182,6 @@ class TraceTimeline:
         self._idle_since = -math.inf
 
     def _burst(self, rate_Bps: float) -> float:
-        from flexcomm.real_backend.testbed import burst_bytes
-
         return float(burst_bytes(rate_Bps, self.burst_rate_Bps))
 
     def index(self, t: float) -> int:
@@ -304,8 +303,6 @@ class MOOReplay:
     chosen ratio is broadcast after the next one and used from the one after; nothing blocks a step."""
 
     def __init__(self, config: Any, probes: pd.DataFrame | None, probe_costs: dict[int, float] | None = None) -> None:
-        from flexcomm.compression.moo import RatioController
-
         self.controller = RatioController(config)
         self.probing, self.reason = True, "initial"
         self.probes = probes if probes is not None and len(probes) else None
@@ -378,8 +375,6 @@ class LoggedRun:
 
     @classmethod
     def load(cls, folder: str | Path, label: str) -> LoggedRun:
-        from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
-
         folder = Path(folder)
         summary = read_json_bounded(folder / label / "summary.json", "run", "train-ddp summary")
         run = read_json_bounded(folder / "run.json", "run", "train-ddp run.json")
@@ -396,8 +391,6 @@ class LoggedRun:
 
     def prior(self) -> Any:
         """The cost model the run's hooks took their prior from (the same arguments, so the same numbers)."""
-        from flexcomm.real_backend.ddp_train import build_cost_model, run_profile_path
-
         return build_cost_model(self.world, self.run.get("latency_s"), self.run.get("bandwidth_Bps"),
                                 run_profile_path(self.folder, self.run.get("profile")))
 
@@ -431,7 +424,6 @@ def replay_run(run: LoggedRun, timeline: TraceTimeline, mode: str = "open", in_f
     decisions = None
     moo = None
     if adaptive:
-        from flexcomm.compression.moo import MOOConfig
 
         ratio = run.ratio if run.ratio is not None else max((moo_config or MOOConfig()).candidates)
         decisions = DecisionReplay(float(ratio), run.prior(), run.world,

@@ -32,14 +32,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.real_backend.delayline import set_delay
+from flexcomm.real_backend.net_trace import parse_trace
 from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, process_alive, state_path
+from flexcomm.real_backend.testbed import Testbed, tbf_arguments
 from flexcomm.real_backend.trace_control import POLL_S, trace_file
 
 
 def tbf_command(device: str, rate_Bps: float, burst_rate_Bps: float = 0.0) -> str:
     """One ``tc -batch`` line changing ``device``'s root tbf to ``rate_Bps`` (bucket as the testbed sizes it)."""
-    from flexcomm.real_backend.testbed import tbf_arguments
-
     return f"qdisc change dev {device} root {' '.join(tbf_arguments(rate_Bps, burst_rate_Bps))}"
 
 
@@ -59,8 +60,6 @@ def change_batches(testbed, rates: Sequence[tuple[int, str, float]]) -> dict[str
 
 def apply_change(testbed, change) -> None:
     """Every tc batch of ``change`` at once, then its delay; raises TestbedError if a command failed."""
-    from flexcomm.real_backend.delayline import set_delay
-
     procs = []
     for namespace, lines in change_batches(testbed, change.rates).items():
         proc = subprocess.Popen(["tc", "-n", namespace, "-batch", "-"], stdin=subprocess.PIPE,
@@ -146,9 +145,6 @@ class Supervisor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flexcomm.real_backend.net_trace import parse_trace
-    from flexcomm.real_backend.testbed import Testbed
-
     parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.trace_supervisor")
     parser.add_argument("--id", required=True)
     parser.add_argument("--trace", required=True)

@@ -36,10 +36,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.compression.moo import MOOConfig
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.bounded_stream import read_json_bounded
+from flexcomm.costmodel.calibration import fit
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.plotting import SCHEME_COLOURS
+from flexcomm.costmodel.limits import read_text_bounded
+from flexcomm.costmodel.plotting import SCHEME_COLOURS, readable_log_axis, use_file_backend
 from flexcomm.costmodel.units import format_bandwidth, format_percent, parse_bandwidth, parse_size, parse_time
 from flexcomm.real_backend.adaptive_verdict import NETWORK_BOUND, markdown_lines, verdict
+from flexcomm.real_backend.bench import parse_sizes, run_benchmark
+from flexcomm.real_backend.ddp_train import StrategySpec, parse_hidden, parse_strategies, run_training
+from flexcomm.real_backend.net_trace import TestbedChange, load_trace, parse_trace
+from flexcomm.real_backend.testbed import Testbed, require_privileges
+from flexcomm.real_backend.trace_control import read_log
+from flexcomm.real_backend.trace_replay import LoggedRun, TraceCalibration, TraceTimeline, replay_run
+from flexcomm.real_backend.trace_supervisor import apply_change
 
 DEFAULT_STRATEGIES = "topk-ag,topk-ar,flexible,moo"
 #: The setting this 2-core machine runs network-bound (``network_check`` measured it; see docs/real-backend.md):
@@ -81,9 +93,6 @@ def _log(message: str, quiet: bool) -> None:
 
 def set_static(testbed: Any, rate_Bps: float, delay_s: float | None) -> None:
     """Every link of ``testbed`` at ``rate_Bps`` (both directions) and the delay line at ``delay_s``, now."""
-    from flexcomm.real_backend.net_trace import TestbedChange
-    from flexcomm.real_backend.trace_supervisor import apply_change
-
     rates = tuple((r, d, rate_Bps) for r in range(testbed.ranks) for d in ("egress", "ingress"))
     apply_change(testbed, TestbedChange(0.0, rates, delay_s, 0))
 
@@ -94,8 +103,6 @@ def calibration_sizes(sizes: str, rate_Bps: float) -> str:
     and training sends far less than a second's worth; at 10 Mbit/s 4 KiB is already 6.5 ms of bytes, so
     without a few-byte message a latency of 2 ms hides in the fit's noise (measured: fitted 0, then the
     simulated small exchanges were free and the replay's decisions differed from the real ones)."""
-    from flexcomm.real_backend.bench import parse_sizes
-
     low, high = sizes.split(":")
     cap = 2 ** int(math.floor(math.log2(max(rate_Bps, 2**18))))
     top = int(min(parse_size(high), cap)) // 1024
@@ -106,10 +113,6 @@ def calibration_sizes(sizes: str, rate_Bps: float) -> str:
 def calibrate(testbed: Any, trace: Any, folder: Path, timeout_s: float, quiet: bool) -> tuple[Any, list[str]]:
     """Static benchmarks at the trace's fastest rate, at its first delay and (when the trace changes the
     delay) at its largest; their fit (None on failure)."""
-    from flexcomm.costmodel.calibration import fit
-    from flexcomm.real_backend.bench import run_benchmark
-    from flexcomm.real_backend.trace_replay import TraceCalibration
-
     rate = max(r for c in trace.changes for _, _, r in c.rates)
     delays = [c.delay_s for c in trace.changes if c.delay_s is not None]
     delay = delays[0] if delays else testbed.delay_s
@@ -148,8 +151,6 @@ def network_check(testbed: Any, trace: Any, spec: Any, workload: str, hidden: st
     testbed at the trace's fastest rate and first delay: how much slower the network makes a step
     (``network_check.json``). Where the ratio is small the CPU, not the network, bounds the run, and no
     network-aware decision can show."""
-    from flexcomm.real_backend.ddp_train import run_training
-
     rate = max(r for c in trace.changes for _, _, r in c.rates)
     delays = [c.delay_s for c in trace.changes if c.delay_s is not None]
     out: dict[str, Any] = {"strategy": spec.label, "ranks": testbed.ranks, "rate_Bps": rate}
@@ -167,7 +168,6 @@ def network_check(testbed: Any, trace: Any, spec: Any, workload: str, hidden: st
         out[f"{name}_step_s"] = _median_step(run, spec.label)
     out["ratio"] = out["shaped_step_s"] / out["unshaped_step_s"]
     out["network_bound"] = out["ratio"] >= NETWORK_BOUND
-    from flexcomm.costmodel.atomic import write_text_atomic
 
     write_text_atomic(folder / "network_check.json", json.dumps(out, indent=2) + "\n")
     _log(f"network check ({spec.label}): unshaped step {1e3 * out['unshaped_step_s']:.0f} ms, at "
@@ -203,8 +203,6 @@ def train_at_moo_ratio(testbed: Any, ddp: Path, folder: Path, workload: str, hid
                        timeout_s: float, quiet: bool) -> list[str]:
     """The static scheme ``moo`` sent most bytes with, at the ratio it used for most of its steady steps,
     trained under the same trace: the comparison MOO must win (``ddp/<scheme>@<ratio>``)."""
-    from flexcomm.real_backend.ddp_train import StrategySpec, run_training
-
     exchanges = pd.read_csv(ddp / "moo" / "exchanges.csv")
     exchanges = exchanges[exchanges["step"] >= WARMUP_STEPS]
     if not len(exchanges):
@@ -226,7 +224,6 @@ def train_at_moo_ratio(testbed: Any, ddp: Path, folder: Path, workload: str, hid
     if target.exists():
         shutil.rmtree(target)
     shutil.move(str(extra / spec.label), str(target))
-    from flexcomm.costmodel.atomic import write_text_atomic
 
     run = json.loads((ddp / "run.json").read_text())
     run["strategies"] = [*[s for s in run["strategies"] if s != spec.label], spec.label]
@@ -252,11 +249,6 @@ def run_trace_validation(
     cpu_bound_ok: bool = False,
 ) -> TraceValidation:
     """Calibrate, train every strategy under the trace, replay, report (see the module docstring)."""
-    from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies, run_training
-    from flexcomm.real_backend.net_trace import load_trace
-    from flexcomm.real_backend.testbed import Testbed, require_privileges
-    from flexcomm.real_backend.trace_control import read_log
-
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
     specs = parse_strategies(strategies, ratio)
@@ -314,11 +306,6 @@ def run_trace_validation(
 def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
                   failures: Sequence[str] = ()) -> TraceValidation:
     """Replay every logged run of ``folder`` and write the report (re-runnable on a finished folder)."""
-    from flexcomm.costmodel.bounded_stream import read_json_bounded
-    from flexcomm.costmodel.limits import read_text_bounded
-    from flexcomm.real_backend.net_trace import parse_trace
-    from flexcomm.real_backend.trace_replay import LoggedRun, TraceCalibration, TraceTimeline, replay_run
-
     folder = Path(folder)
     try:
         calibration = TraceCalibration.from_dict(read_json_bounded(folder / "calibration.json", "folder"))
@@ -350,7 +337,6 @@ def analyze_trace(folder: str | Path, labels: Sequence[str] | None = None,
     if len(replay):
         summary["adaptive"] = verdict(summary, replay, folder, WARMUP_STEPS, check.get("unshaped_step_s", math.nan),
                                       lengths)
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 
     write_csv_atomic(replay, folder / "replay.csv")
     write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=_jsonable) + "\n")
@@ -367,8 +353,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def _read_lag(path: Path) -> list[dict[str, Any]]:
-    from flexcomm.costmodel.limits import read_text_bounded
-
     if not path.exists():
         return []
     try:
@@ -395,8 +379,6 @@ def summarize_trace(replay: pd.DataFrame, lag: list[dict[str, Any]], failures: l
     ``phase_lengths`` (seconds per trace phase) turn each strategy's mean step per phase into the steps the
     whole trace allows, measured and simulated alike: the comparison of strategies that all train for the
     trace's length."""
-    from flexcomm.compression.moo import MOOConfig
-
     out: dict[str, Any] = {"failures": failures, "strategies": {}}
     applied = [e["lag_s"] for e in lag if "lag_s" in e]
     out["lag"] = {"changes": len(applied), "median_s": float(np.median(applied)) if applied else math.nan,
@@ -542,8 +524,6 @@ def _scheme_colour(scheme: str) -> str:
 
 def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> None:
     """Measured and simulated step times over the trace, the trace shaded, the scheme of every step."""
-    from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -599,7 +579,6 @@ def plot_trace_validation(replay: pd.DataFrame, timeline: Any, path: Path) -> No
     fig.legend(handles=handles, fontsize=8, ncol=min(len(handles), 5), loc="outside upper center")
     for ax in axes:
         ax.tick_params(labelbottom=True)
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     save_figure_atomic(fig, path)  # atomically; FLEXCOMM_FIGURE_DPI draws the docs' copy
 

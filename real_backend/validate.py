@@ -51,11 +51,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.bounded_stream import read_csv_bounded, read_json_bounded
+from flexcomm.costmodel.calibration import CalibrationProfile, fit, load_measurements
+from flexcomm.costmodel.collectives import formula, predict
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth
+from flexcomm.real_backend.bench import parse_collectives, parse_sizes, run_benchmark
+from flexcomm.real_backend.ddp_train import build_cost_model, link_cluster, parse_hidden, parse_strategies, run_training
 from flexcomm.real_backend.options import VALIDATE_SIZES, VALIDATE_STRATEGIES
-from flexcomm.real_backend.testbed import GOODPUT_FACTOR
+from flexcomm.real_backend.testbed import GOODPUT_FACTOR, Testbed, burst_bytes, burst_rate_for, require_privileges
+from flexcomm.sim.collectives import simulate_collective
 
 DEFAULT_BANDWIDTHS = ("100Mbit/s", "1Gbit/s")
 DEFAULT_SIZES = VALIDATE_SIZES
@@ -142,10 +149,6 @@ def run_condition(condition: Condition, out: Path, *, ranks: int, sizes: str, co
                   warmup: int, iters: int, strategies: str, ratio: float, steps: int, workload: str,
                   hidden: str | None, ddp: bool, timeout_s: float, quiet: bool) -> list[str]:
     """Benchmark, calibrate and train under one condition; returns what failed (empty when all ran)."""
-    from flexcomm.costmodel.calibration import fit
-    from flexcomm.real_backend.bench import run_benchmark
-    from flexcomm.real_backend.ddp_train import run_training
-
     folder = out / condition.slug
     if folder.exists():
         shutil.rmtree(folder)  # a rerun replaces the condition (the bench CSV would otherwise append)
@@ -182,7 +185,6 @@ def run_condition(condition: Condition, out: Path, *, ranks: int, sizes: str, co
         _log(f"{condition.name}: DDP {time.monotonic() - started:.0f}s", quiet)
 
     if condition.on_testbed:
-        from flexcomm.real_backend.testbed import Testbed
 
         with Testbed.up(ranks, condition.rate_Bps) as testbed:  # removed however the block ends
             body(testbed)
@@ -212,9 +214,6 @@ def run_validation(
     quiet: bool = False,
 ) -> ValidationResult:
     """Measure every condition, then :func:`analyze` (see the module docstring)."""
-    from flexcomm.real_backend.bench import parse_collectives, parse_sizes
-    from flexcomm.real_backend.ddp_train import parse_hidden, parse_strategies
-
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
     parse_sizes(sizes)
@@ -226,7 +225,6 @@ def run_validation(
         raise InputError("steps", steps, "an integer >= 1")
     conditions = [Condition("loopback")] if loopback else []
     if testbed:
-        from flexcomm.real_backend.testbed import require_privileges
 
         require_privileges()  # one-line error before anything runs
         conditions += [Condition(format_bandwidth(rate), rate) for rate in parse_bandwidths(bandwidths)]
@@ -250,8 +248,6 @@ def run_validation(
 
 def _fit_params(frame: pd.DataFrame) -> tuple[float, float] | None:
     """(alpha, beta) of one (collective, algorithm) group's rows, or None when they cannot be fitted."""
-    from flexcomm.costmodel.calibration import fit
-
     try:
         profile = fit(frame)
     except InputError:
@@ -263,8 +259,6 @@ def _fit_params(frame: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def _coefficients(collective: str, algorithm: str, nbytes: float, ranks: int) -> tuple[float, float]:
-    from flexcomm.costmodel.collectives import formula
-
     coef = formula(collective, algorithm)(float(nbytes), float(ranks))
     return float(coef.alpha), float(coef.beta + coef.gamma)
 
@@ -277,9 +271,6 @@ class _Simulator:
 
     def __call__(self, collective: str, algorithm: str, nbytes: float, ranks: int, alpha: float,
                  bandwidth: float) -> float:
-        from flexcomm.real_backend.ddp_train import link_cluster
-        from flexcomm.sim.collectives import simulate_collective
-
         if not (math.isfinite(alpha) and math.isfinite(bandwidth) and bandwidth > 0):
             return math.nan
         key = (collective, algorithm, float(nbytes), int(ranks), float(alpha), float(bandwidth))
@@ -298,9 +289,6 @@ def _rel(predicted: float, measured: float) -> float:
 
 def bench_rows(condition: dict[str, Any], bench: pd.DataFrame | Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """Every (collective, algorithm, ranks, bytes) point: measured median and the three predictions."""
-    from flexcomm.costmodel.calibration import load_measurements
-    from flexcomm.costmodel.collectives import predict
-
     table = load_measurements(bench)
     goodput = condition.get("goodput_Bps")
     rows: list[dict[str, Any]] = []
@@ -360,8 +348,6 @@ def _condition_link(condition: dict[str, Any], profile: Any) -> tuple[float, flo
 
 def ddp_rows(condition: dict[str, Any], folder: Path, simulate: _Simulator) -> list[dict[str, Any]]:
     """One row per strategy run under ``folder/ddp``: measured vs predicted median step time."""
-    from flexcomm.costmodel.calibration import CalibrationProfile
-    from flexcomm.real_backend.ddp_train import build_cost_model
     from flexcomm.real_backend.hooks import nominal_records_seconds, parse_records, predict_records
 
     ddp = folder / "ddp"
@@ -470,7 +456,6 @@ def summarize(table: pd.DataFrame, conditions: Sequence[dict[str, Any]]) -> dict
         rate = condition.get("rate_Bps")
         beyond = coll
         if rate:
-            from flexcomm.real_backend.testbed import burst_bytes, burst_rate_for
 
             # tc tbf lets its bucket (max(rate/250, 64 KiB); smaller on slow testbeds) through at line rate: a
             # message of a few buckets is partly unshaped, faster than any alpha-beta model of the link can be
@@ -588,13 +573,9 @@ RING_MIN_PT = 4.0
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Predicted vs measured, log-log, y = x, one colour per collective, one marker per condition; the naive
     baseline in grey crosses on both panels."""
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import readable_log_axis
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharex=True, sharey=True)
     collectives = sorted(table["collective"].unique()) if len(table) else []
@@ -647,8 +628,6 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 
 def write_outputs(folder: Path, table: pd.DataFrame, summary: dict[str, Any]) -> None:
     """errors.csv, errors.md, predicted_vs_measured.png and summary.json, each written atomically."""
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-
     write_csv_atomic(table, folder / "errors.csv")
     write_text_atomic(folder / "errors.md", markdown(table, summary))
     write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=_json) + "\n")

@@ -53,6 +53,7 @@ import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+from flexcomm.costmodel.collectives import SCHEDULES, collective_plan  # noqa: F401 - re-exported
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
@@ -60,9 +61,9 @@ from flexcomm.costmodel.compressed import (
     SparsePayload,
     scheme_messages,
 )
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.schedules import (  # noqa: F401 - re-exported: the schedules moved to the cost model
-    SCHEDULES,
     Group,
     Schedule,
     Segment,
@@ -86,13 +87,13 @@ from flexcomm.costmodel.schedules import (  # noqa: F401 - re-exported: the sche
     broadcast_scatter_allgather,
     bruck_allgather,
     bruck_reduce_scatter,
-    collective_plan,
     reduce_scatter_ring,
     ring_allgather,
     ring_reduce_scatter,
 )
 from flexcomm.costmodel.units import parse_size
-from flexcomm.sim.network import Network
+from flexcomm.sim.nccl_flows import channel_pairs
+from flexcomm.sim.network import CountingEnvironment, Network
 from flexcomm.sim.records import explain
 
 GRANULARITIES = ("aggregate", "steps")
@@ -189,7 +190,7 @@ def run_collective(
     """Start one collective over ``ranks`` (their order is the algorithm's rank order) as a process.
 
     Sizes follow :mod:`costmodel.collectives` (allgather: bytes each rank contributes). ``gamma``
-    is seconds per reduced byte, as in :class:`~costmodel.model.CostModel`. ``inter_algorithm``
+    is seconds per reduced byte, as in :class:`~costmodel.cost_model.CostModel`. ``inter_algorithm``
     is the inter-node allreduce of ``("allreduce", "hierarchical")``. The process's value is the
     collective's simulated duration in seconds.
     """
@@ -210,8 +211,6 @@ def _nccl_model(network: Network, ranks: np.ndarray):  # -> (CostModel, ranks to
     that communicator; the cost model prices ranks packed onto nodes, which such a group is not). A group over
     several nodes is priced as g ranks on each (an uneven one, 8 + 4, as its fullest node repeated: NCCL's
     rings then run at the pace of the fullest node)."""
-    from flexcomm.costmodel.model import CostModel
-
     cluster = network.cluster
     per_node = cluster.devices_per_node
     counts = np.unique(ranks // per_node, return_counts=True)[1]
@@ -242,8 +241,6 @@ def _execute_nccl(env: simpy.Environment, network: Network, collective: str, alg
     simulator equals :meth:`CostModel.nccl_choice` to rounding; slower links (traces, jitter) or other
     jobs slow them: rates are recomputed at every change of the network or of what shares it, so a fluid
     model needs no chunks for a change to act inside the call."""
-    from flexcomm.sim.nccl_flows import channel_pairs
-
     start = env.now
     model, priced_ranks = _nccl_model(network, ranks)
     choice = model.nccl_choice(collective, algorithm, nbytes, priced_ranks)
@@ -336,8 +333,6 @@ class SimResult:
 
 
 def _simulate(cluster: Cluster | str, dynamics: Any, start: Any) -> SimResult:
-    from flexcomm.sim.network import CountingEnvironment
-
     env = CountingEnvironment()
     network = Network(env, load_cluster(cluster), dynamics=dynamics)
     process = start(env, network)

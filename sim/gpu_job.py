@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from flexcomm.costmodel import devices
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim import gpu_replay as gr
+from flexcomm.sim.gpu_data_parallel import ASSUMPTION, as_data_parallel
 from flexcomm.workloads.gpu_trace import GpuTrace, read_gpu_trace
 
 #: Largest relative difference of two devices' memory still read as the same part (a 40 GB A100 reports 39.4 GiB).
@@ -31,8 +33,6 @@ _MEMORY_TOLERANCE = 0.12
 def catalog_device(trace: GpuTrace, named: str | None = None) -> Any:
     """The catalog device the trace ran on: ``named`` (``--traced-device``), else the trace's own name, else the
     catalog device of the same vendor with its SM count and memory (an OEM name such as A100-PG509-200)."""
-    from flexcomm.costmodel import devices
-
     name = named or trace.device
     found = devices.lookup(name) if name else None
     if found is not None:
@@ -180,8 +180,6 @@ def _repriced(traces: Sequence[GpuTrace], priced: list[tuple[Any, list[gr.Priced
 
 
 def _compute_for(trace: GpuTrace, settings: Settings) -> tuple[list[np.ndarray] | None, str]:
-    from flexcomm.costmodel import devices
-
     old = catalog_device(trace, settings.traced_device)
     new = devices.lookup(settings.target.device.name)
     if new is None:
@@ -226,7 +224,6 @@ def replay_ranks(traces: Sequence[GpuTrace], settings: Settings) -> list[RankRep
     if settings.target is not None:
         world = settings.target_ranks
         if any(t.world_size == 1 for t in traces) and (world or 1) > 1:
-            from flexcomm.sim.gpu_data_parallel import ASSUMPTION, as_data_parallel
 
             traces = [as_data_parallel(t) if t.world_size == 1 else t for t in traces]
             for r in range(len(traces)):

@@ -26,7 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from flexcomm.costmodel.collectives import predict
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.gemm_efficiency import GemmShape
 from flexcomm.workloads.gpu_trace import GpuActivity, GpuBreakdown, GpuCall, GpuTrace, breakdown
 
 #: Kineto's timestamps are whole microseconds in older traces: a kernel may appear to start 1 us before what it
@@ -242,8 +246,6 @@ def prices_by_step(trace: GpuTrace, calls: list[PricedCall]) -> dict[tuple[int, 
 def nccl_pricer(cluster: Any, ranks_needed: int) -> Any:
     """``price(kind, nbytes, group)`` through the NCCL model of ``cluster`` (RCCL on an AMD cluster), exactly as
     ``flexcomm cost --algorithm nccl`` prices one call."""
-    from flexcomm.costmodel.model import CostModel
-
     if ranks_needed > cluster.world_size:
         raise InputError("cluster", cluster.name, f"a cluster of at least {ranks_needed} GPUs (the trace's largest "
                          "group)")
@@ -285,8 +287,6 @@ def nominal_pricer(cluster: Any) -> Any:
     """The naive baseline: each call's bytes by its textbook formula at the slowest link rate the group crosses
     (NVLink inside a node, the NIC across nodes), no latency, no protocol (as
     :func:`flexcomm.real_backend.hooks.nominal_records_seconds` prices a testbed's calls)."""
-    from flexcomm.costmodel.collectives import predict
-
     gpus = cluster.devices_per_node
     # one NIC's share per GPU: a ring leaves each node through one NIC per GPU it spans (DGX: 8 NICs for 8 GPUs)
     inter_Bps = cluster.inter_link.bandwidth_Bps * max(1.0, (cluster.nics_per_node or 1) / gpus)
@@ -304,9 +304,6 @@ def compute_factors(trace: GpuTrace, traced_device: Any, target_device: Any) -> 
     """New durations of every compute activity on ``target_device`` (catalog devices), and how: a matmul with a
     known shape through the GEMM model on both devices, other matmuls by the ratio of measured matmul rates,
     other kernels and sets by HBM bandwidth; copies (PCIe, host) kept."""
-    from flexcomm.costmodel.device_compute import DeviceCompute
-    from flexcomm.costmodel.gemm_efficiency import GemmShape
-
     def compute_of(device: Any) -> DeviceCompute:
         return DeviceCompute(device.name, device.peak("bf16"), device.memory_bandwidth_Bps, device.units, "bf16")
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.sim.gpu_job import Settings, replay_job
 
 
@@ -106,8 +108,6 @@ def plot_gpu_traces(frame: pd.DataFrame, path: str | Path) -> Path:
     (the NCCL kernel time of the slowest rank's last step drawn inside each, measured and modelled)."""
     import numpy as np
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE
+from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE, flat_hosts
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim.traced_step import StepProfile
 from flexcomm.sim.training import TrainingConfig, TrainingResult, simulate_training
@@ -51,7 +51,7 @@ def predicted_step_s(result: TrainingResult) -> float:
 
 
 #: The traced host as a cluster device: its compute is measured and its compressor's rate measured or given,
-#: so the replay reads neither number; they only make a valid :class:`costmodel.cluster.Device`.
+#: so the replay reads neither number; they only make a valid :class:`costmodel.cluster_parts.Device`.
 TRACED_HOST_DEVICE = {**MEASURED_HOST_DEVICE, "name": "traced-host"}
 #: Schemes a link target prices without a device (Top-k's rate is measured or given; casts and PowerSGD are
 #: priced from a device's bandwidth and FLOP/s, so they need --cluster).
@@ -61,8 +61,6 @@ LINK_SCHEMES = ("dense", "topk-ag", "topk-ar")
 def link_target(ranks: int, bandwidth_Bps: float, latency_s: float = 0.0) -> Any:
     """``ranks`` hosts, one rank each, on one switch of ``bandwidth_Bps`` links: the testbed's shape, and any
     "what if the network were X" question about a traced host."""
-    from flexcomm.costmodel.cluster import flat_hosts
-
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise InputError("ranks", ranks, "an integer >= 2 (one rank does not communicate)")
     return flat_hosts(ranks, latency_s, bandwidth_Bps, TRACED_HOST_DEVICE, f"{ranks} hosts")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.sim.recovery import CAUSES, RecoveryResult
 
 POLICY_COLOURS = {"restart": "#7f7f7f", "shrink": "#1f77b4", "replan": "#ff7f0e", "replan+grow": "#2ca02c"}
@@ -32,9 +34,6 @@ def binned_rate(result: RecoveryResult, bins: int = 240) -> tuple[list[float], l
 
 
 def plot_goodput(results: list[RecoveryResult], path: Path) -> Path:
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     import numpy as np
@@ -102,9 +101,6 @@ NOTHING_TRAINS_COLOUR = "#d9d9d9"
 
 def plot_study(table: pd.DataFrame, path: Path) -> Path:
     """Best policy per (node MTBF, job nodes) cell, coloured, with its goodput efficiency and interval."""
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     import numpy as np

@@ -25,6 +25,8 @@ from types import ModuleType
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.processes import die_with_parent
+from flexcomm.sim.network import Network
 
 #: Where Debian's python3-simgrid installs the module (outside a virtual environment's path).
 DEBIAN_DIST_PACKAGES = Path("/usr/lib/python3/dist-packages")
@@ -82,7 +84,6 @@ def run_flexcomm(cluster: object, flows: Sequence[Flow], sharing: str = "rtt", c
     """Completion time of every flow in flexcomm's simulator, with the referee's start and step semantics."""
     import simpy
 
-    from flexcomm.sim.network import Network
 
     env = simpy.Environment()
     net = Network(env, cluster, sharing=sharing, coupling=coupling)
@@ -180,7 +181,6 @@ def run_simgrid_isolated(cluster: object, flows: Sequence[Flow], optim: str = "F
     import multiprocessing
     import os
 
-    from flexcomm.costmodel.processes import die_with_parent
 
     context = multiprocessing.get_context("spawn")
     with context.Pool(1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
@@ -192,7 +192,6 @@ def _child(cluster: object, flows: list[Flow], optim: str) -> tuple[np.ndarray, 
 
     import simpy
 
-    from flexcomm.sim.network import Network
 
     network = Network(simpy.Environment(), cluster)
     load_simgrid()

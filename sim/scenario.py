@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.documents import read_document
@@ -45,6 +46,8 @@ from flexcomm.costmodel.units import parse_size, parse_time
 from flexcomm.sim.collectives import run_collective
 from flexcomm.sim.nccl_flows import all_pairs
 from flexcomm.sim.network import COUPLINGS, SHARINGS, Network
+from flexcomm.sim.scenario_plots import plot_utilization
+from flexcomm.sim.trace import _Events, trace_json
 from flexcomm.sim.training import DEFAULT_BUCKET_CAP, bucket_ready_seconds, default_algorithm, make_buckets
 from flexcomm.sim.workload import get_training_workload
 
@@ -369,8 +372,6 @@ def run_scenario(scenario: Scenario) -> ScenarioResult:
 
 def chrome_trace(result: ScenarioResult) -> dict[str, Any]:
     """One process per job (``pid`` = job index): iterations on thread 0, compute and collectives below."""
-    from flexcomm.sim.trace import _Events
-
     events = _Events()
     index = {job.name: k for k, job in enumerate(result.scenario.jobs)}
     for job in result.scenario.jobs:
@@ -390,9 +391,6 @@ def write_scenario(result: ScenarioResult, out: str | Path) -> list[Path]:
     ``link_utilization.png`` and ``trace.json`` under ``out`` (each written atomically)."""
     import json
 
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.sim.scenario_plots import plot_utilization
-    from flexcomm.sim.trace import trace_json
 
     folder = Path(out)
     summary = result.summary()

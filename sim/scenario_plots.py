@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.plotting import use_file_backend
+from flexcomm.sim.network import Network
 
 #: At most this many rows (the busiest by mean utilization).
 MAX_LINKS = 32
@@ -63,7 +65,6 @@ def job_links(result: Any) -> dict[str, set[str]]:
     """Per job, the links on a route between two of its GPUs (what its collectives can load)."""
     import simpy
 
-    from flexcomm.sim.network import Network
 
     scenario = result.scenario
     net = Network(simpy.Environment(), scenario.cluster, sharing=scenario.sharing, coupling=scenario.coupling)
@@ -88,7 +89,6 @@ def plot_utilization(result: Any, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     util = result.utilization
     every = link_rows(result)

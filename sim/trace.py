@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,30 @@ def _clean(info: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class _StepShape:
+    """What every rank's every attempt shares: the step's compute, its buckets and their compression."""
+
+    forward: float
+    backward: float
+    buckets: list
+    compress: np.ndarray
+    compress_cum: np.ndarray
+    bucket_compute: np.ndarray
+    exchange: str
+    optimizer_s: float
+
+    @classmethod
+    def of(cls, result: TrainingResult) -> _StepShape:
+        fwd, bwd = result.layer_times
+        forward = float(fwd.sum())
+        buckets = result.bucket_list
+        compress = result.compression_s
+        return cls(forward, float(bwd.sum()), buckets, compress, np.cumsum(compress),
+                   np.array([forward + float(bwd[b.ready_layer:].sum()) for b in buckets]),
+                   "allreduce" if result.config["scheme"] == "dense" else result.config["scheme"], result.optimizer_s)
+
+
 def chrome_trace(result: TrainingResult, ranks: Iterable[int] | None = None) -> dict[str, Any]:
     """The job's timeline as a Trace Event Format object; ``ranks`` limits which ranks get drawn."""
     ev = _Events()
@@ -78,9 +103,30 @@ def chrome_trace(result: TrainingResult, ranks: Iterable[int] | None = None) -> 
     n_ranks = int(cfg["ranks"])
     wanted = set(range(n_ranks)) if ranks is None else {int(r) for r in ranks}
     job_pid = n_ranks
-    dpn = int(result.config.get("devices_per_node", 0)) or None
+    _name_tracks(ev, wanted, job_pid, int(result.config.get("devices_per_node", 0)) or None)
+    shape = _StepShape.of(result)
+    for att in result.attempts:
+        iteration_args = {"step": att.step, "attempt": att.index, "epoch": att.epoch, "status": att.status,
+                          "world_size": len(att.world)}
+        ev.span(f"iteration {att.step}", job_pid, 0, att.t0, att.t_end, iteration_args, cat="iteration")
+        dead = set() if att.dead is None else set(att.dead.tolist())
+        for j, rank in enumerate(att.world.tolist()):
+            if rank in wanted:
+                _draw_rank(ev, att, j, rank, j in dead, shape)
+    _draw_job_events(ev, result, job_pid)
+    return {
+        "traceEvents": ev.items,
+        "displayTimeUnit": "ms",
+        "otherData": _clean({"generator": "flexcomm sim.training", "cluster": cfg["cluster"],
+                             "workload": cfg["workload"], "ranks": n_ranks, "scheme": shape.exchange,
+                             "seed": cfg["seed"], "job_time_s": result.job_time_s}),
+    }
+
+
+def _name_tracks(ev: _Events, wanted: set[int], job_pid: int, devices_per_node: int | None) -> None:
+    """One process per drawn rank (its node named), its threads, and the job's own process."""
     for r in sorted(wanted):
-        label = f"rank {r}" + (f" (node {r // dpn})" if dpn else "")
+        label = f"rank {r}" + (f" (node {r // devices_per_node})" if devices_per_node else "")
         ev.meta("process_name", r, 0, {"name": label})
         ev.meta("process_sort_index", r, 0, {"sort_index": r})
         for tid, name in THREADS.items():
@@ -90,66 +136,57 @@ def chrome_trace(result: TrainingResult, ranks: Iterable[int] | None = None) -> 
     ev.meta("thread_name", job_pid, 0, {"name": "iterations"})
     ev.meta("thread_name", job_pid, 1, {"name": "checkpoints and restarts"})
 
-    fwd, bwd = result.layer_times
-    forward = float(fwd.sum())
-    backward = float(bwd.sum())
-    buckets = result.bucket_list
-    compress = result.compression_s
-    compress_cum = np.cumsum(compress)
-    bucket_compute = np.array([forward + float(bwd[b.ready_layer:].sum()) for b in buckets])
-    exchange = "allreduce" if cfg["scheme"] == "dense" else cfg["scheme"]
-    opt = result.optimizer_s
-    for att in result.attempts:
-        iteration_args = {"step": att.step, "attempt": att.index, "epoch": att.epoch, "status": att.status,
-                          "world_size": len(att.world)}
-        ev.span(f"iteration {att.step}", job_pid, 0, att.t0, att.t_end, iteration_args, cat="iteration")
-        dead = set() if att.dead is None else set(att.dead.tolist())
-        g = att.scale
-        for j, rank in enumerate(att.world.tolist()):
-            if rank not in wanted:
-                continue
-            s = float(att.speed[j])
-            stop = att.t_end
-            if j in dead and math.isfinite(att.t_fail):
-                stop = min(stop, att.t_fail)
 
-            def span(name: str, tid: int, start: float, end: float, args: dict[str, Any] | None = None,
-                     rank: int = rank, stop: float = stop) -> None:
-                ev.span(name, rank, tid, start, min(end, stop), args)
+def _draw_rank(ev: _Events, att: Any, j: int, rank: int, died: bool, shape: _StepShape) -> None:
+    """One rank's attempt: forward, each bucket's backward and compression, then each bucket's wait and exchange,
+    cut where the rank died."""
+    s = float(att.speed[j])
+    g = att.scale
+    stop = att.t_end
+    if died and math.isfinite(att.t_fail):
+        stop = min(stop, att.t_fail)
 
-            t0 = att.t0
-            span("forward", COMPUTE, t0, t0 + s * g * forward, {"step": att.step})
-            prev = t0 + s * g * forward
-            for b, bucket in enumerate(buckets):
-                grads_ready = t0 + s * (g * bucket_compute[b] + (compress_cum[b - 1] if b else 0.0))
-                span(f"backward b{b}", COMPUTE, prev, grads_ready, {"step": att.step, "layers": len(bucket.layers)})
-                done = grads_ready + s * float(compress[b])
-                span(f"compress b{b}", COMPRESSION, grads_ready, done, {"numel": bucket.numel})
-                prev = done
-            span("backward (no gradients)", COMPUTE, prev,
-                 t0 + s * (g * (forward + backward) + float(compress_cum[-1])))
-            if att.status != "failed" and opt > 0:
-                span("optimizer", COMPUTE, att.t_end - opt, att.t_end)
-            end_prev = t0
-            for b, bucket in enumerate(buckets):
-                entry = max(end_prev, t0 + s * (g * bucket_compute[b] + float(compress_cum[b])))
-                if b < len(att.starts):
-                    start, end = att.starts[b], att.ends[b]
-                    span(f"wait b{b}", COMM, entry, start, {"why": "slowest rank"})
-                    span(f"{exchange} b{b}", COMM, start, end,
-                         {"bytes": bucket.nbytes, "numel": bucket.numel, "step": att.step})
-                    end_prev = end
-                elif b == att.hung_bucket:
-                    if math.isfinite(att.hung_start):
-                        span(f"wait b{b}", COMM, entry, att.hung_start, {"why": "slowest rank"})
-                        span(f"{exchange} b{b} (hung)", COMM, att.hung_start, att.t_end, {"bytes": bucket.nbytes})
-                    else:
-                        span(f"wait b{b} (peer dead)", COMM, entry, att.t_end, {"why": "a participant failed"})
-                    break
-                else:
-                    break
-    events = result.events
-    for row in events.to_dict("records"):
+    def span(name: str, tid: int, start: float, end: float, args: dict[str, Any] | None = None) -> None:
+        ev.span(name, rank, tid, start, min(end, stop), args)
+
+    t0 = att.t0
+    buckets, compress, compress_cum = shape.buckets, shape.compress, shape.compress_cum
+    span("forward", COMPUTE, t0, t0 + s * g * shape.forward, {"step": att.step})
+    prev = t0 + s * g * shape.forward
+    for b, bucket in enumerate(buckets):
+        grads_ready = t0 + s * (g * shape.bucket_compute[b] + (compress_cum[b - 1] if b else 0.0))
+        span(f"backward b{b}", COMPUTE, prev, grads_ready, {"step": att.step, "layers": len(bucket.layers)})
+        done = grads_ready + s * float(compress[b])
+        span(f"compress b{b}", COMPRESSION, grads_ready, done, {"numel": bucket.numel})
+        prev = done
+    span("backward (no gradients)", COMPUTE, prev,
+         t0 + s * (g * (shape.forward + shape.backward) + float(compress_cum[-1])))
+    if att.status != "failed" and shape.optimizer_s > 0:
+        span("optimizer", COMPUTE, att.t_end - shape.optimizer_s, att.t_end)
+    end_prev = t0
+    exchange = shape.exchange
+    for b, bucket in enumerate(buckets):
+        entry = max(end_prev, t0 + s * (g * shape.bucket_compute[b] + float(compress_cum[b])))
+        if b < len(att.starts):
+            start, end = att.starts[b], att.ends[b]
+            span(f"wait b{b}", COMM, entry, start, {"why": "slowest rank"})
+            span(f"{exchange} b{b}", COMM, start, end,
+                 {"bytes": bucket.nbytes, "numel": bucket.numel, "step": att.step})
+            end_prev = end
+        elif b == att.hung_bucket:
+            if math.isfinite(att.hung_start):
+                span(f"wait b{b}", COMM, entry, att.hung_start, {"why": "slowest rank"})
+                span(f"{exchange} b{b} (hung)", COMM, att.hung_start, att.t_end, {"bytes": bucket.nbytes})
+            else:
+                span(f"wait b{b} (peer dead)", COMM, entry, att.t_end, {"why": "a participant failed"})
+            break
+        else:
+            break
+
+
+def _draw_job_events(ev: _Events, result: TrainingResult, job_pid: int) -> None:
+    """Failures, detections, checkpoints, restarts and repair waits on the job's own track."""
+    for row in result.events.to_dict("records"):
         kind = row["kind"]
         info = _clean({k: v for k, v in row.items() if k not in ("kind", "start_s", "end_s")})
         if kind == "failure":
@@ -164,13 +201,6 @@ def chrome_trace(result: TrainingResult, ranks: Iterable[int] | None = None) -> 
         # a restart is drawn as its own events; a fault after the end or never drawn happened at no time
         if row["effect"] != "caused restart" and row["effect"] != "after job end" and math.isfinite(row["time_s"]):
             ev.instant(f"fault ({row['effect']}): {row['spec']}", job_pid, 1, row["time_s"], _clean(row))
-    return {
-        "traceEvents": ev.items,
-        "displayTimeUnit": "ms",
-        "otherData": _clean({"generator": "flexcomm sim.training", "cluster": cfg["cluster"],
-                             "workload": cfg["workload"], "ranks": n_ranks, "scheme": exchange,
-                             "seed": cfg["seed"], "job_time_s": result.job_time_s}),
-    }
 
 
 def trace_json(trace: dict[str, Any]) -> str:

@@ -28,14 +28,15 @@ Per iteration and rank the time splits exactly into compute, compression, expose
 (a collective is running while the rank has nothing left to compute) and stall (the rank is idle
 and no collective runs: it waits for a straggler, or for a hung collective to time out); the
 iteration frame reports the mean over ranks (the total is the same for every rank). Failures and
-restarts: :mod:`sim.faults`.
+restarts: :mod:`sim.faults`. The buckets are :mod:`sim.buckets`'s, the settings and their checks
+:mod:`sim.training_config`'s; this module runs the job and reports it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -46,22 +47,20 @@ from simpy.events import Timeout
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm, parse_nccl_algorithm
-from flexcomm.costmodel.compressed import (
-    PRICED_SCHEMES,
-    SchemeAlgorithms,
-    SparsePayload,
-    powersgd_sides,
-    scheme_memory_bytes,
-)
+from flexcomm.costmodel.compressed import SparsePayload, powersgd_sides
 from flexcomm.costmodel.compression_compute import device_compression_seconds
-from flexcomm.costmodel.compute import ModelSpec
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.limits import MAX_SIM_ITERATIONS
-from flexcomm.costmodel.model import CostModel
-from flexcomm.costmodel.training_state import state_bytes_per_param
-from flexcomm.costmodel.units import parse_size
-from flexcomm.sim.collectives import GRANULARITIES, run_collective, run_scheme
+from flexcomm.sim.buckets import (
+    DEFAULT_BUCKET_CAP,
+    ONE_LAYER_PER_BUCKET,
+    Bucket,
+    bucket_ready_seconds,
+    make_buckets,
+    size_capped_groups,
+)
+from flexcomm.sim.collectives import run_collective, run_scheme
 from flexcomm.sim.faults import (
     Fault,
     FaultInjector,
@@ -74,201 +73,27 @@ from flexcomm.sim.faults import (
 )
 from flexcomm.sim.network import CountingEnvironment, Network
 from flexcomm.sim.records import Recorder
-from flexcomm.sim.workload import TrainingWorkload, get_training_workload
+from flexcomm.sim.training_config import (
+    TrainingConfig,
+    check_data_parallel_memory,
+    data_parallel_memory_bytes,
+    default_algorithm,
+    parse_straggler,
+    parse_stragglers,
+    scheme_algorithms,
+    smallest_device,
+)
+from flexcomm.sim.workload import get_training_workload
 
-MIB = 2**20
-#: DDP's default bucket cap (``bucket_cap_mb=25``).
-DEFAULT_BUCKET_CAP = 25 * MIB
-
-
-# --- buckets --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """Gradients exchanged together: ``layers`` (forward indices, in backward order) and their size."""
-
-    index: int
-    layers: tuple[int, ...]
-    numel: int
-    nbytes: int
-
-    @property
-    def ready_layer(self) -> int:
-        """The layer whose backward completes the bucket (the lowest forward index)."""
-        return min(self.layers)
-
-
-def size_capped_groups(sizes: Sequence[float], first: float, cap: float) -> list[list[int]]:
-    """Indices of ``sizes`` in consecutive groups, each closed once it holds at least ``first`` (the first group)
-    or ``cap`` bytes: DDP's ``compute_bucket_assignment_by_size`` (torch/csrc/distributed/c10d/reducer.cpp: a
-    tensor joins the open bucket, which closes when its size reaches the limit)."""
-    groups: list[list[int]] = []
-    current: list[int] = []
-    held = 0.0
-    for index, size in enumerate(sizes):
-        current.append(index)
-        held += float(size)
-        if held >= (first if not groups else cap):
-            groups.append(current)
-            current, held = [], 0.0
-    if current:
-        groups.append(current)
-    return groups
-
-
-def make_buckets(model: ModelSpec, cap_bytes: float | str | None = DEFAULT_BUCKET_CAP, count: int | None = None,
-                 first_cap_bytes: float | str | None = None, dtype_bytes: int = 4) -> list[Bucket]:
-    """DDP-style buckets over the layers with parameters, in reverse (backward) order.
-
-    With ``cap_bytes`` a bucket closes once it holds at least that many bytes (so it may exceed the
-    cap by its last layer, as DDP's ``_compute_bucket_assignment_by_size``); ``first_cap_bytes``
-    caps the first one (DDP uses 1 MiB there). With ``count``: that many contiguous buckets of
-    about equal bytes. Layers without parameters compute but belong to no bucket.
-    """
-    sizes = model.layer_gradient_bytes(dtype_bytes)
-    order = [i for i in range(len(model.layers) - 1, -1, -1) if sizes[i] > 0]
-    if not order:
-        raise InputError("workload", model.name, "a model with at least one parameter")
-    groups: list[list[int]] = []
-    if count is not None:
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 1 <= count <= len(order):
-            raise InputError("buckets", count, f"an integer 1..{len(order)} (layers with parameters of {model.name})")
-        total = float(sizes[order].sum())
-        current: list[int] = []
-        cum = 0.0
-        for position, layer in enumerate(order):
-            current.append(layer)
-            cum += float(sizes[layer])
-            left_buckets = count - len(groups) - 1
-            if left_buckets == 0:
-                continue
-            if cum >= total * (len(groups) + 1) / count or len(order) - position - 1 == left_buckets:
-                groups.append(current)
-                current = []
-        groups.append(current)
-    else:
-        cap = parse_size(cap_bytes if cap_bytes is not None else DEFAULT_BUCKET_CAP, "bucket-size")
-        first = cap if first_cap_bytes is None else parse_size(first_cap_bytes, "first-bucket-size")
-        if cap <= 0 or first <= 0:
-            raise InputError("bucket-size", cap_bytes, "a positive size such as 25MiB")
-        groups = [[order[i] for i in group] for group in size_capped_groups([sizes[i] for i in order], first, cap)]
-    buckets = []
-    for k, layers in enumerate(groups):
-        nbytes = int(sum(int(sizes[i]) for i in layers))
-        buckets.append(Bucket(k, tuple(layers), nbytes // dtype_bytes, nbytes))
-    return buckets
-
-
-#: A bucket cap below any layer's bytes: every layer with parameters is a bucket of its own.
-ONE_LAYER_PER_BUCKET = 1
-
-
-# --- configuration --------------------------------------------------------------------------------
-
-
-def bucket_ready_seconds(fwd: np.ndarray, bwd: np.ndarray, buckets: Sequence[Bucket]) -> np.ndarray:
-    """Seconds from an iteration's start until each bucket's gradients are ready: the whole forward pass
-    plus the backward of every layer from the last down to the bucket's first (DDP's overlap)."""
-    suffix = np.cumsum(bwd[::-1])[::-1]  # suffix[l]: backward of layers L-1..l
-    forward = float(fwd.sum())
-    return np.array([forward + suffix[b.ready_layer] for b in buckets])
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """What to train and how gradients are exchanged (faults: :class:`sim.faults.FaultPolicy`).
-
-    ``ranks``: ranks 0..ranks-1 of the cluster (default all). ``algorithm``: the allreduce (``ring``,
-    ``tree``, ``rabenseifner``, ``recursive-doubling``, or ``hierarchical`` for dense). ``granularity``
-    ``auto`` simulates ring phases step by step only when network dynamics are attached (see
-    :mod:`sim.collectives`). ``optimizer_s`` is the (unscaled) optimizer step after the last bucket.
-    """
-
-    workload: str | TrainingWorkload = "resnet50"
-    iterations: int = 10
-    ranks: int | None = None
-    batch_per_rank: float | None = None
-    scheme: str = "dense"
-    ratio: float = 0.01
-    algorithm: str = "auto"
-    bucket_cap: float | str | None = DEFAULT_BUCKET_CAP
-    bucket_count: int | None = None
-    first_bucket_cap: float | str | None = None
-    #: fraction of peak FLOP/s for the flat FLOP model; None: priced on the device (costmodel.device_compute)
-    efficiency: float | None = None
-    optimizer_s: float = 0.0
-    gamma: float = 0.0
-    #: Top-k selection rate; None: the device's (the V100 measurement scaled by HBM bandwidth)
-    compress_elements_per_s: float | None = None
-    stragglers: Mapping[int, float] = field(default_factory=dict)
-    compute_jitter: float = 0.0
-    granularity: str = "auto"
-    seed: int = 0
-    record_flows: bool = True
-    #: refuse a job whose data-parallel state does not fit its devices (the what-if reports it instead)
-    check_memory: bool = True
-
-    def __post_init__(self) -> None:
-        it = self.iterations
-        if isinstance(it, bool) or not isinstance(it, (int, np.integer)) or it < 1:
-            raise InputError("iterations", it, "an integer >= 1")
-        MAX_SIM_ITERATIONS.check("iterations", it)
-        if self.scheme not in PRICED_SCHEMES:
-            raise InputError("scheme", self.scheme, "one of " + ", ".join(PRICED_SCHEMES))
-        if self.scheme != "dense" and not (0 < self.ratio <= 1):
-            raise InputError("ratio", self.ratio, "a fraction of elements kept in (0, 1]")
-        if self.granularity != "auto" and self.granularity not in GRANULARITIES:
-            raise InputError("granularity", self.granularity, "auto, " + ", ".join(GRANULARITIES))
-        for name, value in (("optimizer", self.optimizer_s), ("gamma", self.gamma),
-                            ("compute-jitter", self.compute_jitter)):
-            if not (math.isfinite(value) and value >= 0):
-                raise InputError(name, value, "a non-negative number")
-        if self.compress_elements_per_s is not None and not self.compress_elements_per_s > 0:
-            raise InputError("compress_elements_per_s", self.compress_elements_per_s, "a positive rate")
-        for rank, factor in self.stragglers.items():
-            if not (math.isfinite(factor) and factor > 0):
-                raise InputError("straggler", f"{rank}={factor}", "RANK=FACTOR with a positive factor, e.g. 3=1.5")
-
-
-def parse_straggler(text: str) -> tuple[int, float]:
-    """``"3=1.5"`` -> (3, 1.5): rank 3 computes 1.5x slower."""
-    rank, sep, factor = str(text).partition("=")
-    try:
-        r, f = int(rank), float(factor)
-    except ValueError:
-        r, f = -1, math.nan
-    if not sep or r < 0 or not (math.isfinite(f) and f > 0):
-        raise InputError("straggler", text, "RANK=FACTOR or nodeN=FACTOR with a rank or node >= 0 and a positive "
-                         "factor, e.g. 3=1.5 or node1=1.3")
-    return r, f
-
-
-def parse_stragglers(texts: str | Sequence[str], devices_per_node: int | None,
-                     nodes: int | None = None) -> dict[int, float]:
-    """``["3=1.5", "node1=1.3"]`` -> {rank: factor}: a rank, or every GPU of a node (a slow node is one flag,
-    not one per GPU; ``nodes``, the cluster's count, checks N); a rank named twice keeps its slowest factor."""
-    found: dict[int, float] = {}
-    for text in [texts] if isinstance(texts, str) else texts:
-        head, sep, factor = str(text).partition("=")
-        if head.strip().lower().startswith("node"):
-            if devices_per_node is None:
-                raise InputError("straggler", text, "RANK=FACTOR here (nodeN=FACTOR needs a cluster's nodes)")
-            last = f"node{nodes - 1}" if nodes else "nodeN"
-            try:
-                node, f = parse_straggler(f"{head.strip()[4:]}{sep}{factor}")
-            except InputError:  # said with what the user wrote, not the rank form it was read as
-                raise InputError("straggler", text, f"node0..{last}=FACTOR, a factor > 0") from None
-            if nodes is not None and node >= nodes:
-                raise InputError("straggler", text, f"node0..{last}=FACTOR (the cluster has {nodes} nodes)")
-            ranks = range(node * devices_per_node, (node + 1) * devices_per_node)
-        else:
-            rank, f = parse_straggler(text)
-            ranks = range(rank, rank + 1)
-        for rank in ranks:
-            found[rank] = max(found.get(rank, f), f)
-    return found
-
+#: Names kept importable from here for the modules that import them from ``sim.training`` (their homes:
+#: :mod:`sim.buckets`, :mod:`sim.training_config`).
+__all__ = [
+    "BUCKET_COLUMNS", "DEFAULT_BUCKET_CAP", "ITERATION_COLUMNS", "ONE_LAYER_PER_BUCKET", "Bucket",
+    "TrainingConfig", "TrainingResult", "TrainingSimulator", "analytical_iteration", "bucket_exchange_seconds",
+    "bucket_ready_seconds", "check_data_parallel_memory", "data_parallel_memory_bytes", "default_algorithm",
+    "make_buckets", "overlapped_iteration", "parse_straggler", "parse_stragglers", "scheme_algorithms",
+    "simulate_training", "size_capped_groups", "smallest_device",
+]
 
 # --- results --------------------------------------------------------------------------------------
 
@@ -301,6 +126,21 @@ class _Attempt:
     hung_start: float = math.nan  # NaN: the hung collective never started (a participant was dead)
     t_fail: float = math.nan
     dead: np.ndarray | None = None  # world positions of ranks that died during the attempt
+
+
+@dataclass
+class _JobState:
+    """Where the job stands between attempts: its nodes and ranks, its progress and its last checkpoint."""
+
+    nodes: list[int]
+    world: np.ndarray
+    epoch_start: float
+    ckpt_time: float
+    step: int = 0
+    ckpt_step: int = 0
+    epoch: int = 0
+    since_ckpt: list[_Attempt] = field(default_factory=list)
+    invalid_writes: float = 0.0  # seconds of checkpoint writes a failure made invalid
 
 
 @dataclass
@@ -342,44 +182,6 @@ class TrainingResult:
             "buckets": len(self.bucket_list), "sim_events": self.sim_events, "aborted": self.aborted,
             "time_lost": self.lost.as_dict(),
         }
-
-
-def data_parallel_memory_bytes(model: ModelSpec, precision: str, scheme: str, buckets: Sequence[Bucket],
-                               payloads: Sequence[SparsePayload]) -> float:
-    """What every data-parallel rank keeps on its device beside activations: weights, gradients and Adam's
-    moments (:func:`costmodel.training_state.state_bytes_per_param`) and the scheme's error-feedback memory.
-    One count for ``simulate`` and ``whatif``, so neither prices a job that cannot be loaded."""
-    state = float(model.params) * state_bytes_per_param(precision)
-    return state + sum(scheme_memory_bytes(scheme, b.numel, payloads[b.index]) for b in buckets)
-
-
-def smallest_device(cluster: Cluster, ranks: int):  # -> costmodel.cluster.Device
-    """The device of least memory among the nodes ranks 0..ranks-1 run on: what a data-parallel job must fit."""
-    dpn = cluster.devices_per_node
-    return min((cluster.node_device(n) for n in range(-(-ranks // dpn))), key=lambda d: d.memory_bytes)
-
-
-def check_data_parallel_memory(cluster: Cluster, ranks: int, workload: str, need_bytes: float) -> None:
-    """Refuse a data-parallel job whose state alone does not fit the smallest device it runs on."""
-    device = smallest_device(cluster, ranks)
-    if need_bytes > device.memory_bytes:
-        raise InputError("memory", f"{workload}: {need_bytes / 1e9:.1f} GB per GPU",
-                         f"at most the {device.name}'s {device.memory_bytes / 1e9:.1f} GB: in data parallel every "
-                         "GPU holds weights, gradients and Adam's moments (16 bytes a parameter, ZeRO SC'20 "
-                         "section 3.1) and the scheme's error feedback, activations not counted; shard the model "
-                         "(plan --model, simulate --llm-plan) or use devices with more memory")
-
-
-def default_algorithm(cluster: Cluster) -> str:
-    """``auto``: ``nccl`` on a cluster with a ``gpu_fabric`` (what a GPU job runs), else the ring formula."""
-    return "nccl" if cluster.gpu_fabric is not None else "ring"
-
-
-def scheme_algorithms(algorithm: str) -> SchemeAlgorithms:
-    """A job's ``--algorithm`` as a scheme's: a formula's allreduce, or every call through NCCL."""
-    if is_nccl_algorithm(algorithm):
-        return SchemeAlgorithms(library=algorithm)
-    return SchemeAlgorithms(allreduce=algorithm)
 
 
 # --- the simulator --------------------------------------------------------------------------------
@@ -556,114 +358,150 @@ class TrainingSimulator:
         self._events.append({"kind": kind, "start_s": start, "end_s": start if end is None else end, **info})
 
     def _job_process(self) -> Generator[Any, Any, None]:
+        """The job: attempt iterations until the last one; checkpoint, fail, restart and grow on the way."""
         env = self.env
-        cfg, policy = self.config, self.policy
-        injector = self.injector
+        cfg = self.config
         params = self.workload.model.params
-        write_s, load_s = policy.write_seconds(params), policy.load_seconds(params)
+        write_s, load_s = self.policy.write_seconds(params), self.policy.load_seconds(params)
         rng = np.random.default_rng([cfg.seed, 7])
-        sigma = cfg.compute_jitter
         nodes = list(self.job_nodes)
-        world = self._world_of(nodes)
+        job = _JobState(nodes, self._world_of(nodes), epoch_start=env.now, ckpt_time=env.now)
         self._current_nodes = nodes
-        step = ckpt_step = epoch = 0
-        ckpt_time = epoch_start = env.now
-        since_ckpt: list[_Attempt] = []
-        invalid_writes = 0.0
-        lost = self.lost
-        while step < cfg.iterations:
-            if sigma > 0:
-                jitter = rng.lognormal(-0.5 * sigma * sigma, sigma, size=self.ranks)
-                speed = (self.base_speed * jitter)[world]
-            else:
-                speed = self.base_speed[world]
-            scale = 1.0
-            if len(world) < self.ranks and policy.elastic_batch == "global":
-                scale = self.ranks / len(world)
-            att = _Attempt(len(self.attempts), step, epoch, world, speed, scale, env.now)
-            self.attempts.append(att)
-            yield from self._attempt(att, epoch_start)
+        while job.step < cfg.iterations:
+            att = self._new_attempt(job, rng)
+            yield from self._attempt(att, job.epoch_start)
             if att.status == "ok":
-                since_ckpt.append(att)
-                step += 1
-                if self.progress is not None:
-                    self.progress(step, cfg.iterations)
-                if policy.checkpoint_every and step % policy.checkpoint_every == 0 and step < cfg.iterations:
-                    t_write = env.now
-                    if write_s > 0:
-                        yield env.timeout(write_s)
-                    lost.checkpoint_s += env.now - t_write
-                    dead = injector.node_failed_since(nodes, t_write) if injector is not None else None
-                    self._event("checkpoint", t_write, env.now, step=step, valid=dead is None)
-                    if dead is not None:  # incomplete: the failure's lost window will cover this write
-                        invalid_writes += env.now - t_write
-                    else:
-                        ckpt_step, ckpt_time = step, env.now
-                        since_ckpt = []
-                        invalid_writes = 0.0
-                        if policy.elastic and injector is not None:
-                            back = injector.usable_nodes(self.job_nodes, env.now)
-                            if len(back) > len(nodes) and not injector.node_failed_since(nodes, epoch_start):
-                                t_restart = env.now
-                                relaunched = yield from self._restart(nodes, load_s, grow=True)
-                                if relaunched is None:
-                                    self.aborted = True
-                                    break
-                                nodes = relaunched
-                                lost.grows += 1
-                                self._event("grow", t_restart, env.now, world_size=len(self._world_of(nodes)))
-                                world = self._world_of(nodes)
-                                self._current_nodes = nodes
-                                epoch += 1
-                                epoch_start = env.now
+                if not (yield from self._completed(job, att, write_s, load_s)):
+                    break
                 continue
-            # --- failure detected at env.now ---------------------------------------------------
-            t_detect = env.now
-            self.network.cancel(f"e{epoch}:")
-            causes = injector.faults_between(epoch_start, t_detect) if injector is not None else []
-            hitting = [r for r in causes if not r.nodes or set(r.nodes) & set(nodes)]
-            t_fail = hitting[0].time_s if hitting else (att.hung_start if math.isfinite(att.hung_start) else t_detect)
-            att.t_fail = t_fail
-            for k, record in enumerate(hitting):
-                record.effect = "caused restart" if k == 0 else "same restart"
-                record.detected_s = t_detect
-            for old in since_ckpt:
-                old.status = "lost"
-            since_ckpt = []
-            # the window from the last checkpoint (or restart) to the detection is lost: split at the failure
-            window_start = max(ckpt_time, epoch_start)
-            lost_work = max(0.0, t_fail - window_start)
-            detection = t_detect - max(t_fail, window_start)
-            lost.checkpoint_s -= invalid_writes
-            invalid_writes = 0.0
-            lost.lost_work_s += lost_work
-            lost.detection_s += detection
-            lost.restarts += 1
-            self._event("failure", t_fail, t_detect, cause=hitting[0].spec if hitting else "collective timeout")
-            self._event("detected", t_detect, step=step, resume_step=ckpt_step)
-            t_restart = env.now
-            restart_before, wait_before = lost.restart_s, lost.repair_wait_s
-            old_size = len(world)
-            step = ckpt_step
-            relaunched = yield from self._restart(nodes, load_s, grow=False)
-            if relaunched is None:
-                self.aborted = True
-                self._event("aborted", env.now, relaunches=lost.relaunches)
+            if not (yield from self._recover(job, att, load_s)):
                 break
-            nodes = relaunched
-            world = self._world_of(nodes)
-            self._current_nodes = nodes
-            if len(world) < old_size:
-                lost.shrinks += 1
-            lost.per_restart.append({
-                "detected_s": t_detect, "failed_s": t_fail, "lost_work_s": lost_work, "detection_s": detection,
-                "repair_wait_s": lost.repair_wait_s - wait_before, "restart_s": lost.restart_s - restart_before,
-                "resumed_s": env.now, "resume_step": ckpt_step, "world_size": len(world),
-            })
-            self._event("restart", t_restart, env.now, world_size=len(world), resume_step=ckpt_step)
-            epoch += 1
-            epoch_start = env.now
-        self.completed = step
+        self.completed = job.step
+
+    def _new_attempt(self, job: _JobState, rng: np.random.Generator) -> _Attempt:
+        """The next attempt: every rank's speed (its base, times this iteration's jitter) and the batch scale."""
+        sigma = self.config.compute_jitter
+        if sigma > 0:
+            jitter = rng.lognormal(-0.5 * sigma * sigma, sigma, size=self.ranks)
+            speed = (self.base_speed * jitter)[job.world]
+        else:
+            speed = self.base_speed[job.world]
+        scale = 1.0
+        if len(job.world) < self.ranks and self.policy.elastic_batch == "global":
+            scale = self.ranks / len(job.world)
+        att = _Attempt(len(self.attempts), job.step, job.epoch, job.world, speed, scale, self.env.now)
+        self.attempts.append(att)
+        return att
+
+    def _completed(self, job: _JobState, att: _Attempt, write_s: float,
+                   load_s: float) -> Generator[Any, Any, bool]:
+        """Count a completed iteration and checkpoint when one is due; False when the job was aborted."""
+        cfg, policy = self.config, self.policy
+        job.since_ckpt.append(att)
+        job.step += 1
+        if self.progress is not None:
+            self.progress(job.step, cfg.iterations)
+        if policy.checkpoint_every and job.step % policy.checkpoint_every == 0 and job.step < cfg.iterations:
+            return (yield from self._checkpoint(job, write_s, load_s))
+        return True
+
+    def _checkpoint(self, job: _JobState, write_s: float, load_s: float) -> Generator[Any, Any, bool]:
+        """Write a checkpoint; a valid one (no node of the job died meanwhile) may let an elastic job grow back.
+
+        False when growing back exceeded the relaunches allowed (the job is aborted).
+        """
+        env, injector, lost = self.env, self.injector, self.lost
+        t_write = env.now
+        if write_s > 0:
+            yield env.timeout(write_s)
+        lost.checkpoint_s += env.now - t_write
+        dead = injector.node_failed_since(job.nodes, t_write) if injector is not None else None
+        self._event("checkpoint", t_write, env.now, step=job.step, valid=dead is None)
+        if dead is not None:  # incomplete: the failure's lost window will cover this write
+            job.invalid_writes += env.now - t_write
+            return True
+        job.ckpt_step, job.ckpt_time = job.step, env.now
+        job.since_ckpt = []
+        job.invalid_writes = 0.0
+        if self.policy.elastic and injector is not None:
+            back = injector.usable_nodes(self.job_nodes, env.now)
+            if len(back) > len(job.nodes) and not injector.node_failed_since(job.nodes, job.epoch_start):
+                return (yield from self._grow(job, load_s))
+        return True
+
+    def _grow(self, job: _JobState, load_s: float) -> Generator[Any, Any, bool]:
+        """Relaunch an elastic job on the nodes repaired since it shrank; False when aborted."""
+        env = self.env
+        t_restart = env.now
+        relaunched = yield from self._restart(job.nodes, load_s, grow=True)
+        if relaunched is None:
+            self.aborted = True
+            return False
+        job.nodes = relaunched
+        self.lost.grows += 1
+        self._event("grow", t_restart, env.now, world_size=len(self._world_of(relaunched)))
+        job.world = self._world_of(relaunched)
+        self._current_nodes = relaunched
+        job.epoch += 1
+        job.epoch_start = env.now
+        return True
+
+    def _account_failure(self, job: _JobState, att: _Attempt) -> tuple[float, float, float, float]:
+        """A failure detected now: abort the epoch's collectives, mark what it caused and lost; returns
+        (detected, failed, lost work, detection) seconds."""
+        env, injector, lost = self.env, self.injector, self.lost
+        t_detect = env.now
+        self.network.cancel(f"e{job.epoch}:")
+        causes = injector.faults_between(job.epoch_start, t_detect) if injector is not None else []
+        hitting = [r for r in causes if not r.nodes or set(r.nodes) & set(job.nodes)]
+        t_fail = hitting[0].time_s if hitting else (att.hung_start if math.isfinite(att.hung_start) else t_detect)
+        att.t_fail = t_fail
+        for k, record in enumerate(hitting):
+            record.effect = "caused restart" if k == 0 else "same restart"
+            record.detected_s = t_detect
+        for old in job.since_ckpt:
+            old.status = "lost"
+        job.since_ckpt = []
+        # the window from the last checkpoint (or restart) to the detection is lost: split at the failure
+        window_start = max(job.ckpt_time, job.epoch_start)
+        lost_work = max(0.0, t_fail - window_start)
+        detection = t_detect - max(t_fail, window_start)
+        lost.checkpoint_s -= job.invalid_writes
+        job.invalid_writes = 0.0
+        lost.lost_work_s += lost_work
+        lost.detection_s += detection
+        lost.restarts += 1
+        self._event("failure", t_fail, t_detect, cause=hitting[0].spec if hitting else "collective timeout")
+        self._event("detected", t_detect, step=job.step, resume_step=job.ckpt_step)
+        return t_detect, t_fail, lost_work, detection
+
+    def _recover(self, job: _JobState, att: _Attempt, load_s: float) -> Generator[Any, Any, bool]:
+        """After a failed attempt: account the failure, restart from the last checkpoint; False when aborted."""
+        env, lost = self.env, self.lost
+        t_detect, t_fail, lost_work, detection = self._account_failure(job, att)
+        t_restart = env.now
+        restart_before, wait_before = lost.restart_s, lost.repair_wait_s
+        old_size = len(job.world)
+        job.step = job.ckpt_step
+        relaunched = yield from self._restart(job.nodes, load_s, grow=False)
+        if relaunched is None:
+            self.aborted = True
+            self._event("aborted", env.now, relaunches=lost.relaunches)
+            return False
+        job.nodes = relaunched
+        job.world = self._world_of(relaunched)
+        self._current_nodes = relaunched
+        if len(job.world) < old_size:
+            lost.shrinks += 1
+        lost.per_restart.append({
+            "detected_s": t_detect, "failed_s": t_fail, "lost_work_s": lost_work, "detection_s": detection,
+            "repair_wait_s": lost.repair_wait_s - wait_before, "restart_s": lost.restart_s - restart_before,
+            "resumed_s": env.now, "resume_step": job.ckpt_step, "world_size": len(job.world),
+        })
+        self._event("restart", t_restart, env.now, world_size=len(job.world), resume_step=job.ckpt_step)
+        job.epoch += 1
+        job.epoch_start = env.now
+        return True
 
     def _restart(self, nodes: list[int], load_s: float, grow: bool) -> Generator[Any, Any, list[int] | None]:
         """Wait for what must be repaired, relaunch and load the checkpoint; returns the new job's nodes.

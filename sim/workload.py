@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from flexcomm.costmodel.compute import MODEL_ZOO, ModelSpec, get_model
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference, is_trace_reference
+from flexcomm.sim.traced_step import profile_of, traced_model
+from flexcomm.workloads.names import FACTORY_FORM, WORKLOADS, is_factory_reference, is_trace_reference
 
 #: Samples per rank per iteration when none is given (a sample of transformer-1.3b is one 2048-token sequence).
 DEFAULT_BATCH: dict[str, int] = {
@@ -61,16 +62,12 @@ class TrainingWorkload:
 def traced_training_workload(profile, compute_scale: float = 1.0) -> TrainingWorkload:  # profile: StepProfile
     """A profiled step (:class:`sim.traced_step.StepProfile`) as a workload: its measured buckets and the work
     after them, every measured time times ``compute_scale``."""
-    from flexcomm.sim.traced_step import traced_model
-
     model = traced_model(profile, compute_scale)
     return TrainingWorkload(model.name, model, 1.0, model.description, measured_buckets=True,
                             after_exchange_s=profile.after_s * compute_scale)
 
 
 def _package_names() -> list[str]:
-    from flexcomm.workloads.names import WORKLOADS  # torch-free: a bad name fails before torch is imported
-
     return list(WORKLOADS)
 
 
@@ -89,7 +86,6 @@ def get_training_workload(name: str | TrainingWorkload, batch_per_rank: float | 
         return TrainingWorkload(key, model, float(DEFAULT_BATCH.get(key, 32)), model.description).with_batch(
             batch_per_rank)
     if is_trace_reference(name):  # a profiled step: path/to/trace.json[.gz]
-        from flexcomm.sim.traced_step import profile_of
 
         return traced_training_workload(profile_of(str(name).strip())).with_batch(batch_per_rank)
     if is_factory_reference(name):  # the user's own model: module.path:factory or file.py:factory

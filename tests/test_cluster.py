@@ -14,7 +14,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexcomm.costmodel.cluster import Cluster, Link, cluster_names, load_cluster
+from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
+from flexcomm.costmodel.cluster_parts import Link
 from flexcomm.costmodel.errors import InputError
 
 EXPECTED_CLUSTERS = {

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
-from flexcomm.costmodel.collective_libraries.model import explain
+from flexcomm.costmodel.collective_libraries.call_cost import explain
 from flexcomm.costmodel.collective_libraries.runtime import THREAD_THRESHOLD, describe, launched
 from flexcomm.costmodel.collective_libraries.topology import nccl_system
 from flexcomm.experiments.cli import main

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import parse_nccl_algorithm
-from flexcomm.costmodel.collective_libraries.model import explain
+from flexcomm.costmodel.collective_libraries.call_cost import explain
 from flexcomm.costmodel.collective_libraries.tuner import Graph, NcclSystem, tune
 from flexcomm.costmodel.collective_libraries.versions import (
     NcclVersion,

@@ -14,13 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexcomm.costmodel.collectives import (
-    BUS_BANDWIDTH_FACTOR,
-    FORMULAS,
+from flexcomm.costmodel.collective_formulas import (
     PIPELINE_SEGMENT_BYTES,
     Coefficients,
     CostBreakdown,
-    algorithms,
     allgather_bruck,
     allgather_recursive_doubling,
     allgather_ring,
@@ -33,9 +30,9 @@ from flexcomm.costmodel.collectives import (
     broadcast_scatter_allgather,
     ceil_log2,
     floor_log2,
-    formula,
     reduce_scatter_ring,
 )
+from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR, FORMULAS, algorithms, formula
 from flexcomm.costmodel.errors import InputError
 
 MIB64 = 67_108_864  # 64 MiB

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients, topk_count
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 ALPHA, BETA = 4e-3, 1 / 2.5e9  # 4 ms, 20 Gbit/s: the paper's Table IV network
 

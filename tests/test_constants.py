@@ -35,13 +35,13 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
         "costmodel.collective_libraries.versions.NEWEST", "costmodel.gemm_efficiency.SPLIT_K"),
     "a reference's own setting (its table's caption)": ("planner.llm.megatron.SEQ_LEN", "planner.llm.megatron.VOCAB"),
     "limits and caches (what an input may ask for, never what it costs)": (
-        "costmodel.cluster._MAX_EXTENDS", "costmodel.collective_libraries.logs.MAX_CALL_US",
-        "costmodel.collective_libraries.logs._SNIFF_BYTES", "costmodel.collective_libraries.model._MAX_TABLES",
+        "costmodel.cluster_documents._MAX_EXTENDS", "costmodel.collective_libraries.logs.MAX_CALL_US",
+        "costmodel.collective_libraries.logs._SNIFF_BYTES", "costmodel.collective_libraries.call_cost._MAX_TABLES",
         "real_backend.bench.MAX_SIZES", "real_backend.delayline.MAX_QUEUED_BYTES", "real_backend.testbed.MAX_RANKS",
         "sim.dynamics.MAX_JITTER_SIGMA", "sim.dynamics.RATE_WINDOW", "sim.scenario._MAX_ITERATIONS",
         "sim.scenario_plots.MAX_LINKS", "workloads.idx.MAX_NDIM", "real_backend.gpu_kit.LIMIT_BYTES",
-        "sim.network._MAX_PATHS", "compression.comm.HISTORY_LENGTH", "costmodel.bounded_stream.CHUNK_BYTES",
-        "costmodel.cluster.MAX_NVLINK_DOMAIN", "costmodel.units.MIN_BANDWIDTH_BPS",
+        "sim.routes._MAX_PATHS", "compression.comm.HISTORY_LENGTH", "costmodel.bounded_stream.CHUNK_BYTES",
+        "costmodel.cluster_parts.MAX_NVLINK_DOMAIN", "costmodel.units.MIN_BANDWIDTH_BPS",
         "workloads.profiler_trace.MAX_COLLECTIVE_BYTES", "workloads.user_model.MESSAGE_CHARS",
         "real_backend.kill_resume.RUN_TIMEOUT_S"),
     "report thresholds and validation targets": (
@@ -62,8 +62,8 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
         "real_backend.validate.RING_MIN_PT", "controller.plots.WIDTHS", "sim.scenario.TIME_BINS",
         "costmodel.topologies.draw.KEY_CHARS", "costmodel.topologies.draw_tiered.CHAR_WIDTH_EM",
         "costmodel.topologies.draw_tiered.LABEL_GAP_PT"),
-    "units and formats": ("sim.training.MIB", "controller.traces.GBIT", "real_backend.bench.ELEMENT_BYTES",
-                          "workloads.idx.UNSIGNED_BYTE", "sim.training.ONE_LAYER_PER_BUCKET",
+    "units and formats": ("sim.buckets.MIB", "controller.traces.GBIT", "real_backend.bench.ELEMENT_BYTES",
+                          "workloads.idx.UNSIGNED_BYTE", "sim.buckets.ONE_LAYER_PER_BUCKET",
                           "real_backend.from_trace_validate.VALUE_BYTES",
                           "real_backend.from_trace_validate.INDEX_BYTES"),
     "PyTorch's own defaults, cited in their module at a release tag": (
@@ -72,8 +72,8 @@ NOT_MODEL_NUMBERS: dict[str, tuple[str, ...]] = {
         "sim.gpu_data_parallel.DDP_STREAM", "workloads.profiler_trace._HEADER_BYTES"),
     "matching tolerances of trace readers (what counts as the same device or the same instant)": (
         "sim.gpu_job._MEMORY_TOLERANCE", "sim.gpu_replay._CLOCK_US"),
-    "numerical tolerances of the rate solver": ("sim.network._DONE_FRACTION", "sim.network._TIE",
-                                                "sim.network._SMALL_FILL"),
+    "numerical tolerances of the rate solver": ("sim.network._DONE_FRACTION", "sim.rate_allocation._TIE",
+                                                "sim.rate_allocation._SMALL_FILL"),
     "operating-system and protocol codes": (
         "costmodel.errors.EXIT_RESUMABLE", "costmodel.processes._PR_SET_PDEATHSIG", "real_backend.delayline.TUNSETIFF",
         "real_backend.delayline.TUNSETOFFLOAD", "real_backend.delayline.IFF_TUN", "real_backend.delayline.IFF_NO_PI",
@@ -152,7 +152,7 @@ def test_every_registered_number_has_its_source_kind_and_value() -> None:
 
 def test_fitted_values_are_listed_and_their_rows_left_out_of_prediction_statistics() -> None:
     """A test that fails if a reported prediction statistic includes a row any value was fitted on."""
-    from flexcomm.experiments.reproduce import TABLE_IV, reproduce_table_iv, row_key, summary
+    from flexcomm.experiments.tyagi_table4 import TABLE_IV, reproduce_table_iv, row_key, summary
 
     fits = reference_fits()
     assert [f["fitted_on"] for f in fits] == ["tyagi-swany-2023-table4:vit:dense"]

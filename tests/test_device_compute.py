@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flexcomm.costmodel.cluster import Device, load_cluster
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.cluster_parts import Device
 from flexcomm.costmodel.compression_compute import (
     V100_MEMORY_BANDWIDTH_Bps,
     compression_seconds,

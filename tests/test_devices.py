@@ -103,7 +103,7 @@ def test_every_embedded_a100_and_h100_cluster_plans_within_15_percent_of_the_ful
     is within 15 % (TFLOP/s per GPU) of the same plan with dgx-a100-80g's / dgx-h100's fully described device
     on the same links (the links are the cluster's own business; the device is what the catalog fills)."""
     from flexcomm.costmodel.cluster import cluster_names
-    from flexcomm.planner.llm.model import Transformer
+    from flexcomm.planner.llm.gpt import Transformer
     from flexcomm.planner.llm.pricing import LLMPricer
     from flexcomm.planner.llm.search import search
     from flexcomm.planner.llm.timing import Hardware

@@ -215,3 +215,25 @@ def test_the_whole_output_comparison_catches_a_changed_number_under_the_first_li
     assert compare_whole(["first line", "...", "last"], printed) == ""
     assert "43" in compare_whole(["first line", "took 0.5 s here", "the answer is 43"], printed)
     assert compare_whole(["first line", "took 0.5 s here", "the answer is 43", "last"], printed, measured=True) == ""
+
+
+def test_the_development_picture_has_exactly_the_import_graph_s_arrows_between_engines() -> None:
+    """docs/development.md opens with the engines and what flows between them; an arrow that is not an import, or
+    an import between engines the picture leaves out, makes the picture lie."""
+    from test_packaging import ENGINES, _imports, _modules
+
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    block = re.search(r"```mermaid\n(.*?)```", text, re.S)
+    assert block, "docs/development.md has no mermaid picture"
+    drawn = set(re.findall(r"^\s*(\w+) -->\|[^|]+\| (\w+)\s*$", block.group(1), re.M))
+    engines = {*ENGINES, "validation"}
+    imported = set()
+    for name, path in _modules().items():
+        source = name.split(".")[1] if name.count(".") else ""
+        for target, _ in _imports(path):
+            parts = target.split(".")
+            if source in engines and len(parts) > 1 and parts[0] == "flexcomm" and parts[1] in engines \
+                    and parts[1] != source:
+                imported.add((source, parts[1]))
+    assert drawn == imported, (f"drawn, not imported: {sorted(drawn - imported)}; "
+                               f"imported, not drawn: {sorted(imported - drawn)}")

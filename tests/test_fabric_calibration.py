@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries import transports
+from flexcomm.costmodel.collective_libraries.call_cost import explain_described
 from flexcomm.costmodel.collective_libraries.fabric_calibration import (
     PARAMETERS,
     CalibratedValue,
@@ -25,7 +26,6 @@ from flexcomm.costmodel.collective_libraries.fabric_calibration import (
 )
 from flexcomm.costmodel.collective_libraries.fabric_fit import calibrate_fabric, made_for, price_logs, seconds
 from flexcomm.costmodel.collective_libraries.logs import format_log, parse_nccl_tests, size_column
-from flexcomm.costmodel.collective_libraries.model import explain_described
 from flexcomm.experiments.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_the_fit_prices_rows_exactly_as_a_calibrated_cluster_does(intra: float, 
               "network_step_latency_us": step, "call_overhead_us": call, "p2p_call_overhead_us": p2p}
     calibration = _calibration(cluster, values)
     calibrated = cluster.model_copy(update={"calibration": calibration})
-    from flexcomm.costmodel.collective_libraries.model import explain
+    from flexcomm.costmodel.collective_libraries.call_cost import explain
 
     log = parse_nccl_tests(_log(cluster, _calibration(cluster, {}), collective, ranks), name="t")
     rows = price_logs(cluster, [log])
@@ -141,7 +141,7 @@ def test_a_cluster_file_that_names_a_calibration_prices_every_consumer_with_it(t
     (tmp_path / "ours.yaml").write_text(f"extends: {source}\nname: ours\nnodes: 8\ncalibration: p5.yaml\n")
     ours = Cluster.from_file(tmp_path / "ours.yaml")
     described = Cluster.from_file(source).with_nodes(8)
-    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.cost_model import CostModel
 
     calibrated_s = CostModel.from_cluster(ours).nccl_choice("allreduce", "nccl", 2**26, 64).seconds
     described_s = CostModel.from_cluster(described).nccl_choice("allreduce", "nccl", 2**26, 64).seconds
@@ -228,7 +228,7 @@ def test_the_simulator_runs_a_calibrated_clusters_nccl_calls_at_the_calibrated_p
     """The flow simulator times an NCCL call by the cost model's latency and bandwidth terms: alone on the fabric
     it equals ``nccl_choice``, calibrated or not, so a calibration reaches every simulated job."""
     import flexcomm
-    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.cost_model import CostModel
 
     cluster = _cluster(nodes=2)
     calibrated = cluster.model_copy(update={"calibration": _calibration(cluster, {

@@ -11,8 +11,8 @@ from flexcomm.compression.comm import CollectiveRecord
 from flexcomm.compression.flexible import FlexibleCompressor, SchemePredictor, TopkTimeModel
 from flexcomm.compression.network_estimate import NetworkEstimator, record_coefficients, timed_records
 from flexcomm.costmodel.compressed import scheme_coefficients
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 torch.set_num_threads(1)
 

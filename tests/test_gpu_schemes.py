@@ -19,7 +19,7 @@ from flexcomm.costmodel.compressed import (
     scheme_parts,
     topk_count,
 )
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.experiments.cli import main
 
 GPU_CLUSTERS = [name for name in cluster_names() if load_cluster(name).gpu_fabric is not None]

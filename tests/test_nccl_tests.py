@@ -165,7 +165,7 @@ def test_a_benchmark_writes_nccl_tests_logs_that_calibrate_and_validate_read(
 
     import pandas as pd
 
-    from flexcomm.costmodel.model import CostModel
+    from flexcomm.costmodel.cost_model import CostModel
     from flexcomm.experiments.cli import main
 
     logs = tmp_path / "logs"

@@ -1,6 +1,6 @@
 """NCCL's topology search by capacity (costmodel.collective_libraries.topology) and the NCCL-grade model on clusters
-(costmodel.collective_libraries.model): the graphs the search's passes give on the shipped nodes, walked by hand from
-search.cc, NVIDIA's own per-NIC figures, overrides, the simulator agreeing with the model, and errors."""
+(costmodel.collective_libraries.call_cost): the graphs the search's passes give on the shipped nodes, walked by hand
+from search.cc, NVIDIA's own per-NIC figures, overrides, the simulator agreeing with the model, and errors."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.collective_libraries.algorithms import parse_nccl_algorithm
-from flexcomm.costmodel.collective_libraries.model import predict
+from flexcomm.costmodel.collective_libraries.call_cost import predict
 from flexcomm.costmodel.collective_libraries.topology import NodeLinks, nccl_system, ring_channels
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 GiB = 1 << 30
 

@@ -164,7 +164,7 @@ def test_nonsense_is_one_line_naming_its_field(argv: list[str], field: str, tmp_
 
 
 def test_the_batch_limit_names_its_variable_and_can_be_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flexcomm.experiments.commands.plan import MAX_GLOBAL_BATCH
+    from flexcomm.costmodel.limits import MAX_GLOBAL_BATCH
 
     with pytest.raises(InputError, match="FLEXCOMM_MAX_GLOBAL_BATCH"):
         MAX_GLOBAL_BATCH.check("batch-size", 2**20 + 1)

@@ -38,10 +38,8 @@ def _study() -> ParetoResult:
 def test_crowded_corner_gets_a_zoom_and_every_point_its_scheme_marker(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     drawn = []
-    from flexcomm.costmodel import atomic
-
-    original = atomic.save_figure_atomic
-    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    original = pareto.save_figure_atomic
+    monkeypatch.setattr(pareto, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
     plot_pareto(_study(), tmp_path / "pareto.png")  # checked as it is saved (tests/figure_check.py)
     (fig,) = drawn
     main, zoom = fig.axes[:2]

@@ -204,7 +204,7 @@ def test_simulator_agrees_with_the_plain_reference_schedule(seed: int, ops: int,
 
 
 def test_mixed_devices_run_ops_at_their_own_speed() -> None:
-    from flexcomm.planner.devices import load_plan_cluster
+    from flexcomm.planner.rank_devices import load_plan_cluster
 
     plan = load_plan_cluster("4x4-a100-v100")
     devices = DeviceSet.from_cluster(plan.cluster, rank_devices=plan.devices)

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
-from flexcomm.planner.devices import load_plan_cluster
 from flexcomm.planner.graphs import VIEW_KINDS, build_graph
+from flexcomm.planner.pipeline_units import Units, build_units
 from flexcomm.planner.plans import PlanConfig, Pricer
+from flexcomm.planner.rank_devices import load_plan_cluster
 from flexcomm.planner.search import enumerate_plans, loses_on, search
 from flexcomm.planner.simulate import one_f_one_b, simulate_plan
-from flexcomm.planner.units import Units, build_units
 
 GPT_SMALL = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000}
 

@@ -21,7 +21,7 @@ from flexcomm.planner.graphs import (
     op_time_s,
     trace,
 )
-from flexcomm.planner.units import build_units, clean_cuts
+from flexcomm.planner.pipeline_units import build_units, clean_cuts
 from flexcomm.workloads.models import ECAResNet
 
 SMALL_GPT = {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 16, "vocab": 100}

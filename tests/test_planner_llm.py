@@ -15,8 +15,8 @@ from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
 from flexcomm.planner.llm import korthikanti, megatron
+from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.memory import in_flight, layer_activation_bytes, model_state_bytes
-from flexcomm.planner.llm.model import Transformer
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer
 from flexcomm.planner.llm.search import enumerate_plans, search
 from flexcomm.planner.llm.timing import Hardware

@@ -15,8 +15,8 @@ from figure_check import capture_figures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.experiments.cli import main
 from flexcomm.sim.profile_replay import host_compute_scale, link_target, predicted_step_s, replay
 from flexcomm.sim.traced_step import step_profile

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from flexcomm.costmodel.cluster import Cluster
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.experiments.cli import main
 from flexcomm.experiments.published import validate_published
 
@@ -130,12 +130,13 @@ def _row(nbytes: int, measured_s: float, ratio: float, algorithm: str = "ring", 
 def _drawn_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict]):  # noqa: ANN202
     from types import SimpleNamespace
 
-    from flexcomm.costmodel import atomic
+    from flexcomm.experiments import published_plots
     from flexcomm.experiments.published_plots import plot_run
 
     drawn = []
-    original = atomic.save_figure_atomic
-    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    original = published_plots.save_figure_atomic
+    monkeypatch.setattr(published_plots, "save_figure_atomic",
+                        lambda fig, path: drawn.append(fig) or original(fig, path))
     run = SimpleNamespace(run_id="made-up", collective="allreduce", ranks=16, hardware_class="dgx-a100-80g", rows=rows)
     plot_run(run, tmp_path / "made-up.png")  # checked as it is saved (tests/figure_check.py)
     return drawn[0]

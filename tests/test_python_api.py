@@ -12,6 +12,7 @@ import pytest
 
 import flexcomm
 from flexcomm.experiments.cli import main
+from flexcomm.planner.llm.transformer_plan import plan_transformer
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "validation" / "nccl-tests"
@@ -33,6 +34,48 @@ def test_plan_is_the_command_its_table_and_figure_in_one_object(tmp_path: Path,
     assert result.figures["plans"] == tmp_path / "api" / "plans.png" and result.figures["plans"].is_file()
     assert result.summaries["best_plan"]["best"]["plan"] == result.frame["plan"].iloc[0]
     assert "plan" in repr(result) and "plans" in repr(result)
+
+
+GPT_SMALL = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000}
+
+
+def test_plan_gpt_is_the_engine_itself_and_reports_what_the_command_prints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = flexcomm.load_cluster("4x8-a100-ib")
+    result = flexcomm.plan("gpt", cluster, batch_size=64, simulate_top=1, **GPT_SMALL)
+    engine = plan_transformer(cluster, 64, simulate_top=1, **GPT_SMALL)
+    # in memory: nothing written, the engine's own table and summary
+    assert result.out is None and result.figures == {}
+    pd.testing.assert_frame_equal(result.frame, engine.table())
+    assert result.summaries["best_plan"]["best"] == engine.summary()["best"]
+    assert result.summaries["best_plan"]["simulated_step_s"] == engine.simulated[engine.best.plan.label]
+    # the command line prints the same report (but for the pricing rate) and writes the same table
+    flags = [w for k, v in GPT_SMALL.items() for w in ("--" + k.replace("_", "-"), str(v))]
+    assert main(["plan", "--model", "gpt", "--cluster", "4x8-a100-ib", "--batch-size", "64", *flags,
+                 "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    api = result.report.splitlines()
+    assert [line for line in api if not line.startswith("priced ")] == \
+        [line for line in printed if not line.startswith(("priced ", "wrote "))]
+    cli_table = pd.read_csv(tmp_path / "cli" / "plans.csv")
+    assert list(cli_table["plan"]) == list(result.frame["plan"])
+    np.testing.assert_allclose(cli_table["step_s"], result.frame["step_s"], rtol=1e-12)
+    # with out: the command's files, the figure among them
+    written = flexcomm.plan("gpt", cluster, batch_size=64, simulate_top=0, out=tmp_path / "api", top=3, **GPT_SMALL)
+    assert written.figures["plans"] == tmp_path / "api" / "plans.png" and written.figures["plans"].is_file()
+    assert json.loads((tmp_path / "api" / "best_plan.json").read_text())["best"] == engine.summary()["best"]
+    assert written.report.splitlines()[-1].startswith("wrote ")
+
+
+def test_plan_gpt_names_a_wrong_keyword_and_a_wrong_value_in_one_line() -> None:
+    with pytest.raises(flexcomm.InputError, match="batch_sise.*a keyword of flexcomm.plan\\('gpt'.*batch_size"):
+        flexcomm.plan("gpt", batch_sise=64)
+    with pytest.raises(flexcomm.InputError, match="tp: got 3.*a divisor of the 32 GPUs"):
+        flexcomm.plan("gpt", "4x8-a100-ib", tp=3, **GPT_SMALL)
+    with pytest.raises(flexcomm.InputError, match="seq-len: got 0"):
+        flexcomm.plan("gpt", seq_len=0)
+    with pytest.raises(flexcomm.InputError, match="top: got True"):
+        flexcomm.plan("gpt", top=True)
 
 
 def test_place_scenario_and_recovery_return_their_main_tables(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from flexcomm.experiments.cli import main
-from flexcomm.experiments.reproduce import TABLE_IV, reproduce_table_iv, summary
+from flexcomm.experiments.tyagi_table4 import TABLE_IV, reproduce_table_iv, summary
 
 
 def test_dense_tree_allreduce_steps_match_the_papers_measurements() -> None:

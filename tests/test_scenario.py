@@ -122,7 +122,7 @@ def test_the_utilization_figure_marks_whose_links_and_the_uplinks(tmp_path: Path
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The shipped scenario's heat map: rows busiest first, the leaf-spine rows named in red, and beside each
     row which jobs have a route over it (the MoE job on leaves 0-1 only, the spread jobs on every leaf)."""
-    from flexcomm.costmodel import atomic
+    from flexcomm.sim import scenario_plots
     from flexcomm.sim.scenario import load_scenario
     from flexcomm.sim.scenario_plots import UPLINK_COLOUR, job_links, plot_utilization
 
@@ -131,8 +131,9 @@ def test_the_utilization_figure_marks_whose_links_and_the_uplinks(tmp_path: Path
     assert "leaf0->spine" in routes["moe-alltoall"] and "leaf2->spine" not in routes["moe-alltoall"]
     assert {f"leaf{k}->spine" for k in range(4)} <= routes["resnet50"] & routes["allreduce-loop"]
     drawn = []
-    original = atomic.save_figure_atomic
-    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or original(fig, path))
+    original = scenario_plots.save_figure_atomic
+    monkeypatch.setattr(scenario_plots, "save_figure_atomic",
+                        lambda fig, path: drawn.append(fig) or original(fig, path))
     plot_utilization(result, tmp_path / "link_utilization.png")  # checked as it is saved (tests/figure_check.py)
     (fig,) = drawn
     heat = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("link utilization"))

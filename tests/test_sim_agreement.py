@@ -15,12 +15,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import load_cluster
-from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL, formula
+from flexcomm.costmodel.collectives import ALGORITHMS as REGISTRY
+from flexcomm.costmodel.collectives import FORMULAS, HIERARCHICAL
 from flexcomm.costmodel.compressed import SchemeAlgorithms
-from flexcomm.costmodel.model import CostModel
-from flexcomm.sim.collectives import SCHEDULES, simulate_collective, simulate_scheme
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.sim.collectives import simulate_collective, simulate_scheme
 
 SIZES = [1024.0, 1e6 + 3, 64 * 2.0**20, 256 * 2.0**20]
 GAMMA = 2e-11  # s per reduced byte: small but visible in the totals
@@ -44,15 +47,20 @@ def _check(sim_seconds: float, predicted: float, what: str) -> None:
 # --- schedules against the formulas, without a network -----------------------------------------
 
 
-@pytest.mark.parametrize("key", list(SCHEDULES), ids=_ids)
-def test_schedule_counts_match_formula_coefficients(key: tuple[str, str]) -> None:
-    """Steps = alpha coefficient, sum of per-step bytes = beta, reduced bytes = gamma, for p = 1..40."""
-    n = 3 * 2.0**20 + 12345.0
+@pytest.mark.parametrize("key", list(REGISTRY), ids=_ids)
+@settings(max_examples=3, deadline=None)
+@given(extra=st.integers(0, 2**24))
+def test_each_registered_algorithm_s_schedule_counts_its_formula_s_coefficients(key: tuple[str, str],
+                                                                                extra: int) -> None:
+    """Per registry entry: its schedule's steps = its formula's alpha coefficient, the sum of per-step bytes =
+    beta, the reduced bytes = gamma, for p = 1..40 (the sizes: odd, not a multiple of p)."""
+    entry = REGISTRY[key]
+    n = 3 * 2.0**20 + 12345.0 + extra
     for steps in (True, False):
         for p in range(1, 41):
-            coef = formula(*key)(n, p)
+            coef = entry.formula(n, p)
             rounds = total = reduced = 0.0
-            for groups, reduce_bytes, k, _ in SCHEDULES[key](p, n, steps):
+            for groups, reduce_bytes, k, _ in entry.schedule(p, n, steps):
                 rounds += k
                 # a rank sending several messages at once shares its uplink: the step costs them all
                 total += max(g[3] * np.bincount(g[1]).max() for g in groups)

@@ -7,8 +7,8 @@ import pytest
 import simpy
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.sim.collectives import simulate_collective
 from flexcomm.sim.network import Network
 

@@ -8,8 +8,8 @@ import pytest
 
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compute import get_model
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.sim.dynamics import JitterDynamics
 from flexcomm.sim.training import (
     DEFAULT_BUCKET_CAP,

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compression_compute import topk_elements_per_s
 from flexcomm.costmodel.compute import get_model
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.experiments.cli import main
 from flexcomm.experiments.study.journal import JOURNAL
 from flexcomm.experiments.study.runner import LOCK, run_study

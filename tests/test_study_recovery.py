@@ -187,11 +187,11 @@ def test_a_study_cell_where_nothing_trains_is_not_coloured_as_a_policy(tmp_path:
     import matplotlib.colors as mcolors
     from figure_check import figure_problems
 
-    from flexcomm.costmodel import atomic
+    from flexcomm.sim import recovery_plots
     from flexcomm.sim.recovery_plots import NOTHING_TRAINS_COLOUR, plot_study
 
     drawn = []
-    monkeypatch.setattr(atomic, "save_figure_atomic", lambda fig, path: drawn.append(fig) or path)
+    monkeypatch.setattr(recovery_plots, "save_figure_atomic", lambda fig, path: drawn.append(fig) or path)
     rows = [{"mtbf_h": m, "nodes": n, "policy": policy, "interval_label": "10 min",
              "efficiency": 0.0 if (m, n) == (1, 4) else share}
             for m in (1, 10) for n in (2, 4) for policy, share in (("restart", 0.5), ("replan", 0.6))]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flexcomm.experiments.reproduce import CALIBRATED, TABLE_IV, calibrated_comm_s, reproduce_table_iv, summary
+from flexcomm.experiments.tyagi_table4 import CALIBRATED, TABLE_IV, calibrated_comm_s, reproduce_table_iv, summary
 
 
 def _entries() -> list[tuple[str, str, float, float]]:

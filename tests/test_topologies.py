@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
+from flexcomm.costmodel.collectives import SCHEDULES
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.costmodel.ring_orders import ring_order
-from flexcomm.costmodel.schedules import SCHEDULES
 from flexcomm.experiments.cli import main
 from flexcomm.sim.collectives import simulate_collective
 

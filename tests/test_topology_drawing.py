@@ -19,7 +19,7 @@ from matplotlib.collections import LineCollection, PathCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-import flexcomm.costmodel.atomic as atomic  # noqa: E402
+import flexcomm.costmodel.topologies.draw as draw  # noqa: E402
 from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster  # noqa: E402
 from flexcomm.costmodel.topologies.draw import draw_fabric  # noqa: E402
 from flexcomm.costmodel.topologies.draw_model import AGGREGATE_ABOVE  # noqa: E402
@@ -33,7 +33,7 @@ def _drawn(cluster_name: str | Cluster, tmp_path: Path, monkeypatch: pytest.Monk
     cluster = cluster_name if isinstance(cluster_name, Cluster) else load_cluster(cluster_name)
     cluster_name = cluster.name
     facts: dict = {}
-    original = atomic.save_figure_atomic
+    original = draw.save_figure_atomic
 
     def record(fig, path, dpi=None):  # noqa: ANN001, ANN202
         fig.canvas.draw()
@@ -48,7 +48,7 @@ def _drawn(cluster_name: str | Cluster, tmp_path: Path, monkeypatch: pytest.Monk
             patches=list(ax.patches))
         return original(fig, path, dpi)
 
-    monkeypatch.setattr(atomic, "save_figure_atomic", record)
+    monkeypatch.setattr(draw, "save_figure_atomic", record)
     with capture_figures() as found:
         draw_fabric(cluster, tmp_path / f"topo_{cluster_name}.png", dpi=40)
     return facts, found[f"topo_{cluster_name}.png"]

@@ -11,8 +11,8 @@ import torch
 from flexcomm.compression.comm import GLOO_HINTS, LocalCommunicator
 from flexcomm.compression.flexible import FlexibleCompressor
 from flexcomm.costmodel.calibration import CalibrationProfile, FitResult
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 from flexcomm.real_backend.net_trace import parse_trace
 from flexcomm.real_backend.trace_replay import (
     CollectiveTiming,

@@ -113,7 +113,6 @@ def test_moo_is_compared_with_its_own_scheme_and_ratio(tmp_path: Path, monkeypat
     under the same trace and joins the run's folder (what errors.md compares MOO with)."""
     from types import SimpleNamespace
 
-    from flexcomm.real_backend import ddp_train
 
     ddp = tmp_path / "ddp"
     (ddp / "moo").mkdir(parents=True)
@@ -130,7 +129,7 @@ def test_moo_is_compared_with_its_own_scheme_and_ratio(tmp_path: Path, monkeypat
         (Path(out) / specs[0].label / "steps.csv").write_text("step\n")
         return SimpleNamespace(returncode=0)
 
-    monkeypatch.setattr(ddp_train, "run_training", fake_training)
+    monkeypatch.setattr(trace_validate, "run_training", fake_training)
     testbed = SimpleNamespace(ranks=3, id="abcdef", effective_bandwidth_Bps=1e6)
     assert trace_validate.train_at_moo_ratio(testbed, ddp, tmp_path, "mlp-digits", None, 0, 60.0, True) == []
     (spec,) = calls[0]

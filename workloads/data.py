@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.workloads.idx import read_image_set
 
 __all__ = [
     "TensorData",
@@ -171,8 +172,6 @@ def _idx_path(folder: Path, stem: str) -> Path:
 
 @cache
 def _fashion_arrays(folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    from flexcomm.workloads.idx import read_image_set
-
     return {split: read_image_set(_idx_path(folder, images), _idx_path(folder, labels))
             for split, (images, labels) in _FASHION_FILES.items()}
 

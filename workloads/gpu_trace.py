@@ -308,9 +308,30 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
     _, world, rank = _group(path, info)
     pg_sizes = _group_sizes(info)
     device, sms, memory = _device(path)
+    ops = _CpuOps(events)
+    per_step, unlaunched, dropped = _launched_per_step(events, step_events)
+    reader = _StepReader(path, events, ops, world, pg_sizes, sizes)
+    steps = [reader.step(k, step_event, per_step.get(k, [])) for k, step_event in enumerate(step_events)]
+    idle = tuple(s.number for s in steps if not s.activities)
+    steps = [s for s in steps if s.activities]
+    if not steps:
+        raise InputError(str(path), "no GPU work launched in any ProfilerStep",
+                         "a trace of the GPU's activity: profile with activities=[CPU, CUDA]")
+    if reader.named_any and not reader.sized_any:
+        raise InputError(str(path), "collectives without a size anywhere in the trace", SIZE_HINT)
+    library = _library(device, events)
+    parameters = optimizer_parameters(events, path)
+    return GpuTrace(str(path), rank, world or max((c.group_size for s in steps for c in s.calls), default=1),
+                    library, device, step_events[0].pid, tuple(steps), reader.unlinked, unlaunched, device_sms=sms,
+                    device_memory_bytes=memory, parameter_bytes=parameters, dropped=dropped, idle_steps=idle)
+
+
+def _launched_per_step(events: list[_Event],
+                       step_events: list[_Event]) -> tuple[dict[int, list[tuple[_Event, _Event]]], int, int]:
+    """Each GPU activity paired with the runtime call that launched it (its ``correlation`` id), by the step whose
+    CPU span holds the launch; and how many had their launch inferred and how many had no correlation at all."""
     runtime = {e.args.get("correlation"): e for e in events if e.cat in RUNTIME_CATEGORIES
                and e.args.get("correlation") is not None}
-    ops = _CpuOps(events)
     starts = [s.ts for s in step_events]
     per_step: dict[int, list[tuple[_Event, _Event]]] = defaultdict(list)
     unlaunched = 0
@@ -331,17 +352,42 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
             dropped += launch is None and not _count(correlation)
             continue
         per_step[k].append((event, launch))
-    backward = sorted((e for e in events if e.name.startswith(_BACKWARD)), key=lambda e: e.ts) or sorted(
-        (e for e in events if _BACKWARD_NODE.search(e.name) and e.cat in ("cpu_op", "Operator")), key=lambda e: e.ts)
-    host = [e for e in events if e.cat in RUNTIME_CATEGORIES and (_SYNC.search(e.name) or _STREAM_WAIT.search(e.name))]
-    steps, unlinked, sized_any, named_any = [], 0, False, False
-    for k, step_event in enumerate(step_events):
-        mine = [e for e in backward if step_event.ts <= e.ts < step_event.end]
+    return per_step, unlaunched, dropped
+
+
+class _StepReader:
+    """Reads one step at a time into a :class:`GpuStep`, and tallies over the whole trace what is only checked
+    once every step is read: NCCL calls tied to no CPU op, and whether any call was named and any sized."""
+
+    def __init__(self, path: Path, events: list[_Event], ops: _CpuOps, world: int, pg_sizes: dict[str, int],
+                 sizes: dict[int, tuple[int, int]]) -> None:
+        self.path, self.ops, self.world, self.pg_sizes, self.sizes = path, ops, world, pg_sizes, sizes
+        self.backward = sorted((e for e in events if e.name.startswith(_BACKWARD)), key=lambda e: e.ts) or sorted(
+            (e for e in events if _BACKWARD_NODE.search(e.name) and e.cat in ("cpu_op", "Operator")),
+            key=lambda e: e.ts)
+        self.host = [e for e in events
+                     if e.cat in RUNTIME_CATEGORIES and (_SYNC.search(e.name) or _STREAM_WAIT.search(e.name))]
+        self.unlinked, self.sized_any, self.named_any = 0, False, False
+
+    def step(self, k: int, step_event: _Event, launched: list[tuple[_Event, _Event]]) -> GpuStep:
+        """Step ``k``: its activities and collectives, its backward window and its host waits and syncs."""
+        mine = [e for e in self.backward if step_event.ts <= e.ts < step_event.end]
         window = (min(e.ts for e in mine), max(e.end for e in mine)) if mine else (math.nan, math.nan)
+        activities, calls = self._activities(launched, window)
+        inside = [e for e in self.host if step_event.ts <= e.ts < step_event.end]
+        waits = tuple(e.ts for e in inside if _STREAM_WAIT.search(e.name) and not self.ops.in_collective(e))
+        syncs = tuple((e.ts, e.end) for e in inside if _SYNC.search(e.name))
+        return GpuStep(int(_STEP.match(step_event.name).group(1)), step_event.ts, step_event.end,
+                       tuple(activities), tuple(calls), waits, syncs, window)
+
+    def _activities(self, launched: list[tuple[_Event, _Event]],
+                    window: tuple[float, float]) -> tuple[list[GpuActivity], list[GpuCall]]:
+        """A step's activities in launch order; the NCCL kernels of one CPU-side collective op are one call."""
+        ops = self.ops
         calls: list[GpuCall] = []
         call_of: dict[int, int] = {}
         activities = []
-        for gpu, launch in sorted(per_step.get(k, []), key=lambda pair: (pair[1].ts, pair[0].ts)):
+        for gpu, launch in sorted(launched, key=lambda pair: (pair[1].ts, pair[0].ts)):
             kind = GPU_CATEGORIES[gpu.cat]
             stream = gpu.args.get("stream", gpu.tid)
             stream = int(stream) if _count(stream) else zlib.crc32(str(stream).encode()) % 100_000
@@ -353,10 +399,11 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
                 anchor = record or span or c10d
                 key = anchor.index if anchor is not None else -gpu.index - 1
                 if key not in call_of:
-                    call = _call_of(gpu, launch, record, span, c10d, world, pg_sizes, sizes, path, window)
-                    named_any |= anchor is not None
-                    sized_any |= call.numel is not None
-                    unlinked += anchor is None
+                    call = _call_of(gpu, launch, record, span, c10d, self.world, self.pg_sizes, self.sizes, self.path,
+                                    window)
+                    self.named_any |= anchor is not None
+                    self.sized_any |= call.numel is not None
+                    self.unlinked += anchor is None
                     call_of[key] = len(calls)
                     calls.append(call)
                 activities.append(GpuActivity("nccl", stream, gpu.ts, gpu.end, launch.ts, call=call_of[key],
@@ -366,23 +413,7 @@ def read_gpu_trace(path: str | Path, execution_trace: str | Path | None = None) 
             gemm = _gemm_shape(ops.matmul.get(_external_id(gpu))) if matmul else None
             activities.append(GpuActivity("compute" if kind == "kernel" else kind, stream, gpu.ts, gpu.end, launch.ts,
                                           matmul, gemm=gemm, name=gpu.name[:80]))
-        inside = [e for e in host if step_event.ts <= e.ts < step_event.end]
-        waits = tuple(e.ts for e in inside if _STREAM_WAIT.search(e.name) and not ops.in_collective(e))
-        syncs = tuple((e.ts, e.end) for e in inside if _SYNC.search(e.name))
-        steps.append(GpuStep(int(_STEP.match(step_event.name).group(1)), step_event.ts, step_event.end,
-                             tuple(activities), tuple(calls), waits, syncs, window))
-    idle = tuple(s.number for s in steps if not s.activities)
-    steps = [s for s in steps if s.activities]
-    if not steps:
-        raise InputError(str(path), "no GPU work launched in any ProfilerStep",
-                         "a trace of the GPU's activity: profile with activities=[CPU, CUDA]")
-    if named_any and not sized_any:
-        raise InputError(str(path), "collectives without a size anywhere in the trace", SIZE_HINT)
-    library = _library(device, events)
-    parameters = optimizer_parameters(events, path)
-    return GpuTrace(str(path), rank, world or max((c.group_size for s in steps for c in s.calls), default=1),
-                    library, device, step_events[0].pid, tuple(steps), unlinked, unlaunched, device_sms=sms,
-                    device_memory_bytes=memory, parameter_bytes=parameters, dropped=dropped, idle_steps=idle)
+        return activities, calls
 
 
 def optimizer_parameters(events: list[_Event], path: Path) -> tuple[int, ...]:

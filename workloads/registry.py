@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+import flexcomm.workloads.data as data
 from flexcomm.costmodel.compute import ModelSpec, layers_from_torch
 from flexcomm.costmodel.errors import InputError
-from flexcomm.workloads import data
 from flexcomm.workloads.data import TensorData
 from flexcomm.workloads.models import MLP, LSTMClassifier, ResNet, SmallCNN, TransformerClassifier
 from flexcomm.workloads.names import FASHION_WORKLOADS, WORKLOADS, canonical_workload
@@ -122,6 +122,20 @@ def _digits_data(image_size: int, seed: int, options: dict[str, Any]) -> Callabl
 
 
 def _make(name: str, seed: int, options: dict[str, Any]) -> Workload:
+    """The catalogue entry ``name`` (canonical, checked by :func:`get_workload`), by the family that builds it."""
+    if name == "mlp-digits" or name in ("resnet-digits", "eca-resnet-digits"):
+        return _digits_workload(name, seed, options)
+    if name in FASHION_WORKLOADS:
+        return _fashion_workload(name, seed, options)
+    if name in ("resnet-synthetic", "eca-resnet-synthetic"):
+        return _synthetic_images_workload(name, seed, options)
+    if name in ("lstm-seq", "transformer-seq"):
+        return _sequence_workload(name, seed, options)
+    raise AssertionError(name)  # pragma: no cover - guarded by get_workload
+
+
+def _digits_workload(name: str, seed: int, options: dict[str, Any]) -> Workload:
+    """scikit-learn's digits: an MLP on the 8x8 images, a (ECA-)ResNet-8 on them upsampled to 16x16."""
     if name == "mlp-digits":
         return Workload(
             name,
@@ -133,77 +147,85 @@ def _make(name: str, seed: int, options: dict[str, Any]) -> Workload:
             batch_size=32,
             lr=0.05,
         )
-    if name in ("resnet-digits", "eca-resnet-digits"):
-        eca = name.startswith("eca")
-        return Workload(
-            name,
-            f"{'ECA-' if eca else ''}ResNet-8 (width 16) on the digits upsampled to 16x16",
-            lambda: ResNet(8, 16, in_channels=1, num_classes=10, eca=eca),
-            _digits_data(16, seed, options),
-            (1, 16, 16),
-            10,
-            batch_size=32,
-            lr=0.05,
-        )
-    if name in FASHION_WORKLOADS:
-        eca = "eca" in name
-        if name == "fashion-cnn":
-            desc, factory = "small CNN (conv 16-32, fc 128)", lambda: SmallCNN(1, 10, 28)
-        else:
-            desc = f"{'ECA-' if eca else ''}ResNet-8 (width 16)"
-            factory = lambda: ResNet(8, 16, in_channels=1, num_classes=10, eca=eca)  # noqa: E731
-        return Workload(
-            name,
-            f"{desc} on Fashion-MNIST 28x28 (60,000 train / 10,000 test unless n_train / n_test)",
-            factory,
-            lambda: data.fashion_mnist(seed=seed, **options),
-            (1, 28, 28),
-            10,
-            batch_size=64,
-            # 0.1 per 256 images (Goyal et al. 2017, the linear-scaling rule's base), i.e. the default 4
-            # workers x 64, decayed by a cosine so the run settles: the real data set is judged by final accuracy
-            lr=0.1,
-            lr_schedule="cosine",
-        )
-    if name in ("resnet-synthetic", "eca-resnet-synthetic"):
-        eca = name.startswith("eca")
-        size = int(options.get("image_size", 32))
-        classes = int(options.get("num_classes", 10))
-        return Workload(
-            name,
-            f"{'ECA-' if eca else ''}ResNet-8 (width 16) on synthetic CIFAR-like {size}x{size}x3 patterns, "
-            f"{classes} classes",
-            lambda: ResNet(8, 16, in_channels=3, num_classes=classes, eca=eca),
-            lambda: data.synthetic_images(seed=seed, **options),
-            (3, size, size),
-            classes,
-            batch_size=64,
-            lr=0.05,
-        )
-    if name in ("lstm-seq", "transformer-seq"):
-        vocab = int(options.get("vocab_size", 16))
-        length = int(options.get("seq_len", 24))
-        motifs = int(options.get("num_motifs", 4))
-        if name == "lstm-seq":
-            desc, factory = "1-layer LSTM (hidden 64), max-pooled", lambda: LSTMClassifier(vocab, motifs)
-        else:
-            desc = "2-layer Transformer encoder (d 32, 4 heads), mean-pooled"
-            factory = lambda: TransformerClassifier(vocab, motifs, max_len=max(length, 64))  # noqa: E731
-        return Workload(
-            name,
-            f"{desc}: which of {motifs} order-only motifs is in a length-{length} token sequence",
-            factory,
-            lambda: data.motif_sequences(seed=seed, **options),
-            (length,),
-            motifs,
-            input_dtype=torch.int64,
-            vocab_size=vocab,
-            batch_size=64,
-            optimizer="sgd" if name == "lstm-seq" else "adam",
-            lr=0.1 if name == "lstm-seq" else 3e-3,
-            weight_decay=5e-4 if name == "lstm-seq" else 0.0,
-        )
-    raise AssertionError(name)  # pragma: no cover - guarded by get_workload
+    eca = name.startswith("eca")
+    return Workload(
+        name,
+        f"{'ECA-' if eca else ''}ResNet-8 (width 16) on the digits upsampled to 16x16",
+        lambda: ResNet(8, 16, in_channels=1, num_classes=10, eca=eca),
+        _digits_data(16, seed, options),
+        (1, 16, 16),
+        10,
+        batch_size=32,
+        lr=0.05,
+    )
+
+
+def _fashion_workload(name: str, seed: int, options: dict[str, Any]) -> Workload:
+    """Fashion-MNIST: the small CNN or a (ECA-)ResNet-8."""
+    eca = "eca" in name
+    if name == "fashion-cnn":
+        desc, factory = "small CNN (conv 16-32, fc 128)", lambda: SmallCNN(1, 10, 28)
+    else:
+        desc = f"{'ECA-' if eca else ''}ResNet-8 (width 16)"
+        factory = lambda: ResNet(8, 16, in_channels=1, num_classes=10, eca=eca)  # noqa: E731
+    return Workload(
+        name,
+        f"{desc} on Fashion-MNIST 28x28 (60,000 train / 10,000 test unless n_train / n_test)",
+        factory,
+        lambda: data.fashion_mnist(seed=seed, **options),
+        (1, 28, 28),
+        10,
+        batch_size=64,
+        # 0.1 per 256 images (Goyal et al. 2017, the linear-scaling rule's base), i.e. the default 4
+        # workers x 64, decayed by a cosine so the run settles: the real data set is judged by final accuracy
+        lr=0.1,
+        lr_schedule="cosine",
+    )
+
+
+def _synthetic_images_workload(name: str, seed: int, options: dict[str, Any]) -> Workload:
+    """A (ECA-)ResNet-8 on synthetic CIFAR-like images; ``image_size`` and ``num_classes`` shape the model too."""
+    eca = name.startswith("eca")
+    size = int(options.get("image_size", 32))
+    classes = int(options.get("num_classes", 10))
+    return Workload(
+        name,
+        f"{'ECA-' if eca else ''}ResNet-8 (width 16) on synthetic CIFAR-like {size}x{size}x3 patterns, "
+        f"{classes} classes",
+        lambda: ResNet(8, 16, in_channels=3, num_classes=classes, eca=eca),
+        lambda: data.synthetic_images(seed=seed, **options),
+        (3, size, size),
+        classes,
+        batch_size=64,
+        lr=0.05,
+    )
+
+
+def _sequence_workload(name: str, seed: int, options: dict[str, Any]) -> Workload:
+    """Motif classification of token sequences by an LSTM or a Transformer encoder (which needs Adam here);
+    ``vocab_size``, ``seq_len`` and ``num_motifs`` shape the model too."""
+    vocab = int(options.get("vocab_size", 16))
+    length = int(options.get("seq_len", 24))
+    motifs = int(options.get("num_motifs", 4))
+    if name == "lstm-seq":
+        desc, factory = "1-layer LSTM (hidden 64), max-pooled", lambda: LSTMClassifier(vocab, motifs)
+    else:
+        desc = "2-layer Transformer encoder (d 32, 4 heads), mean-pooled"
+        factory = lambda: TransformerClassifier(vocab, motifs, max_len=max(length, 64))  # noqa: E731
+    return Workload(
+        name,
+        f"{desc}: which of {motifs} order-only motifs is in a length-{length} token sequence",
+        factory,
+        lambda: data.motif_sequences(seed=seed, **options),
+        (length,),
+        motifs,
+        input_dtype=torch.int64,
+        vocab_size=vocab,
+        batch_size=64,
+        optimizer="sgd" if name == "lstm-seq" else "adam",
+        lr=0.1 if name == "lstm-seq" else 3e-3,
+        weight_decay=5e-4 if name == "lstm-seq" else 0.0,
+    )
 
 
 def workload_names() -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from flexcomm.costmodel.compute import layers_from_torch
 from flexcomm.costmodel.errors import InputError
 from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
@@ -62,8 +63,6 @@ class UserModel:
 
     def spec(self):  # -> costmodel.compute.ModelSpec
         """Per-layer parameters and forward FLOPs per sample, counted as the zoo's workloads are."""
-        from flexcomm.costmodel.compute import layers_from_torch
-
         with fenced(self.reference, "a model whose forward runs on its example input"):
             spec = layers_from_torch(self.module, self.example, name=self.name,
                                      description=f"{self.reference} (counted by torch.utils.flop_counter)")

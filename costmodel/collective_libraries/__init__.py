@@ -10,6 +10,6 @@ One module per concern, each opening with what it models, from which source, and
   pipeline, host launch) and how long it takes;
 * :mod:`.rccl`: AMD's RCCL (its tuning models, xGMI topology, MSCCL paths);
 * :mod:`.algorithms`: the ``--algorithm nccl[:ALGO][/PROTO]`` form;
-* :mod:`.model`: one call priced end to end (``--algorithm nccl``) and its explanation;
+* :mod:`.call_cost`: one call priced end to end (``--algorithm nccl``) and its explanation;
 * :mod:`.logs` / :mod:`.validation`: nccl-tests logs in and out, and a log predicted row by row.
 """

@@ -1,6 +1,6 @@
 """The ``--algorithm nccl[:ALGO][/PROTO]`` form and the collectives each library path prices.
 
-Kept apart from :mod:`.model` so that both NCCL's and RCCL's paths (:mod:`.rccl`) read one definition.
+Kept apart from :mod:`.call_cost` so that both NCCL's and RCCL's paths (:mod:`.rccl`) read one definition.
 """
 
 from __future__ import annotations

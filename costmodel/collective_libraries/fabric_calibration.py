@@ -1,6 +1,6 @@
 """What a cluster's own nccl-tests runs taught the NCCL model: a few physical parameters, fitted, with bounds.
 
-Why: from a description alone the collective-library model (:mod:`.model`) gets the plateau of a sweep right
+Why: from a description alone the collective-library model (:mod:`.call_cost`) gets the plateau of a sweep right
 and the climb to it wrong on most networks, because what a fabric *reaches* (an EFA NIC's share of its port
 speed, a RoCE network's per-step latency, a per-call cost) is not on any datasheet. A practitioner's first
 act on a new cluster is an nccl-tests run; :mod:`.fabric_fit` fits these parameters on such runs and this
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from flexcomm.costmodel.atomic import write_text_atomic
 
 FORMAT = "flexcomm-fabric-calibration/1"
 
@@ -179,6 +181,4 @@ def calibration_text(calibration: FabricCalibration) -> str:
 
 
 def save_calibration(calibration: FabricCalibration, path: Any) -> None:
-    from flexcomm.costmodel.atomic import write_text_atomic
-
     write_text_atomic(path, calibration_text(calibration))

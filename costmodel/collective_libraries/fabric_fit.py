@@ -37,8 +37,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.calibration import load_measurements
+from flexcomm.costmodel.cluster import same_device
 from flexcomm.costmodel.collective_libraries import transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.call_cost import explain_described
 from flexcomm.costmodel.collective_libraries.fabric_calibration import (
     PARAMETERS,
     CalibratedValue,
@@ -46,7 +49,15 @@ from flexcomm.costmodel.collective_libraries.fabric_calibration import (
     MadeFor,
     is_p2p_across,
 )
-from flexcomm.costmodel.collective_libraries.logs import NcclTestsLog, read_nccl_tests
+from flexcomm.costmodel.collective_libraries.logs import (
+    NcclTestsLog,
+    NcclTestsRow,
+    flexcomm_bytes,
+    read_nccl_tests,
+    size_column,
+)
+from flexcomm.costmodel.collective_libraries.topology import packs_evenly
+from flexcomm.costmodel.collective_libraries.validation import stated_version
 from flexcomm.costmodel.errors import InputError
 
 #: A parameter is determined when its fitted standard deviation is below this (efficiencies: absolute, a fifth
@@ -106,9 +117,6 @@ def described_values(cluster: Any) -> np.ndarray:
 
 def _check_log(log: NcclTestsLog, cluster: Any) -> int:
     """The ranks a log ran on, refused in one line when it cannot be a run of ``cluster``."""
-    from flexcomm.costmodel.cluster import same_device
-    from flexcomm.costmodel.collective_libraries.topology import packs_evenly
-
     where = log.source
     for name in log.devices:
         if not same_device(name, cluster.device.name):
@@ -126,10 +134,6 @@ def _check_log(log: NcclTestsLog, cluster: Any) -> int:
 
 def price_logs(cluster: Any, logs: Sequence[NcclTestsLog]) -> PricedRows:
     """Each row of each log priced from ``cluster``'s description (any calibration it carries left aside)."""
-    from flexcomm.costmodel.collective_libraries.logs import flexcomm_bytes, size_column
-    from flexcomm.costmodel.collective_libraries.model import explain_described
-    from flexcomm.costmodel.collective_libraries.validation import stated_version
-
     if cluster.gpu_fabric is None:
         raise InputError("cluster", cluster.name, "a cluster with a gpu_fabric section (the NCCL model it tunes)")
     columns: dict[str, list[Any]] = {name: [] for name in (
@@ -337,9 +341,6 @@ def read_logs(paths: Sequence[str | Path], collective: str | None = None) -> lis
 
 def _csv_logs(path: Path) -> list[NcclTestsLog]:
     """A bench-collectives CSV (``collective, algorithm, ranks, bytes, seconds``) as logs of its NCCL rows."""
-    from flexcomm.costmodel.calibration import load_measurements
-    from flexcomm.costmodel.collective_libraries.logs import NcclTestsRow, size_column
-
     table = load_measurements(path)
     logs = []
     for (collective, ranks), group in table.groupby(["collective", "ranks"], sort=True):

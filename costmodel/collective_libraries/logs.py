@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.collective_libraries.versions import version_in_text
 from flexcomm.costmodel.collectives import BUS_BANDWIDTH_FACTOR
 from flexcomm.costmodel.errors import InputError
@@ -261,152 +262,206 @@ def _csv_row(line: str, columns: list[str], unit: str, where: str, number: int) 
                         ip_alg * 1e9 if ip_alg else None, ip_bus * 1e9 if ip_bus else None)
 
 
+@dataclass(slots=True)
+class _LogScan:
+    """What one pass over a log's lines has gathered so far: the parser's state from one line to the next."""
+
+    name: str
+    lines: list[str]
+    #: collective -> first line naming its binary (a command may run several)
+    named: dict[str, int] = field(default_factory=dict)
+    #: collective -> first line declaring it ("collective:", "test concluded")
+    declared: dict[str, int] = field(default_factory=dict)
+    ranks_seen: set[int] = field(default_factory=set)
+    threads: tuple[int, int] | None = None
+    layout: str | None = None
+    header_line: int = 0
+    rows: list[NcclTestsRow] = field(default_factory=list)
+    version: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    algorithm: str | None = None
+    ended: bool = False
+    gpus_flag: int | None = None
+    graph: bool = False
+    csv_columns: list[str] | None = None
+    csv_unit: str = "MB"
+    csv_ranks: set[int] = field(default_factory=set)
+    zero_rows: int = 0
+    devices: list[str] = field(default_factory=list)
+    pending: str | None = None  # a row cut by a tag at its end: its rest follows on the next line
+
+
 def parse_nccl_tests(text: str, collective: str | None = None, name: str = "nccl-tests log") -> NcclTestsLog:
     """Parse one collective's nccl-tests sweep from pasted text; see the module for what is accepted."""
     if collective is not None and _collective_named(collective) is None:
         raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
     forced = _collective_named(collective) if collective else None
-    named: dict[str, int] = {}  # collective -> first line naming its binary (a command may run several)
-    declared: dict[str, int] = {}  # collective -> first line declaring it ("collective:", "test concluded")
-    ranks_seen: set[int] = set()
-    threads: tuple[int, int] | None = None
-    layout: str | None = None
-    header_line = 0
-    rows: list[NcclTestsRow] = []
-    version: str | None = None
-    env: dict[str, str] = {}
-    algorithm: str | None = None
-    ended = False
-    gpus_flag: int | None = None
-    graph = False
-    csv_columns: list[str] | None = None
-    csv_unit = "MB"
-    csv_ranks: set[int] = set()
-    zero_rows = 0
-    devices: list[str] = []
-    lines = text.splitlines()
-    pending: str | None = None  # a row cut by a tag at its end: its rest follows on the next line
+    scan = _LogScan(name, text.splitlines())
+    _scan_lines(scan)
+    if scan.layout is None:
+        raise InputError(f"{name} line 1", name, "an nccl-tests table (a '# size count type redop ...' header); "
+                         "none found")
+    if not scan.rows:
+        raise InputError(f"{name} line {scan.header_line}", "a header without rows", "at least one table row"
+                         + (f" of more than 0 bytes ({scan.zero_rows} rows of 0 B)" if scan.zero_rows else ""))
+    log = _log_of(scan, _chosen_collective(scan, forced, collective))
+    _check_bus_factor(log, name)
+    return log
+
+
+def _scan_lines(scan: _LogScan) -> None:
+    """The one pass over the lines. Each line is run flags, a CSV header or row, the run's facts (binary, version,
+    ranks, header) or a table row; the dispatch stays inline so a row line costs no more calls than it must."""
+    lines, name = scan.lines, scan.name
     for number, raw in enumerate(lines, start=1):
         line = _clean(raw)
         where = f"{name} line {number}"
-        if pending is not None:
-            line, pending = f"{pending} {line}", None
+        if scan.pending is not None:
+            line, scan.pending = f"{scan.pending} {line}", None
         if not line:
             continue
-        if (g := _GPUS_FLAG.search(line)) is not None and gpus_flag is None and not line[0].isdigit():
-            gpus_flag = int(g["gpus"])
+        if (g := _GPUS_FLAG.search(line)) is not None and scan.gpus_flag is None and not line[0].isdigit():
+            scan.gpus_flag = int(g["gpus"])
         if (gr := _GRAPH.search(line)) is not None and not line[0].isdigit():
-            graph = graph or int(gr["graph"] or gr["flag"] or 0) > 0
-        if csv_columns is None and (c := _CSV_HEADER.match(line)) is not None and "," in line:
-            csv_columns = [col.strip().lower() for col in line.split(",")]
-            csv_unit = c["unit"]
-            layout, header_line = "csv", number
+            scan.graph = scan.graph or int(gr["graph"] or gr["flag"] or 0) > 0
+        if scan.csv_columns is None and (c := _CSV_HEADER.match(line)) is not None and "," in line:
+            scan.csv_columns = [col.strip().lower() for col in line.split(",")]
+            scan.csv_unit = c["unit"]
+            scan.layout, scan.header_line = "csv", number
             continue
-        if csv_columns is not None and (line[0].isdigit() or _NEGATIVE.match(line)):
-            MAX_LOG_ROWS.check(name, len(rows) + 1)
-            row = _csv_row(line, csv_columns, csv_unit, where, number)
-            if "gpus" in csv_columns:
-                gpus = line.split(",")[csv_columns.index("gpus")].strip()
-                if gpus.isdigit():
-                    csv_ranks.add(int(gpus))
-            if rows and row.bytes <= rows[-1].bytes:
-                raise InputError(where, row.bytes, f"a size above the previous row's {rows[-1].bytes} B (line "
-                                 f"{rows[-1].line}): sizes must increase")
-            rows.append(row)
+        if scan.csv_columns is not None and (line[0].isdigit() or _NEGATIVE.match(line)):
+            _add_csv_row(scan, line, where, number)
             continue
-        for match in _BINARY.finditer(line):
-            named.setdefault(BINARIES[match[1]], number)
-        if (d := _DECLARED.match(line)) is not None:
-            said = _collective_named(d["name"] or BINARIES.get(d["binary"], d["binary"]))
-            if said is not None:
-                declared.setdefault(said, number)
-        lowered = line.lower()
-        if version is None and (_VERSION.search(line) or "nccl-library=" in lowered
-                                or lowered.lstrip("# ").startswith("nccl_version")):
-            stated = version_in_text(line)  # "nccl_version: NOT stated ..." states none
-            match = _VERSION.search(line)
-            version = (match["version"] or match["declared"]) if match and stated is not None else (
-                str(stated) if stated is not None else None)
-        if (a := _ALGORITHM.match(line)) is not None:
-            algorithm = a["name"]
-        for e in _ENV.finditer(line):
-            env.setdefault(e["key"], e["value"])
-        if "NCCL INFO" in line or "NCCL WARN" in line:
+        if _note_run_facts(scan, line, where, number):
             continue
-        if (r := _RANK.match(line)) is not None:
-            ranks_seen.add(int(r["rank"]))
-            if (dev := _DEVICE.search(line)) is not None and dev["name"].strip() not in devices:
-                devices.append(dev["name"].strip())
+        if not line[0].isdigit() and not (scan.layout is not None and _NEGATIVE.match(line)):
+            if scan.rows and line.startswith("#"):
+                scan.ended = True  # "# Out of bounds values", "# Avg bus bandwidth": the table is over
             continue
-        if (gm := _GPU_MODEL.match(line)) is not None and gm["name"].strip() not in devices:
-            devices.append(gm["name"].strip())
-        if (t := _THREADS.search(line)) is not None and threads is None:
-            threads = (int(t["threads"]), int(t["gpus"]))
-        if _HEADER.match(line):
-            if rows:
-                raise InputError(where, line[:60], "one table per log (a second header after the rows of the "
-                                 f"first, line {header_line}: split the log into one file per collective)")
-            layout, header_line = ("root" if _HEADER.match(line)["root"] else "legacy"), number
-            continue
-        if not line[0].isdigit() and not (layout is not None and _NEGATIVE.match(line)):
-            if rows and line.startswith("#"):
-                ended = True  # "# Out of bounds values", "# Avg bus bandwidth": the table is over
-            continue
-        cells = line.split()
-        if layout is not None and layout != "csv" and len(cells) < len(LAYOUTS[layout]) - 1 \
-                and _MID_TAG.search(lines[number - 1]) is None and number < len(lines) \
-                and _MID_TAG.search(lines[number]) is not None:
-            pending = line  # the rest of this row follows its rank's tag on the next line
-            continue
-        if layout is None:
-            raise InputError(where, line[:60], "a table header (# size count type redop root time algbw busbw "
-                             "#wrong ...) before the first row: no header in this log")
-        if ended:
-            raise InputError(where, line[:60], "no rows after the table's summary lines (a second table?)")
-        MAX_LOG_ROWS.check(name, len(rows) + zero_rows + 1)  # before the row: a 10^6-row log is refused early
-        row = _row(cells, layout, where, number)
-        if row.bytes == 0:
-            zero_rows += 1  # allgather / reduce-scatter print 0-byte rows below one element a rank
-            continue
-        if rows:
-            last = rows[-1]
-            if row.bytes <= last.bytes:
-                raise InputError(where, row.bytes, f"a size above the previous row's {last.bytes} B (line "
-                                 f"{last.line}): sizes must increase")
-            if (row.dtype, row.redop) != (rows[0].dtype, rows[0].redop):
-                raise InputError(where, f"{row.dtype} {row.redop}", f"{rows[0].dtype} {rows[0].redop} as on "
-                                 f"line {rows[0].line} (one table, one type and operation)")
-        rows.append(row)
+        _add_table_row(scan, line, where, number)
+
+
+def _add_csv_row(scan: _LogScan, line: str, where: str, number: int) -> None:
+    """A transcription's row, and the rank count its GPUs column gives (checked one per file at the end)."""
+    rows, csv_columns = scan.rows, scan.csv_columns
+    MAX_LOG_ROWS.check(scan.name, len(rows) + 1)
+    row = _csv_row(line, csv_columns, scan.csv_unit, where, number)
+    if "gpus" in csv_columns:
+        gpus = line.split(",")[csv_columns.index("gpus")].strip()
+        if gpus.isdigit():
+            scan.csv_ranks.add(int(gpus))
+    if rows and row.bytes <= rows[-1].bytes:
+        raise InputError(where, row.bytes, f"a size above the previous row's {rows[-1].bytes} B (line "
+                         f"{rows[-1].line}): sizes must increase")
+    rows.append(row)
+
+
+def _note_run_facts(scan: _LogScan, line: str, where: str, number: int) -> bool:
+    """Record what a line says about the run (binaries, declared collective, version, algorithm, env, ranks, GPUs,
+    threads, the table header); True where the line is nothing else (NCCL INFO, Rank lines, the header)."""
+    for match in _BINARY.finditer(line):
+        scan.named.setdefault(BINARIES[match[1]], number)
+    if (d := _DECLARED.match(line)) is not None:
+        said = _collective_named(d["name"] or BINARIES.get(d["binary"], d["binary"]))
+        if said is not None:
+            scan.declared.setdefault(said, number)
+    lowered = line.lower()
+    if scan.version is None and (_VERSION.search(line) or "nccl-library=" in lowered
+                                 or lowered.lstrip("# ").startswith("nccl_version")):
+        stated = version_in_text(line)  # "nccl_version: NOT stated ..." states none
+        match = _VERSION.search(line)
+        scan.version = (match["version"] or match["declared"]) if match and stated is not None else (
+            str(stated) if stated is not None else None)
+    if (a := _ALGORITHM.match(line)) is not None:
+        scan.algorithm = a["name"]
+    for e in _ENV.finditer(line):
+        scan.env.setdefault(e["key"], e["value"])
+    if "NCCL INFO" in line or "NCCL WARN" in line:
+        return True
+    devices = scan.devices
+    if (r := _RANK.match(line)) is not None:
+        scan.ranks_seen.add(int(r["rank"]))
+        if (dev := _DEVICE.search(line)) is not None and dev["name"].strip() not in devices:
+            devices.append(dev["name"].strip())
+        return True
+    if (gm := _GPU_MODEL.match(line)) is not None and gm["name"].strip() not in devices:
+        devices.append(gm["name"].strip())
+    if (t := _THREADS.search(line)) is not None and scan.threads is None:
+        scan.threads = (int(t["threads"]), int(t["gpus"]))
+    if _HEADER.match(line):
+        if scan.rows:
+            raise InputError(where, line[:60], "one table per log (a second header after the rows of the "
+                             f"first, line {scan.header_line}: split the log into one file per collective)")
+        scan.layout, scan.header_line = ("root" if _HEADER.match(line)["root"] else "legacy"), number
+        return True
+    return False
+
+
+def _add_table_row(scan: _LogScan, line: str, where: str, number: int) -> None:
+    """A table row: joined with its rest where a rank's tag split it, refused outside a table, 0-byte rows
+    counted apart, and sizes, type and operation checked against the rows before it."""
+    cells = line.split()
+    layout, lines, rows = scan.layout, scan.lines, scan.rows
+    if layout is not None and layout != "csv" and len(cells) < len(LAYOUTS[layout]) - 1 \
+            and _MID_TAG.search(lines[number - 1]) is None and number < len(lines) \
+            and _MID_TAG.search(lines[number]) is not None:
+        scan.pending = line  # the rest of this row follows its rank's tag on the next line
+        return
     if layout is None:
-        raise InputError(f"{name} line 1", name, "an nccl-tests table (a '# size count type redop ...' header); "
-                         "none found")
-    if not rows:
-        raise InputError(f"{name} line {header_line}", "a header without rows", "at least one table row"
-                         + (f" of more than 0 bytes ({zero_rows} rows of 0 B)" if zero_rows else ""))
-    evidence = declared or named  # a declaration decides; binaries on a command line only when none is made
+        raise InputError(where, line[:60], "a table header (# size count type redop root time algbw busbw "
+                         "#wrong ...) before the first row: no header in this log")
+    if scan.ended:
+        raise InputError(where, line[:60], "no rows after the table's summary lines (a second table?)")
+    MAX_LOG_ROWS.check(scan.name, len(rows) + scan.zero_rows + 1)  # before the row: a 10^6-row log is refused early
+    row = _row(cells, layout, where, number)
+    if row.bytes == 0:
+        scan.zero_rows += 1  # allgather / reduce-scatter print 0-byte rows below one element a rank
+        return
+    if rows:
+        last = rows[-1]
+        if row.bytes <= last.bytes:
+            raise InputError(where, row.bytes, f"a size above the previous row's {last.bytes} B (line "
+                             f"{last.line}): sizes must increase")
+        if (row.dtype, row.redop) != (rows[0].dtype, rows[0].redop):
+            raise InputError(where, f"{row.dtype} {row.redop}", f"{rows[0].dtype} {rows[0].redop} as on "
+                             f"line {rows[0].line} (one table, one type and operation)")
+    rows.append(row)
+
+
+def _chosen_collective(scan: _LogScan, forced: str | None, collective: str | None) -> str:
+    """The collective the log is of: ``collective=`` where given (refused if the log names another), else the one
+    the log declares, else the one binary its command lines name."""
+    evidence = scan.declared or scan.named  # a declaration decides; binaries on a command line only when none is made
     if forced is not None and len(evidence) == 1 and forced not in evidence:
         (said, line_said), = evidence.items()
         raise InputError("collective", collective, f"the log's own collective, {said} (line {line_said}), or "
                          "no --collective: it names its test")
     if len(evidence) > 1 and forced is None:
         (a, la), (b, lb) = sorted(evidence.items(), key=lambda kv: kv[1])[:2]
-        raise InputError(f"{name} line {lb}", b, f"the collective named on line {la} ({a}): a log holds one "
+        raise InputError(f"{scan.name} line {lb}", b, f"the collective named on line {la} ({a}): a log holds one "
                          "collective's sweep (or pass collective= / --collective)")
     chosen = forced or next(iter(evidence), None)
     if chosen is None:
-        raise InputError(f"{name} line {header_line}", "no *_perf binary or 'collective:' line",
+        raise InputError(f"{scan.name} line {scan.header_line}", "no *_perf binary or 'collective:' line",
                          "a log that names its test (e.g. all_reduce_perf), or collective= / --collective")
-    log = NcclTestsLog(chosen, rows, layout, nccl_version=version, env=env, algorithm=algorithm, source=name,
-                       gpus_per_thread=threads[1] if threads else gpus_flag, cuda_graph=graph,
-                       zero_byte_rows=zero_rows, devices=tuple(devices))
+    return chosen
+
+
+def _log_of(scan: _LogScan, chosen: str) -> NcclTestsLog:
+    """The parsed log, with its ranks from a CSV's GPUs column (one count per file) or the best other evidence."""
+    threads = scan.threads
+    log = NcclTestsLog(chosen, scan.rows, scan.layout, nccl_version=scan.version, env=scan.env,
+                       algorithm=scan.algorithm, source=scan.name,
+                       gpus_per_thread=threads[1] if threads else scan.gpus_flag, cuda_graph=scan.graph,
+                       zero_byte_rows=scan.zero_rows, devices=tuple(scan.devices))
+    csv_ranks = scan.csv_ranks
     if len(csv_ranks) == 1:
         log.ranks, log.ranks_from = csv_ranks.pop(), "GPUs column"
     elif len(csv_ranks) > 1:
-        raise InputError(f"{name} line {header_line}", sorted(csv_ranks), "one rank count per file (the GPUs "
-                         "column names several: split the file)")
+        raise InputError(f"{scan.name} line {scan.header_line}", sorted(csv_ranks), "one rank count per file (the "
+                         "GPUs column names several: split the file)")
     else:
-        _count_ranks(log, ranks_seen, threads)
-    _check_bus_factor(log, name)
+        _count_ranks(log, scan.ranks_seen, threads)
     return log
 
 
@@ -570,7 +625,6 @@ def measurements_to_logs(table, folder: str, note: str = "") -> list[str]:  # ta
     nccl-tests log per collective and rank count (``FOLDER/all_reduce_perf-4ranks.txt``), float32 elements."""
     from pathlib import Path
 
-    from flexcomm.costmodel.atomic import write_text_atomic
 
     written = []
     for (collective, ranks), part in table.groupby(["collective", "ranks"], sort=True):

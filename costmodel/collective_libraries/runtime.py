@@ -46,6 +46,7 @@ from flexcomm.costmodel.collective_libraries.tuner import (
     label,
     steps,
 )
+from flexcomm.costmodel.units import format_size, format_time
 
 #: Threads a block runs at most, per algorithm and protocol (``maxThreads``, tuning.cc @ v2.20.3-1
 #: L120-133; ring Simple falls to 256 where the ring's bandwidth is at most PCI_BW, 12 GB/s).
@@ -127,8 +128,6 @@ def split_bandwidth(bandwidth_s: float, across_nodes: bool) -> dict[str, float]:
 
 def describe(run: Execution) -> list[str]:
     """``--explain``: what the library runs and where the predicted time goes, one fact a line."""
-    from flexcomm.costmodel.units import format_size, format_time
-
     total = run.seconds or 1.0
     parts = (("launch (host-bound)", run.launch_s), ("latency", run.latency_s), ("pipeline fill", run.fill_s),
              ("bandwidth", run.bandwidth_s))

@@ -39,7 +39,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flexcomm.costmodel.cluster import Cluster, GpuFabric
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.cluster_parts import GpuFabric
+from flexcomm.costmodel.collective_libraries.transports import plugin_latency_us
 from flexcomm.costmodel.collective_libraries.tuner import Graph, NcclSystem
 from flexcomm.costmodel.collective_libraries.versions import (
     DEFAULT,
@@ -361,7 +363,6 @@ def nccl_system(cluster: Cluster, ranks: int, version: NcclVersion | None = None
     of the ring's (an approximation where they are not)."""
     from dataclasses import replace
 
-    from flexcomm.costmodel.collective_libraries.transports import plugin_latency_us
 
     fabric = _fabric(cluster)
     version = version or fabric_version(cluster)

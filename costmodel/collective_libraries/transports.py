@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from flexcomm.costmodel.collective_libraries.versions import DEFAULT, RCCL_DEFAULT
 from flexcomm.costmodel.errors import InputError
 
 #: The host's cost of enqueuing and launching one NCCL call on one GPU (us); see the module docstring.
@@ -92,8 +93,6 @@ def host_launch_us_per_gpu() -> float:
 def library_defaults(cluster: object) -> dict[str, object]:
     """What the collective-library model will use for ``cluster`` and where each value comes from
     (``flexcomm clusters NAME`` shows it): release, transport, latencies, host launch."""
-    from flexcomm.costmodel.collective_libraries.versions import DEFAULT, RCCL_DEFAULT
-
     fabric = cluster.gpu_fabric  # type: ignore[attr-defined]
     chosen = transport(fabric)
     newest = RCCL_DEFAULT if fabric.library == "rccl" else DEFAULT

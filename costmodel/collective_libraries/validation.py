@@ -5,7 +5,7 @@ messages priced by latency, large ones by bandwidth), so every row keeps its siz
 seconds and relative error; the summary is over rows >= 1 MiB (``SUMMARY_MIN_BYTES``), where the
 bandwidth term dominates and a published run is most often complete. A log whose smallest row is above
 1 MiB is reported as partial. ``algorithm`` and ``protocol`` are what the cost model priced: on a cluster
-with a ``gpu_fabric`` the NCCL-grade model's choice per row (:mod:`costmodel.collective_libraries.model`), else the
+with a ``gpu_fabric`` the NCCL-grade model's choice per row (:mod:`costmodel.collective_libraries.call_cost`), else the
 alpha-beta formula's algorithm and no protocol.
 """
 
@@ -15,8 +15,16 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from flexcomm.costmodel.cluster_parts import LIBRARY_VENDOR, VENDOR_NAMES
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, is_nccl_algorithm
-from flexcomm.costmodel.collective_libraries.logs import CALIBRATION_ALGORITHMS, NcclTestsLog, flexcomm_bytes
+from flexcomm.costmodel.collective_libraries.logs import (
+    CALIBRATION_ALGORITHMS,
+    NcclTestsLog,
+    bus_factor,
+    flexcomm_bytes,
+)
+from flexcomm.costmodel.collective_libraries.versions import parse_version
+from flexcomm.costmodel.devices import lookup
 from flexcomm.costmodel.errors import InputError
 
 SUMMARY_MIN_BYTES = 1 << 20
@@ -51,8 +59,6 @@ class LogValidation:
 def _modelled(version: str, cluster: Any) -> bool:
     """Whether a log's stated release can price it (2.19 to 2.30: NCCL's releases, and RCCL's, which number
     theirs as NCCL's); a release outside the range leaves the cluster's (the row's ``version`` says which)."""
-    from flexcomm.costmodel.collective_libraries.versions import parse_version
-
     fabric = getattr(cluster, "gpu_fabric", None)
     if fabric is None:
         return False
@@ -78,8 +84,6 @@ def datasheet_seconds(cluster: Any, collective: str, size: float, ranks: int) ->
     of them (divided by ``devices_per_node``). Bytes: ``size`` x nccl-tests' bus factor. Latency: a ring's steps
     (2(p-1) for allreduce, p-1 otherwise) at that link's latency. Nothing about NCCL's algorithms, protocols,
     channels or launch."""
-    from flexcomm.costmodel.collective_libraries.logs import bus_factor
-
     if ranks < 2:
         return 0.0
     fabric = getattr(cluster, "gpu_fabric", None)
@@ -103,8 +107,6 @@ def stated_version(log: NcclTestsLog, cluster: Any) -> str | None:
 def log_vendor(log: NcclTestsLog) -> tuple[str, str] | None:
     """(vendor, what says so) of the GPUs a log ran on: its device names (Rank lines, ``gpu_model:``) where the
     catalog knows them, else an RCCL release it states; None when it says neither."""
-    from flexcomm.costmodel.devices import lookup
-
     for name in log.devices:
         known = lookup(name)
         if known is not None:
@@ -116,9 +118,6 @@ def log_vendor(log: NcclTestsLog) -> tuple[str, str] | None:
 
 def cluster_vendor(cluster: Any) -> str | None:
     """The vendor of a cluster's GPUs: its catalog device's, else its fabric library's (NCCL: NVIDIA, RCCL: AMD)."""
-    from flexcomm.costmodel.cluster import LIBRARY_VENDOR
-    from flexcomm.costmodel.devices import lookup
-
     known = lookup(cluster.device.name)
     if known is not None:
         return known.vendor
@@ -128,8 +127,6 @@ def cluster_vendor(cluster: Any) -> str | None:
 
 def check_same_vendor(log: NcclTestsLog, cluster: Any) -> None:
     """An RCCL log priced on an NVIDIA cluster (or the reverse) compares two kinds of hardware: refused."""
-    from flexcomm.costmodel.cluster import VENDOR_NAMES
-
     ran, evidence = log_vendor(log) or (None, "")
     here = cluster_vendor(cluster)
     if ran is not None and here is not None and ran != here:
@@ -138,7 +135,7 @@ def check_same_vendor(log: NcclTestsLog, cluster: Any) -> None:
 
 
 def validate_log(log: NcclTestsLog, model: Any, cluster_ranks: int, algorithm: str | None = None) -> LogValidation:
-    """Price each row with ``model`` (a :class:`costmodel.model.CostModel`) on ``cluster_ranks`` ranks.
+    """Price each row with ``model`` (a :class:`costmodel.cost_model.CostModel`) on ``cluster_ranks`` ranks.
 
     A log whose own rank count disagrees with the cluster, or whose GPUs are another vendor's, is refused: the
     comparison would be of two runs."""

@@ -21,36 +21,26 @@ from __future__ import annotations
 from typing import Any
 
 from flexcomm.costmodel.topologies.fabric import ROUTINGS, Fabric, LinkValues, hash_choice
+from flexcomm.costmodel.topologies.fat_tree import FatTree
+from flexcomm.costmodel.topologies.graph_file import GraphFabric
+from flexcomm.costmodel.topologies.legacy import LegacyFabric
+from flexcomm.costmodel.topologies.nvlink_domain import NvlinkDomain
+from flexcomm.costmodel.topologies.rail import RailOptimized
+from flexcomm.costmodel.topologies.size import check_fabric_size
+from flexcomm.costmodel.topologies.torus import Torus
 
 __all__ = ["build_fabric", "Fabric", "LinkValues", "ROUTINGS", "hash_choice"]
 
 
 def build_fabric(cluster: Any) -> Fabric:
     """The fabric of ``cluster`` (a :class:`~costmodel.cluster.Cluster`); use ``cluster.fabric``, which caches it."""
-    from flexcomm.costmodel.topologies.size import check_fabric_size
-
     check_fabric_size(cluster)  # a cluster built without validation (model_construct) is checked here too
     kind = cluster.topology.kind
-    if kind == "fat-tree":
-        from flexcomm.costmodel.topologies.fat_tree import FatTree
-
-        return FatTree(cluster)
-    if kind == "rail-optimized":
-        from flexcomm.costmodel.topologies.rail import RailOptimized
-
-        return RailOptimized(cluster)
     if kind == "nvlink-domain":
-        from flexcomm.costmodel.topologies.nvlink_domain import NvlinkDomain
-
         return NvlinkDomain(cluster, build_fabric)
-    if kind == "torus":
-        from flexcomm.costmodel.topologies.torus import Torus
+    return _FABRICS.get(kind, LegacyFabric)(cluster)
 
-        return Torus(cluster)
-    if kind == "graph":
-        from flexcomm.costmodel.topologies.graph_file import GraphFabric
 
-        return GraphFabric(cluster)
-    from flexcomm.costmodel.topologies.legacy import LegacyFabric
-
-    return LegacyFabric(cluster)
+#: The fabric each topology kind builds; flat, two-level and ring are the cluster's own edge table (legacy).
+_FABRICS: dict[str, type[Fabric]] = {"fat-tree": FatTree, "rail-optimized": RailOptimized, "torus": Torus,
+                                     "graph": GraphFabric}

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.costmodel.topologies import draw_parts, draw_tiered, draw_torus
 from flexcomm.costmodel.topologies.draw_model import AGGREGATE_ABOVE, Picture, picture, tiers
@@ -67,7 +68,6 @@ def draw_fabric(cluster: Any, path: str | Path, dpi: int | None = None) -> Path:
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
 
     fabric = cluster.fabric
     pic = picture(fabric)

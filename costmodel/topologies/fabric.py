@@ -134,9 +134,6 @@ class Fabric:
         data = self.graph.edges[u, v]
         return LinkValues(data["bandwidth_Bps"], data["latency_s"], data["duplex"])
 
-    def path_latency(self, path: Path) -> float:
-        return float(sum(self.graph.edges[e]["latency_s"] for e in path))
-
     def check_connected(self, ranks: Sequence[int]) -> None:
         """Every pair of ``ranks`` in different islands has a path (else one error naming the two)."""
         endpoints = sorted({int(self.endpoint_of_rank[r]) for r in ranks})
@@ -151,7 +148,3 @@ class Fabric:
                                  "a connected topology (no path joins these two endpoints of the job)")
 
 
-def up_down_paths(up_a: Sequence[str], up_b: Sequence[str], src: str, dst: str) -> list[Path]:
-    """Paths src -> x -> dst for every common upper switch x (``up_a`` / ``up_b``: the switches above each)."""
-    common = [x for x in up_a if x in set(up_b)]
-    return [((src, x), (x, dst)) for x in common]

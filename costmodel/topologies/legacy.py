@@ -1,5 +1,5 @@
 """The original kinds (``flat``, ``two-level``, ``ring``) as a :class:`Fabric`: their edge table and routes
-(:class:`costmodel.cluster._Network`, including ``overrides``) seen through the same interface as the new
+(:class:`costmodel.cluster_network.LinkNetwork`, including ``overrides``) seen through the same interface as the new
 topologies, so the engines have one way to ask for links and paths."""
 
 from __future__ import annotations

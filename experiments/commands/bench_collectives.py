@@ -6,9 +6,13 @@ import argparse
 import os
 from pathlib import Path
 
+from flexcomm.costmodel.collective_libraries.logs import measurements_to_logs
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.costmodel.units import parse_time
+from flexcomm.real_backend.bench import parse_collectives, parse_sizes, run_benchmark
+from flexcomm.real_backend.launch import sigterm_as_exit
+from flexcomm.real_backend.testbed import Testbed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,8 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.nccl_tests_dir:  # before the sweep (it runs for minutes) and before torch is imported
         _check_folder(args.nccl_tests_dir, "nccl-tests-dir")
-    from flexcomm.real_backend.bench import parse_collectives, parse_sizes, run_benchmark
-    from flexcomm.real_backend.launch import sigterm_as_exit
 
     sizes = parse_sizes(args.sizes)
     collectives = parse_collectives(args.collectives)
@@ -58,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("timeout", f"{args.timeout}/{args.op_timeout}", "positive times such as 2h and 120s")
     testbed = None
     if args.testbed:
-        from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
     before = _rows_in(args.out)
@@ -71,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
         if args.nccl_tests_dir:
             import pandas as pd
 
-            from flexcomm.costmodel.collective_libraries.logs import measurements_to_logs
 
             mine = pd.read_csv(args.out).iloc[before:]  # this run's rows: the CSV is appended to
             for path in measurements_to_logs(mine, args.nccl_tests_dir, note=f"{_backends(mine)} backend"):

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flexcomm._pricing import calibrate, calibrate_fabric
+from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
+from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.commands.common import print_json
 
 
@@ -37,8 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm._pricing import calibrate
-
     if args.cluster:
         return run_fabric(args)
     output = args.output or "profile.json"
@@ -58,8 +59,6 @@ def run_fabric(args: argparse.Namespace) -> int:
     """``calibrate --cluster C LOG...``: the NCCL model's fabric parameters fitted on the cluster's own runs."""
     from pathlib import Path
 
-    from flexcomm._pricing import calibrate_fabric
-    from flexcomm.costmodel.errors import InputError
 
     for flag in ("ranks", "algorithm"):
         if getattr(args, flag) is not None:
@@ -68,7 +67,6 @@ def run_fabric(args: argparse.Namespace) -> int:
     fit = calibrate_fabric(args.measurements, args.cluster, out=None)
     name = Path(args.cluster).stem if Path(args.cluster).suffix else args.cluster
     output = Path(args.output or f"{name}-calibration.yaml")
-    from flexcomm.costmodel.collective_libraries.fabric_calibration import save_calibration
 
     save_calibration(fit.calibration, output)
     if args.json:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from flexcomm.costmodel.cluster import cluster_names, load_cluster
+from flexcomm.costmodel.collective_libraries.transports import library_defaults
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.topologies.draw import draw_fabric
+from flexcomm.costmodel.units import format_bandwidth, format_time
 from flexcomm.experiments.commands.common import print_json
 
 
@@ -17,9 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm.costmodel.cluster import cluster_names, load_cluster
-    from flexcomm.costmodel.units import format_bandwidth, format_time
-
     if args.draw and not args.cluster:
         raise InputError("cluster", None, "a cluster name or file to draw, e.g. flexcomm clusters fat-tree-k8 --draw "
                          "topo.png")
@@ -28,7 +29,6 @@ def run(args: argparse.Namespace) -> int:
         if args.draw:
             from pathlib import Path
 
-            from flexcomm.costmodel.topologies.draw import draw_fabric
 
             if Path(args.draw).suffix.lower() not in (".png", ".svg", ".pdf"):
                 raise InputError("draw", args.draw, "a file ending in .png, .svg or .pdf")
@@ -39,7 +39,6 @@ def run(args: argparse.Namespace) -> int:
             return 0
         data = cluster.to_dict()
         if cluster.gpu_fabric is not None:
-            from flexcomm.costmodel.collective_libraries.transports import library_defaults
 
             data["collective_library"] = library_defaults(cluster)
         print_json(data)

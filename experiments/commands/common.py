@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.model import CostModel
 
 
 def add_network_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,15 +25,6 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bandwidth", help="link bandwidth, e.g. 10Gbit/s or 1.25GB/s")
     group.add_argument("--reduce-bandwidth", help="reduction throughput (gamma = 1/this), e.g. 20GB/s")
     group.add_argument("--ranks-per-node", type=int, help="ranks per node for hierarchical allreduce")
-
-
-def cost_model_from_args(args: argparse.Namespace) -> CostModel:
-    """Build the model the arguments describe (:func:`flexcomm._pricing.cost_model`, the API's own rules)."""
-    from flexcomm._pricing import cost_model
-
-    return cost_model(cluster=args.cluster or None, profile=args.profile or None, latency=args.latency,
-                      bandwidth=args.bandwidth or None, reduce_bandwidth=args.reduce_bandwidth,
-                      ranks_per_node=args.ranks_per_node)
 
 
 def json_safe(value: Any) -> Any:
@@ -65,15 +58,12 @@ def add_cluster_arguments(
 
 def cluster_from_args(args: argparse.Namespace):  # -> Cluster | None (costmodel.cluster imported lazily)
     """The cluster the arguments name, with the profile's fitted links when ``--profile`` is given."""
-    from flexcomm.costmodel.cluster import load_cluster
-
     if not args.cluster:
         if getattr(args, "profile", None):
             raise InputError("profile", args.profile, "--cluster NAME|FILE as well, whose links it calibrates")
         return None
     cluster = load_cluster(args.cluster)
     if getattr(args, "profile", None):
-        from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster  # scipy: only when asked
 
         cluster = calibrated_cluster(cluster, CalibrationProfile.load(args.profile))
     return cluster
@@ -132,7 +122,6 @@ def print_written(out: str | Path, since: float) -> list[Path]:
 def emit_report(args: argparse.Namespace, report: dict[str, Any], lines: Any) -> int:
     """``replay.json`` in ``--out``, then the report as JSON (``--json``) or as the lines ``lines`` makes."""
     if args.out:
-        from flexcomm.costmodel.atomic import write_text_atomic
 
         path = write_text_atomic(Path(args.out) / "replay.json", json.dumps(report, indent=2) + "\n")
         report["files"] = [str(path)]

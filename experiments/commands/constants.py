@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from flexcomm.costmodel.constants import table
+from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.commands.common import print_json
 
 
@@ -20,9 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm.costmodel.constants import table
-    from flexcomm.costmodel.errors import InputError
-
     rows = table()
     kinds = sorted({row["kind"].split()[0] for row in rows})
     if args.kind is not None:

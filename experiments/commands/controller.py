@@ -6,8 +6,13 @@ import argparse
 import math
 import time
 
-from flexcomm.costmodel.errors import InputError
-from flexcomm.experiments.commands.common import print_written
+from flexcomm.controller.config import VARIANTS, EnvConfig, TrainConfig, check_baselines, load_settings
+from flexcomm.controller.traces import parse_traces
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.errors import InputError, renamed_fields
+from flexcomm.costmodel.units import parse_count
+from flexcomm.experiments.commands.common import output_folder, print_written
 
 
 def _add_env_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,10 +102,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _env_config(args: argparse.Namespace):  # -> EnvConfig (torch-free: controller.config)
-    from flexcomm.controller.config import EnvConfig
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.costmodel.units import parse_count
-
     text = str(args.price_params).strip().lower()
     price = None if text in ("none", "0", "") else parse_count(args.price_params, "price-params")
     load_cluster(args.cluster)  # a typo or a bad file now, not when the first episode starts
@@ -111,8 +112,6 @@ def _env_config(args: argparse.Namespace):  # -> EnvConfig (torch-free: controll
 
 def run_train(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.controller.config import TrainConfig
-    from flexcomm.experiments.commands.common import output_folder
 
     # every option before torch (controller.train imports it): a refusal costs the CLI's start-up only
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
@@ -142,8 +141,6 @@ def _check_evaluate(args: argparse.Namespace) -> tuple[list, list[str]]:
     """Every option of ``controller evaluate``, without torch: the traces and the baselines to run."""
     from pathlib import Path
 
-    from flexcomm.controller.config import VARIANTS, check_baselines, load_settings
-    from flexcomm.controller.traces import parse_traces
 
     if args.seed is not None and args.seed < 0:
         raise InputError("seed", args.seed, "an integer >= 0")
@@ -165,7 +162,6 @@ def _check_evaluate(args: argparse.Namespace) -> tuple[list, list[str]]:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.experiments.commands.common import output_folder
 
     traces, baselines = _check_evaluate(args)
     output_folder(args.out)
@@ -190,9 +186,6 @@ def run_curves(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from flexcomm.controller.config import load_settings
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.costmodel.errors import renamed_fields
 
     if args.window < 1:
         raise InputError("window", args.window, "an integer >= 1")
@@ -212,7 +205,6 @@ def run_curves(args: argparse.Namespace) -> int:
             evals.append(pd.read_csv(eval_path).assign(seed=config.seed))
     curves = pd.concat(frames, ignore_index=True)
     from flexcomm.controller.plots import plot_training_curves
-    from flexcomm.experiments.commands.common import output_folder
 
     out = output_folder(args.out)
     write_csv_atomic(curves, out / "training_curves.csv")

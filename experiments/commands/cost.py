@@ -6,7 +6,12 @@ import argparse
 import re
 import sys
 
+from flexcomm._pricing import cost
+from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.runtime import describe
+from flexcomm.costmodel.collective_libraries.versions import parse_version
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
+from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.commands.common import add_network_arguments, print_json
 
 
@@ -55,16 +60,12 @@ def _order(text: str) -> str | list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        from flexcomm.costmodel.errors import InputError
 
         raise InputError("order", text, "rank, rack-major, rail-aligned, random or a comma list of ranks") from None
 
 
 def _check_nccl_options(args: argparse.Namespace) -> None:
     """The NCCL options' own values, before anything is priced."""
-    from flexcomm.costmodel.collective_libraries.versions import parse_version
-    from flexcomm.costmodel.errors import InputError
-
     if args.nccl_version is not None:
         parse_version(args.nccl_version, "nccl-version")
     if not 0 <= args.gpus_per_process <= max(1, args.ranks):
@@ -76,9 +77,6 @@ def _refuse_nccl_options_without_nccl(args: argparse.Namespace, algorithm: str) 
     """``--explain``, ``--nccl-version`` and ``--gpus-per-process`` only mean something for NCCL's model: refused
     when the price came from a formula (named, or the default where the cluster has no gpu_fabric or a rank
     order was asked for); the engine says which it priced, so its default is decided in one place."""
-    from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
-    from flexcomm.costmodel.errors import InputError
-
     if is_nccl_algorithm(algorithm):
         return
     for flag, used in (("explain", args.explain), ("nccl-version", args.nccl_version is not None),
@@ -91,8 +89,6 @@ def _refuse_nccl_options_without_nccl(args: argparse.Namespace, algorithm: str) 
 def _check_ranks_per_node(args: argparse.Namespace) -> None:
     """``--ranks-per-node 3 --ranks 8`` leaves a node partly filled whatever the algorithm: refused for every
     algorithm, not only the hierarchical one that reads it (a flag that does nothing this time is still wrong)."""
-    from flexcomm.costmodel.errors import InputError
-
     per_node = args.ranks_per_node
     if per_node is not None and per_node >= 1 and args.ranks > per_node and args.ranks % per_node:
         raise InputError("ranks", args.ranks, f"a multiple of the {per_node} --ranks-per-node (or at most that "
@@ -114,8 +110,6 @@ def parameter_count_hint(size: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm._pricing import cost
-
     hint = parameter_count_hint(args.size)
     if hint:
         print(hint, file=sys.stderr)
@@ -138,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result)
         if executions:
-            from flexcomm.costmodel.collective_libraries.runtime import describe
 
             print("\n".join(line for e in executions for line in describe(e)))
     return 0

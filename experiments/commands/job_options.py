@@ -14,7 +14,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compute import ZOO_TRANSFORMER_SHAPES
+from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.job import GPT_SHAPE_KEYS, Job, global_batch, load_job
 
@@ -73,8 +75,6 @@ def _value_of(typed: Sequence[str], flag: str) -> str:
 def _check_plan_is_the_job(job: Job, path: str) -> None:
     """A plan made for another job (another shape, layout, batch or cluster) is refused by the field that
     differs: simulating it would answer a question the job did not ask."""
-    from flexcomm.costmodel.documents import read_document
-
     if not path:
         return  # the simulator names the missing value itself
     plan = read_document(path, "llm-plan", "plan file")
@@ -91,7 +91,6 @@ def _check_plan_is_the_job(job: Job, path: str) -> None:
             planned[f"gpt.{key}"], asked[f"gpt.{key}"] = shape.get(key), getattr(job.gpt, key)
     batch = plan.get("batch_size")
     if job.batch_per_device is not None and isinstance(batch, int) and plan.get("cluster") == job.cluster:
-        from flexcomm.costmodel.cluster import load_cluster
 
         world = load_cluster(job.cluster).world_size
         planned["batch_per_device"] = batch // world if batch % world == 0 else batch / world
@@ -103,8 +102,6 @@ def _check_plan_is_the_job(job: Job, path: str) -> None:
 
 
 def _plan_words(job: Job, typed: Sequence[str]) -> tuple[list[str], list[Unpriced]]:
-    from flexcomm.costmodel.cluster import load_cluster
-
     words = ["--cluster", job.cluster]
     shape = job.gpt
     if job.model in ZOO_TRANSFORMER_SHAPES:  # the zoo's transformer, planned as the GPT of its shape

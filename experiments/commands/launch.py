@@ -7,6 +7,9 @@ import argparse
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.costmodel.units import parse_time
+from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
+from flexcomm.real_backend.elastic_report import measure, summary_line
+from flexcomm.real_backend.launch import launch, sigterm_as_exit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.launch import launch, sigterm_as_exit
-
     if args.nproc < 1:
         raise InputError("nproc", args.nproc, "an integer >= 1")
     MAX_LOCAL_PROCESSES.check("nproc", args.nproc)
@@ -59,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("master-port", args.master_port, "no --master-port with --elastic (each round of an elastic "
                          "run rendezvouses on a free port of its own)")
     if args.elastic is not None:
-        from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
 
         low, high = parse_elastic(args.elastic)
         if high != args.nproc:
@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
             elastic = launch_elastic(args.command, low, high, log_dir=args.log_dir or "results/elastic",
                                      timeout_s=timeout, backend=args.backend, dist_timeout_s=dist_timeout)
         if args.report and elastic.returncode == 0 and len(elastic.rounds) > 1:
-            from flexcomm.real_backend.elastic_report import measure, summary_line
 
             report = measure(args.log_dir or "results/elastic", args.report)
             print(f"{summary_line(report)}; wrote {args.report}/elastic_report.json, {args.report}/elastic.png")

@@ -6,7 +6,16 @@ import argparse
 import json
 import time
 
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, output_folder, print_written
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.units import parse_count
+from flexcomm.experiments.commands.common import (
+    add_cluster_arguments,
+    cluster_from_args,
+    output_folder,
+    print_written,
+    single_threaded_torch,
+)
+from flexcomm.experiments.options import pareto_configs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.costmodel.units import parse_count
-    from flexcomm.experiments.commands.common import single_threaded_torch
-    from flexcomm.experiments.options import pareto_configs
 
     # every option first, without torch (the study imports it): a refusal costs the CLI's start-up only
     cluster = cluster_from_args(args)

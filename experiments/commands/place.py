@@ -10,9 +10,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
 from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
+from flexcomm.experiments.options import ES_RULES, GRAPH_NAMES, PLACE_BASELINES, PLACE_METHODS
+from flexcomm.placement.devices import DeviceSet
+from flexcomm.placement.es import ESConfig
+from flexcomm.placement.simulator import PlacementProblem
+from flexcomm.planner.rank_devices import load_plan_cluster
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,9 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
-    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
-    from flexcomm.experiments.options import GRAPH_NAMES
-
     if args.model not in GRAPH_NAMES:
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES))
     if args.batch_size < 1:
@@ -90,8 +96,6 @@ def _check(args: argparse.Namespace) -> None:
 def _check_names(args: argparse.Namespace) -> None:
     """Method, ES start and rule names against torch-free mirrors (:mod:`experiments.options`; the placement
     modules import torch)."""
-    from flexcomm.experiments.options import ES_RULES, PLACE_BASELINES, PLACE_METHODS
-
     names = [m.strip() for m in args.method.split(",") if m.strip()]
     if names != ["all"] and (not names or any(m not in PLACE_METHODS for m in names)):
         raise InputError("method", args.method, "all, or a comma-separated list of " + ", ".join(PLACE_METHODS))
@@ -102,10 +106,6 @@ def _check_names(args: argparse.Namespace) -> None:
 
 
 def _devices(args: argparse.Namespace):
-    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from flexcomm.placement.devices import DeviceSet
-    from flexcomm.planner.devices import load_plan_cluster
-
     plan = load_plan_cluster(args.cluster)
     if args.profile:
         plan = plan.with_cluster(calibrated_cluster(plan.cluster, CalibrationProfile.load(args.profile)))
@@ -122,15 +122,8 @@ def run(args: argparse.Namespace) -> int:
     from flexcomm.placement.compare import parse_methods
 
     methods = parse_methods(args.method)
-
-    import pandas as pd
-    from tqdm import tqdm
-
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
     from flexcomm.placement.compare import compare, markdown, table
-    from flexcomm.placement.es import ESConfig
     from flexcomm.placement.ppo import PPOConfig
-    from flexcomm.placement.simulator import PlacementProblem
     from flexcomm.planner.graphs import build_graph
 
     graph = build_graph(args.model, batch_size=args.batch_size)
@@ -144,8 +137,34 @@ def run(args: argparse.Namespace) -> int:
                         iterations=args.iterations, seed=args.seed)
 
     bars: list = []
+    progress = _progress(args, bars)
+    try:
+        comparison = compare(problem, methods, es=es_cfg, ppo=ppo_cfg, progress=progress, es_start=args.es_start)
+    finally:
+        for bar in bars:
+            bar.close()
+    frame = table(problem, comparison)
+    chosen = comparison.best(methods)
+    title = (f"{args.model} (batch {args.batch_size}, {args.micro_batches} micro-batches) on "
+             f"{devices.count} devices of {devices.cluster_name}")
+    payload = _write_tables(args, out, frame, title, comparison, problem, graph, devices, chosen)
+    if not args.no_plot:
+        from flexcomm.placement.plots import search_curves, timeline
 
-    def progress(method: str):
+        if comparison.curves:
+            search_curves(comparison, out / "search_curves.png", title)
+        timeline(problem, chosen.placement, out / "timeline.png", f"{chosen.method} on {devices.count} devices")
+    print(markdown(frame, title))
+    print(f"best: {chosen.method} {chosen.step_time_s * 1e3:.4g} ms "
+          f"({payload['speedup_vs_single']:.2f}x over single device); wrote {out}/")
+    return 0
+
+
+def _progress(args: argparse.Namespace, bars: list):  # noqa: ANN202 - compare()'s progress factory
+    """One tqdm bar per search method, each closed when the next starts (none with --no-progress)."""
+    from tqdm import tqdm
+
+    def progress(method: str):  # noqa: ANN202
         if args.no_progress:
             return None
         for old in bars:  # one bar at a time: the previous search has finished
@@ -159,15 +178,16 @@ def run(args: argparse.Namespace) -> int:
             bar.update(max(0, int(round(100 * fraction)) - bar.n))  # redraws at most every mininterval
         return report
 
-    try:
-        comparison = compare(problem, methods, es=es_cfg, ppo=ppo_cfg, progress=progress, es_start=args.es_start)
-    finally:
-        for bar in bars:
-            bar.close()
-    frame = table(problem, comparison)
-    chosen = comparison.best(methods)
-    title = (f"{args.model} (batch {args.batch_size}, {args.micro_batches} micro-batches) on "
-             f"{devices.count} devices of {devices.cluster_name}")
+    return progress
+
+
+def _write_tables(args: argparse.Namespace, out: Path, frame, title: str, comparison, problem, graph,  # noqa: ANN001
+                  devices, chosen) -> dict:
+    """comparison.csv/.md, curves.csv, placement.csv and placement.json (returned), each written atomically."""
+    import pandas as pd
+
+    from flexcomm.placement.compare import markdown  # torch, as the whole placement engine
+
     write_csv_atomic(frame, out / "comparison.csv")
     write_text_atomic(out / "comparison.md", markdown(frame, title))
     curves = [{"method": m, "wall_s": w, "evaluations": e, "best_step_time_s": b}
@@ -189,13 +209,4 @@ def run(args: argparse.Namespace) -> int:
         "placement": {str(v): names[d] for v, d in zip(problem.nodes, chosen.placement, strict=True)},
     }
     write_text_atomic(out / "placement.json", json.dumps(payload, indent=2) + "\n")
-    if not args.no_plot:
-        from flexcomm.placement.plots import search_curves, timeline
-
-        if comparison.curves:
-            search_curves(comparison, out / "search_curves.png", title)
-        timeline(problem, chosen.placement, out / "timeline.png", f"{chosen.method} on {devices.count} devices")
-    print(markdown(frame, title))
-    print(f"best: {chosen.method} {chosen.step_time_s * 1e3:.4g} ms "
-          f"({payload['speedup_vs_single']:.2f}x over single device); wrote {out}/")
-    return 0
+    return payload

@@ -7,25 +7,32 @@ import math
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from flexcomm.costmodel.atomic import write_csv_atomic
+from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
 from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
-from flexcomm.costmodel.limits import Limit
+from flexcomm.costmodel.limits import MAX_GLOBAL_BATCH
+from flexcomm.costmodel.units import format_size, format_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
 from flexcomm.experiments.commands.job_options import add_job_argument
+from flexcomm.experiments.commands.plan_gpt import run_transformer
+from flexcomm.experiments.commands.plan_layouts import is_layout_model, run_layouts
+from flexcomm.experiments.options import GRAPH_NAMES
+from flexcomm.experiments.whatif_step import exchange_lines
+from flexcomm.planner.llm.transformer_plan import GPT_SEQUENCES
+from flexcomm.planner.rank_devices import load_plan_cluster
+from flexcomm.sim.workload import DEFAULT_BATCH
+from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
 
-#: The global batch one plan may price. The largest published data-parallel batches are ~65,536 samples
-#: (ResNet-50 on ImageNet, BERT with LAMB) and a few thousand sequences (LLM pre-training, 4-16M tokens); 2^20
-#: is 16x beyond, while 10^12 priced an 8-year step without a word.
-MAX_GLOBAL_BATCH = Limit("FLEXCOMM_MAX_GLOBAL_BATCH", 2**20, "samples in one global batch")
 #: Default batch of the graph planner's models, per device, where ``simulate`` names no default of its own: Goyal
 #: et al. 2017 ("Accurate, Large Minibatch SGD") train ResNet-50 with 32 images per GPU at every scale, as
 #: data-parallel CNN training commonly does.
 SAMPLES_PER_DEVICE = 32
-#: Default batch of ``--model gpt``, in sequences: GPT-2's (Radford et al. 2019: "a larger batchsize of 512").
-GPT_SEQUENCES = 512
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -101,9 +108,7 @@ def _check_int(name: str, value: int, minimum: int) -> None:
 
 
 def _check_shared(args: argparse.Namespace) -> None:
-    """Options both planners take, checked before the graph is traced (torch; seconds): a typo fails at once."""
-    if args.balance not in ("speed", "even"):
-        raise InputError("balance", args.balance, "one of speed, even")
+    """The graph planner's options, checked before the graph is traced (torch; seconds): a typo fails at once."""
     if not (math.isfinite(args.memory_fraction) and 0 < args.memory_fraction <= 1):
         raise InputError("memory-fraction", args.memory_fraction, "a fraction in (0, 1]")
     if args.efficiency is not None and not (math.isfinite(args.efficiency) and 0 < args.efficiency <= 1):
@@ -112,75 +117,62 @@ def _check_shared(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None:
             _check_int(flag.replace("_", "-"), value, 1)
-    for flag in ("tp", "pp", "nics_per_node"):
+    for flag in ("tp", "pp", "nics_per_node"):  # the transformer planner's options
         if getattr(args, flag) is not None:
             _check_int(flag.replace("_", "-"), getattr(args, flag), 1)
-    if args.model != "gpt":  # the transformer planner's options: accepted and ignored otherwise
-        for flag in ("tp", "pp", "nics_per_node"):
-            if getattr(args, flag) is not None:
-                raise InputError(flag.replace("_", "-"), getattr(args, flag), "--model gpt (the transformer planner's "
-                                 "option; the operator-graph planner searches every split itself)")
+            raise InputError(flag.replace("_", "-"), getattr(args, flag), "--model gpt (the transformer planner's "
+                             "option; the operator-graph planner searches every split itself)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
-    from flexcomm.costmodel.units import format_size, format_time
-
+    """``flexcomm plan``: a current LLM's layouts, a GPT's transformer plans, or a traced model's graph plans."""
     # everything checkable without torch first: a typo is a one-line error within a second
-    from flexcomm.experiments.commands.plan_layouts import is_layout_model, run_layouts
-    from flexcomm.experiments.options import GRAPH_NAMES
-    from flexcomm.planner.devices import load_plan_cluster
-    from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
-
     if is_layout_model(args.model):
         return run_layouts(args)
     if args.capacity_factor is not None:
         raise InputError("capacity-factor", args.capacity_factor, "a mixture-of-experts preset or config.json as "
                          "--model (the layout planner's option)")
-
     if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
         raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
                          + f", or your model as {FACTORY_FORM}")
+    _check_int("top", args.top, 1)
+    _check_int("samples", args.samples, 1)
+    if args.search not in ("exhaustive", "random"):
+        raise InputError("search", args.search, "exhaustive or random")
+    if args.balance not in ("speed", "even"):
+        raise InputError("balance", args.balance, "one of speed, even")
+    if args.model == "gpt":
+        return run_transformer(args)
+    return _run_graph(args)
+
+
+def _check_graph_flags(args: argparse.Namespace) -> GradientScheme:
+    """The graph planner's flags, checked before its cluster is read or its model traced."""
     if args.batch_size is not None:
         _check_int("batch-size", args.batch_size, 1)
         MAX_GLOBAL_BATCH.check("batch-size", args.batch_size)
-    _check_int("top", args.top, 1)
-    _check_int("samples", args.samples, 1)
     if args.simulate_top is None:
-        args.simulate_top = 1 if args.model == "gpt" else 3
+        args.simulate_top = 3
     _check_int("simulate-top", args.simulate_top, 0)
-    if args.search not in ("exhaustive", "random"):
-        raise InputError("search", args.search, "exhaustive or random")
     _check_shared(args)
     exchange = GradientScheme(args.scheme, args.ratio)
     if args.scheme == "dense" and args.ratio != DEFAULT_TOPK_RATIO:
         raise InputError("ratio", args.ratio, "--scheme topk-ag or topk-ar (the fraction Top-k keeps)")
-    cluster = load_plan_cluster(args.cluster)
-    if args.profile:
-        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
-    defaulted = args.batch_size is None
-    if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
-        args.batch_size = GPT_SEQUENCES if args.model == "gpt" else default_batch_per_device(args.model) * \
-            cluster.world_size
-    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
-               if getattr(args, k) is not None}
-    if args.model != "gpt" and args.attention != "fused":
+    if args.attention != "fused":
         raise InputError("attention", args.attention, "--model gpt: the transformer planner prices attention one way "
                          "or the other; a traced model's ops are what it runs")
-    if args.model == "gpt":
-        from flexcomm.planner.llm.cli import plan_transformer
+    return exchange
 
-        code = plan_transformer(args, cluster, options, exchange)
-        print_exchange(exchange)
-        return code
 
+def _graph_pricer(args: argparse.Namespace, cluster, exchange: GradientScheme):  # noqa: ANN001, ANN202
+    """The model traced into its operator graph, cut into pipeline units and priced per plan on ``cluster``
+    (a PlanCluster): (graph, units, Pricer). Imported here: tracing needs torch."""
     from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
+    from flexcomm.planner.pipeline_units import build_units
     from flexcomm.planner.plans import Pricer
-    from flexcomm.planner.report import write_outputs
-    from flexcomm.planner.search import search
-    from flexcomm.planner.units import build_units
 
-    output_folder(args.out)  # after the checks (a refused plan creates nothing), before the graph is traced
+    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
+               if getattr(args, k) is not None}
     compute = None if args.efficiency is not None else DeviceCompute.of(pricing_device(cluster))
     if args.op_times:
         measured_batch, measured, peak = load_op_times(args.op_times)
@@ -193,7 +185,10 @@ def run(args: argparse.Namespace) -> int:
                         compute=compute)
     pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction,
                     exchange=exchange)
+    return graph, units, pricer
 
+
+def _progress(args: argparse.Namespace):  # noqa: ANN202 - the search's progress wrapper
     def progress(plans, total):  # noqa: ANN001, ANN202 - tqdm's iterable
         if args.no_progress:
             return plans
@@ -202,25 +197,51 @@ def run(args: argparse.Namespace) -> int:
         return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing",
                     disable=None)
 
-    result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
-                    simulate_top=args.simulate_top, progress=progress)
-    if not result.ranked:  # keep the evidence: every plan and why it did not fit
-        from flexcomm.costmodel.atomic import write_csv_atomic
+    return progress
 
+
+def _run_graph(args: argparse.Namespace) -> int:
+    """The operator-graph planner: trace, price every plan, simulate the best few, write and print."""
+    from flexcomm.planner.report import write_outputs
+    from flexcomm.planner.search import search
+
+    exchange = _check_graph_flags(args)
+    cluster = load_plan_cluster(args.cluster)
+    if args.profile:
+        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
+    defaulted = args.batch_size is None
+    if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
+        args.batch_size = default_batch_per_device(args.model) * cluster.world_size
+    output_folder(args.out)  # after the checks (a refused plan creates nothing), before the graph is traced
+    graph, units, pricer = _graph_pricer(args, cluster, exchange)
+    result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
+                    simulate_top=args.simulate_top, progress=_progress(args))
+    if not result.ranked:  # keep the evidence: every plan and why it did not fit
         table = result.table()
         write_csv_atomic(table, Path(args.out) / "plans.csv")
         raise InputError("cluster", args.cluster, f"devices with room for {graph.graph['name']} at batch "
                          f"{args.batch_size}: all {len(table)} plans rejected, closest: {table['reason'].iloc[0]} "
                          f"(see {Path(args.out) / 'plans.csv'})")
-    best = result.best
     written = write_outputs(result, pricer, Path(args.out), args.top,
                             extra={"model": graph.graph["name"], "parameters": graph.graph["parameters"],
                                    "options": graph.graph["options"], "cluster": cluster.name,
                                    "batch_size": args.batch_size, "balance": args.balance, "seed": args.seed,
                                    "search": args.search})
+    _print_graph_plans(args, result, graph, len(units), cluster, defaulted)
+    print("wrote " + ", ".join(str(p) for p in written))
+    print_exchange(exchange)
+    return 0
+
+
+def _print_graph_plans(args: argparse.Namespace, result, graph, unit_count: int, cluster,  # noqa: ANN001
+                       defaulted: bool) -> None:
+    """The job, the search's size and speed, the best plan and the distinct top schedules."""
+    from flexcomm.planner.search import signature
+
+    best = result.best
     rate = len(result.costs) / result.pricing_s if result.pricing_s > 0 else float("inf")
     described = f"; {graph.graph['description']}" if graph.graph.get("description") else ""
-    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {len(units)} pipeline units{described}) "
+    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {unit_count} pipeline units{described}) "
           f"on {cluster.name} ({cluster.world_size:,} devices), batch {args.batch_size:,} "
           f"({args.batch_size / cluster.world_size:,.4g} a device{', the default' if defaulted else ''})")
     if graph.graph.get("input_text"):  # what was assumed about the user's model: said, not hidden
@@ -232,46 +253,31 @@ def run(args: argparse.Namespace) -> int:
           + (f", simulated {format_time(result.simulated[best.config.label])}"
              if best.config.label in result.simulated else ""))
     table = result.table()
-    from flexcomm.planner.search import signature
-
     keys = {c.config.label: signature(c.config) for c in result.ranked}
     rows = table[table["feasible"]]
     distinct = rows[~rows["plan"].map(keys).duplicated()]
     print("top schedules (fastest ZeRO stage and micro-batch count where only memory differs; numbered as in "
           "plans.png):")
-    import pandas as pd
-
     for place, row in enumerate(distinct.head(min(args.top, 5)).itertuples(), start=1):
         simulated = (f"  simulated {format_time(float(row.simulated_step_s)):>9s}"
                      if pd.notna(row.simulated_step_s) else "")  # None/NaN when not simulated
         print(f"  {place:3d}. {row.plan:32s} model {format_time(row.step_s):>9s}{simulated}  loses on {row.loses_on}")
-    print("wrote " + ", ".join(str(p) for p in written))
-    print_exchange(exchange)
-    return 0
 
 
 def default_batch_per_device(model: str) -> int:
     """Samples per device when ``--batch-size`` is not given: ``simulate``'s default batch per rank for a model
     both engines name (one job, one default), else :data:`SAMPLES_PER_DEVICE`."""
-    from flexcomm.sim.workload import DEFAULT_BATCH
-
     return DEFAULT_BATCH.get(str(model).strip().lower(), SAMPLES_PER_DEVICE)
 
 
-def pricing_device(cluster):  # cluster: planner.devices.PlanCluster -> costmodel.cluster.Device
+def pricing_device(cluster):  # cluster: planner.rank_devices.PlanCluster -> costmodel.cluster_parts.Device
     """The device the graph planner prices a traced model's kernels on: the fastest of the pool, as ``simulate``
     prices each layer on its rank's device (:class:`costmodel.device_compute.DeviceCompute`); slower devices of a
-    mixed pool scale that price by their peak (:mod:`planner.units`)."""
+    mixed pool scale that price by their peak (:mod:`planner.pipeline_units`)."""
     return max(cluster.devices, key=lambda device: device.peak_flops)
 
 
 def print_exchange(exchange: GradientScheme) -> None:
     """With --scheme: what the plans priced for it, and its accuracy cost where the project measured one."""
-    if exchange.dense:
-        return
-    from flexcomm.experiments.whatif_step import accuracy_cost
-
-    ratio = f" at ratio {exchange.ratio:g}" if exchange.scheme.startswith("topk") else ""
-    print(f"data-parallel exchange: {exchange.scheme}{ratio} (its calls, device work and error-feedback memory "
-          f"priced in every plan); accuracy cost: "
-          f"{accuracy_cost(exchange.scheme, exchange.ratio if ratio else 1.0)}")
+    for line in exchange_lines(exchange):
+        print(line)

@@ -15,6 +15,7 @@ from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.experiments.published_llm_plots import plot_layout_parts
 from flexcomm.planner.llm.architecture import Architecture
 from flexcomm.planner.llm.hf_config import model_architecture
 from flexcomm.planner.llm.layout import check_capacity_factor
@@ -47,8 +48,6 @@ def run_layouts(args: argparse.Namespace) -> int:
 
 def _write_and_print(args: argparse.Namespace, arch: Architecture, cluster_name: str, found: LayoutSearch) -> None:
     """``layouts.csv``, ``best_layout.json``, ``layouts.png`` and the console summary of one search."""
-    from flexcomm.experiments.published_llm_plots import plot_layout_parts  # matplotlib
-
     gpus, batch, seq_len, precision = found.gpus, found.global_batch, found.seq_len, found.precision
     ranked = [c for c in found.ranked if (args.tp is None or c.layout.tp == args.tp)
               and (args.pp is None or c.layout.pp == args.pp)]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from flexcomm.experiments.commands.common import print_written
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
+from flexcomm.experiments.commands.common import output_folder, print_written, single_threaded_torch
+from flexcomm.experiments.options import check_reproduction_ids
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,10 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.costmodel.errors import InputError
-    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES
-    from flexcomm.experiments.commands.common import output_folder, single_threaded_torch
-    from flexcomm.experiments.options import check_reproduction_ids
 
     # every option before the studies load (they import torch): a refusal costs the CLI's start-up only
     if args.seed < 0:

@@ -10,11 +10,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flexcomm._running import simulate
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
 from flexcomm.experiments.commands.job_options import add_job_argument
+from flexcomm.experiments.commands.simulate_recovery import run_recovery
+from flexcomm.experiments.commands.simulate_trace import add_arguments as add_trace_arguments
+from flexcomm.experiments.commands.simulate_trace import run_from_trace
+from flexcomm.planner.llm.step_sim import Experts, load_step_plan, simulate_step, write_step
+from flexcomm.sim.network import COUPLINGS, SHARINGS
+from flexcomm.sim.scenario import load_scenario, run_scenario, write_scenario
+from flexcomm.sim.trace import write_chrome_trace
+from flexcomm.sim.training import parse_stragglers
 from flexcomm.workloads.names import is_factory_reference
 
 
@@ -27,6 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "failures with checkpoint-restart or elastic shrink. Prints a per-iteration table and the median "
         "breakdown; --json prints a JSON object, --out writes CSVs, --trace a Chrome/Perfetto trace.",
     )
+    _add_job_flags(parser)
+    _add_dynamics_and_fault_flags(parser)
+    _add_llm_and_recovery_flags(parser)
+    _add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+    """The cluster, the workload and how its gradients are exchanged."""
     add_cluster_arguments(parser)
     add_job_argument(parser)
     parser.add_argument("--workload", help="resnet18, resnet50, vgg16, alexnet, transformer-1.3b (or a "
@@ -51,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--optimizer-time", default="0s", help="optimizer step after the last bucket (default 0s)")
     parser.add_argument("--granularity", default="auto", help="auto (steps with network dynamics), aggregate "
                         "or steps")
+
+
+def _add_dynamics_and_fault_flags(parser: argparse.ArgumentParser) -> None:
+    """Network dynamics, stragglers and faults."""
     net = parser.add_argument_group("network dynamics")
     net.add_argument("--network-trace", help="CSV of link changes: time_s, link, bandwidth, latency")
     net.add_argument("--jitter", type=float, help="lognormal bandwidth jitter sigma on inter-node links")
@@ -74,6 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     faults.add_argument("--repair-time", help="time until a failed element is back (default 5min; --recovery: 4h)")
     faults.add_argument("--elastic", action="store_true", help="shrink to the surviving nodes, grow back at the "
                         "first checkpoint after the repair")
+
+
+def _add_llm_and_recovery_flags(parser: argparse.ArgumentParser) -> None:
+    """One step of a transformer plan (--llm-plan), flow sharing, and long-horizon recovery (--recovery)."""
     llm = parser.add_argument_group("one step of a 3-D parallel transformer plan with contention (--llm-plan)")
     llm.add_argument("--llm-plan", help="best_plan.json of `flexcomm plan --model gpt` (or a YAML with the same "
                      "keys): simulate one training step on every GPU of --cluster; prints the step, the planner's "
@@ -103,8 +131,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     recovery.add_argument("--batch-size", type=int, help="global batch in sequences (default: the model's row)")
     recovery.add_argument("--mtbf-study", action="store_true", help="sweep MTBF x job size x checkpoint interval "
                           "and map the best policy per cell (writes recovery_study.csv/.png under --out)")
-    from flexcomm.experiments.commands.simulate_trace import add_arguments as add_trace_arguments
 
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """Traces in, files and lines out."""
     add_trace_arguments(parser)
     out = parser.add_argument_group("output")
     out.add_argument("--trace", help="write a Chrome trace JSON (chrome://tracing, Perfetto)")
@@ -112,7 +143,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--json", action="store_true", help="print a JSON object (iterations + summary)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     out.add_argument("--out", help="directory for iterations.csv, buckets.csv, events.csv, faults.csv, summary.json")
-    parser.set_defaults(handler=run)
 
 
 def _plain(value: Any) -> Any:
@@ -162,8 +192,6 @@ def run_llm_step(args: argparse.Namespace) -> int:
     started = time.time()
     from dataclasses import replace
 
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.planner.llm.step_sim import Experts, load_step_plan, simulate_step, write_step
 
     if not args.cluster:
         raise InputError("cluster", None, "--cluster NAME|FILE: the GPUs the plan runs on")
@@ -178,7 +206,6 @@ def run_llm_step(args: argparse.Namespace) -> int:
         if "ep" not in fields:
             raise InputError("experts", args.experts, "ep=N (expert-parallel replicas), e.g. ep=8,top_k=2")
         step = replace(step, experts=Experts(**fields))
-    from flexcomm.sim.training import parse_stragglers
 
     cluster = load_cluster(args.cluster)
     stragglers = parse_stragglers(args.straggler, cluster.devices_per_node, cluster.nodes)
@@ -209,8 +236,6 @@ def run_llm_step(args: argparse.Namespace) -> int:
 def run_scenario_file(args: argparse.Namespace) -> int:
     """``--scenario FILE``: every job together, then each alone; files under --out (default results/scenario)."""
     started = time.time()
-    from flexcomm.sim.network import COUPLINGS, SHARINGS
-    from flexcomm.sim.scenario import load_scenario, run_scenario, write_scenario
 
     if args.cluster or args.workload:
         raise InputError("scenario", args.scenario, "a scenario alone (its file names the cluster and the jobs; "
@@ -291,12 +316,9 @@ def _refuse_unread(args: argparse.Namespace, given: list[str], read: set[str], m
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm._running import simulate
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-
+    """``flexcomm simulate``: one of its modes, or the training job on the simulator, written and printed."""
     refuse_ignored_options(args)
     if args.from_trace:
-        from flexcomm.experiments.commands.simulate_trace import run_from_trace
 
         return run_from_trace(args)
     if args.scenario:
@@ -304,7 +326,6 @@ def run(args: argparse.Namespace) -> int:
     if args.llm_plan:
         return run_llm_step(args)
     if args.recovery is not None or args.mtbf_study:
-        from flexcomm.experiments.commands.simulate_recovery import run_recovery
 
         return run_recovery(args)
     for name in ("cluster", "workload"):
@@ -316,6 +337,25 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations < 1:
         raise InputError("iterations", args.iterations, "an integer >= 1")
+    started = time.perf_counter()
+    result = _simulate_with_progress(args)
+    wall = time.perf_counter() - started
+    summary = result.summary()
+    summary["wall_s"] = wall
+    written = _write_outputs(args, result, summary)
+    if args.json:
+        print_json({"config": _plain(result.config), "summary": _plain(summary),
+                    "iterations": _records(result.iterations), "faults": _records(result.faults),
+                    "events": _records(result.events), "files": written})
+        return 0
+    _print_job(args, result, summary, wall)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _simulate_with_progress(args: argparse.Namespace):  # noqa: ANN202 - a TrainingResult
+    """The job simulated as the flags describe it, with a progress bar on a terminal."""
     bar = None
     if sys.stderr.isatty() and not args.json and not args.no_progress:
         from tqdm import tqdm
@@ -323,9 +363,8 @@ def run(args: argparse.Namespace) -> int:
         bar = tqdm(total=args.iterations, unit="it", file=sys.stderr, leave=False, desc="simulating",
                    disable=None)
     progress = None if bar is None else (lambda done, total: bar.update(done - bar.n))
-    started = time.perf_counter()
     try:
-        result = simulate(
+        return simulate(
             args.cluster, args.workload, iterations=args.iterations, ranks=args.ranks, batch=args.batch,
             scheme=args.scheme, ratio=args.ratio, algorithm=args.algorithm, bucket_size=args.bucket_size,
             buckets=args.buckets, efficiency=args.efficiency, optimizer_time=args.optimizer_time,
@@ -338,13 +377,12 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    wall = time.perf_counter() - started
-    summary = result.summary()
-    summary["wall_s"] = wall
 
+
+def _write_outputs(args: argparse.Namespace, result, summary: dict) -> list[str]:  # noqa: ANN001
+    """The Chrome trace (``--trace``) and the tables and summary (``--out``), each written atomically."""
     written: list[str] = []
     if args.trace:
-        from flexcomm.sim.trace import write_chrome_trace
 
         written.append(str(write_chrome_trace(result, args.trace)))
     if args.out:
@@ -354,12 +392,11 @@ def run(args: argparse.Namespace) -> int:
             written.append(str(write_csv_atomic(frame, folder / f"{name}.csv")))
         payload = {"config": _plain(result.config), "summary": _plain(summary)}
         written.append(str(write_text_atomic(folder / "summary.json", json.dumps(payload, indent=2) + "\n")))
+    return written
 
-    if args.json:
-        print_json({"config": _plain(result.config), "summary": _plain(summary),
-                    "iterations": _records(result.iterations), "faults": _records(result.faults),
-                    "events": _records(result.events), "files": written})
-        return 0
+
+def _print_job(args: argparse.Namespace, result, summary: dict, wall: float) -> None:  # noqa: ANN001
+    """The job, its iterations, the median iteration's parts, the whole job and its faults."""
     buckets = result.bucket_list
     first = result.config.get("first_bucket_cap")
     plural = "" if len(buckets) == 1 else "s"
@@ -384,6 +421,11 @@ def run(args: argparse.Namespace) -> int:
           f"(of {_ms(summary['median_comm_s'])} comm), stall {_ms(summary['median_stall_s'])}")
     print(f"job {_ms(result.job_time_s)} for {result.completed} iterations, {summary['samples_per_s']:,.0f} samples/s; "
           f"{result.sim_events:,} simulated events in {wall:.2f}s")
+    _print_faults(result)
+
+
+def _print_faults(result) -> None:  # noqa: ANN001
+    """Each fault drawn and what it did, and the time the job lost to failures and checkpoints."""
     for row in result.faults.to_dict("records"):
         when = f"at {_ms(row['time_s'])}"
         if row["effect"] == "after job end":
@@ -400,6 +442,3 @@ def run(args: argparse.Namespace) -> int:
               f"{_ms(lost.reduced_throughput_s)}")
     if result.aborted:
         print(f"aborted after {lost.restarts} restarts (max_restarts)")
-    for path in written:
-        print(f"wrote {path}")
-    return 0

@@ -8,8 +8,12 @@ import math
 from collections import Counter
 from typing import Any
 
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_size
+from flexcomm.experiments.commands.common import cluster_from_args, emit_report
+from flexcomm.sim.gpu_job import Settings, replay_job
+from flexcomm.workloads.profiler_trace import step_numbers
 
 #: Options of the host path a GPU replay has no use for (refused, not ignored).
 _HOST_ONLY = (("bandwidth", None), ("host_cores", None), ("compress_throughput", None), ("straggler", []),
@@ -18,10 +22,6 @@ _HOST_ONLY = (("bandwidth", None), ("host_cores", None), ("compress_throughput",
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.experiments.commands.common import cluster_from_args
-    from flexcomm.sim.gpu_job import Settings
-
     for dest, default in _HOST_ONLY:
         value = getattr(args, dest, default)
         if value not in (default, None):
@@ -42,8 +42,6 @@ def run_gpu_trace(args: argparse.Namespace) -> int | None:
     """Replay GPU traces; None where the traces are host-only (the CPU path takes them). The traces are read
     once: options are judged first, and an option only the CPU path takes is refused once the traces prove to
     be a GPU job."""
-    from flexcomm.sim.gpu_job import Settings, replay_job
-
     try:
         settings, problem = _settings(args), None
     except InputError as exc:
@@ -53,7 +51,6 @@ def run_gpu_trace(args: argparse.Namespace) -> int | None:
         return None
     if problem is not None:
         raise problem
-    from flexcomm.experiments.commands.common import emit_report
 
     return emit_report(args, job_report(job), report_lines)
 
@@ -120,8 +117,6 @@ def _calls_summary(calls: list[dict[str, Any]], step: int) -> list[str]:
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """What ``simulate --from-trace`` prints for a GPU job."""
-    from flexcomm.workloads.profiler_trace import step_numbers
-
     job = report["job"]
     first = report["per_rank"][0]
     m = first["measured"]

@@ -8,10 +8,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.atomic import write_csv_atomic
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_duration as duration
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
-from flexcomm.planner.llm.recovery import nic_Bps_per_node, recovery_workloads, training_precision
+from flexcomm.planner.llm.recovery import (
+    TransformerRecoveryPlanner,
+    nic_Bps_per_node,
+    recovery_workloads,
+    training_precision,
+)
+from flexcomm.sim.recovery import (
+    FLEET_NODE_MTBF_S,
+    FLEET_NODE_MTBF_SOURCE,
+    POLICIES,
+    RecoveryConfig,
+    check_run_size,
+    checkpoint_interval_s,
+    planning_charge_s,
+    simulate_recovery,
+)
+from flexcomm.sim.recovery_plots import plot_goodput, plot_study
 
 #: The study's axes: node MTBF (hours), job nodes, checkpoint intervals (Young/Daly's is always added).
 STUDY_MTBF_H = (12.0, 48.0, 192.0)
@@ -20,8 +38,6 @@ STUDY_INTERVALS_S = (300.0, 1800.0, 7200.0)
 
 
 def _policies(text: str) -> list[str]:
-    from flexcomm.sim.recovery import POLICIES
-
     names = list(POLICIES) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
     for name in names:
         if name not in POLICIES:
@@ -31,8 +47,6 @@ def _policies(text: str) -> list[str]:
 
 def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
     """(Megatron row, cluster of the job's nodes, nodes, batch)."""
-    from flexcomm.costmodel.cluster import load_cluster
-
     models = recovery_workloads()
     if args.workload not in models:
         raise InputError("workload", args.workload, "with --recovery one of " + ", ".join(models))
@@ -49,8 +63,6 @@ def _job(args: argparse.Namespace) -> tuple[Any, Any, int, int]:
 
 def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: float, nodes: int,
             interval: float | None = None, mtbf_s: float | None = None) -> Any:
-    from flexcomm.sim.recovery import FLEET_NODE_MTBF_S, RecoveryConfig, checkpoint_interval_s, planning_charge_s
-
     if mtbf_s is not None:
         mtbf = mtbf_s
     else:
@@ -71,20 +83,15 @@ def _config(args: argparse.Namespace, policy: str, cluster: Any, parameters: flo
 
 
 def run_recovery(args: argparse.Namespace) -> int:
-    from flexcomm.costmodel.atomic import write_csv_atomic
-
     row, cluster, nodes, batch = _job(args)
     if args.mtbf_study:
         return _study(args, row, cluster, batch)
     policies = _policies(args.recovery)
     configs = [_config(args, p, cluster, row.model.parameters, nodes) for p in policies]  # all checked first
-    from flexcomm.sim.recovery import check_run_size
 
     check_run_size(nodes, configs[0])  # the horizon: before the planner searches (one config says it for all)
     import pandas as pd
 
-    from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
-    from flexcomm.sim.recovery import FLEET_NODE_MTBF_SOURCE, simulate_recovery
 
     planner = TransformerRecoveryPlanner(row.model, cluster, batch, precision=training_precision(cluster))
     results = [simulate_recovery(planner, nodes, cluster.devices_per_node, row.model.parameters, c,
@@ -108,7 +115,6 @@ def run_recovery(args: argparse.Namespace) -> int:
         print(f"{r.policy:12s} {r.goodput:10.2f} {r.efficiency:8.1%} {r.failures:8d}  {losses}  "
               f"(simulated in {r.wall_s:.2f}s)")
     if args.out:
-        from flexcomm.sim.recovery_plots import plot_goodput
 
         out = Path(args.out)
         summary = pd.DataFrame([r.summary() for r in results])
@@ -123,10 +129,6 @@ def run_recovery(args: argparse.Namespace) -> int:
 def _study(args: argparse.Namespace, row: Any, cluster: Any, batch: int) -> int:
     import pandas as pd
 
-    from flexcomm.costmodel.atomic import write_csv_atomic
-    from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner
-    from flexcomm.sim.recovery import POLICIES, checkpoint_interval_s, simulate_recovery
-    from flexcomm.sim.recovery_plots import plot_study
 
     if not args.out:
         raise InputError("out", "(missing)", "an output directory for the study, e.g. --out results/recovery")

@@ -8,9 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_bandwidth, parse_time
-from flexcomm.experiments.commands.common import emit_report
+from flexcomm.experiments.commands.common import cluster_from_args, emit_report
+from flexcomm.experiments.commands.simulate_gpu_trace import run_gpu_trace
+from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
+from flexcomm.sim.profile_replay import LINK_SCHEMES, host_compute_scale, link_target, predicted_step_s, replay
+from flexcomm.sim.traced_step import step_profile
+from flexcomm.sim.training import parse_stragglers
+from flexcomm.workloads.profiler_trace import read_profiler_trace, step_numbers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,9 +69,6 @@ def _link_label(rate: float, latency: float, ranks: int) -> str:
 
 def traced_setting(spec: str, world: int) -> Target:
     """``--traced-on``: a link (the trace's own rank count) or a cluster (its first ``world`` ranks)."""
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.sim.profile_replay import link_target
-
     link = _link_spec(spec, "traced-on")
     if link is not None:
         return Target(_link_label(*link, world), link_target(world, *link), world, True)
@@ -76,9 +80,6 @@ def traced_setting(spec: str, world: int) -> Target:
 
 def target_setting(args: argparse.Namespace, traced: Target | None, world: int) -> Target | None:
     """The what-if: ``--cluster``, or ``--bandwidth`` links, or the traced setting at ``--ranks``."""
-    from flexcomm.experiments.commands.common import cluster_from_args
-    from flexcomm.sim.profile_replay import link_target
-
     if args.cluster and args.bandwidth:
         raise InputError("bandwidth", args.bandwidth, "either --cluster or --bandwidth, not both")
     if args.cluster:
@@ -110,12 +111,6 @@ def _pct(predicted: float, measured: float) -> str:
 
 
 def run_from_trace(args: argparse.Namespace) -> int:
-    from flexcomm.experiments.commands.simulate_gpu_trace import run_gpu_trace
-    from flexcomm.sim.profile_replay import LINK_SCHEMES, host_compute_scale, predicted_step_s, replay
-    from flexcomm.sim.traced_step import step_profile
-    from flexcomm.sim.training import parse_stragglers
-    from flexcomm.workloads.profiler_trace import read_profiler_trace
-
     if args.workload or args.scenario or args.llm_plan:
         raise InputError("from-trace", " ".join(args.from_trace), "a trace alone as the workload (drop --workload, "
                          "--scenario, --llm-plan)")
@@ -143,7 +138,6 @@ def run_from_trace(args: argparse.Namespace) -> int:
         raise InputError("compress-throughput", rate, "a positive number of elements per second")
     measured_rate = False
     if target is not None and target.hosts and args.scheme.startswith("topk") and rate is None:
-        from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
 
         # measured by one rank alone; the replay takes the rate under the traced host's load (and rescales it)
         alone = measure_topk_elements_per_s(profile.largest_bucket_elements, args.ratio, target.ranks,
@@ -188,8 +182,6 @@ def _profile_dict(profile: Any) -> dict[str, Any]:
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """What ``simulate --from-trace`` prints: the measured step, its reproduction, the what-if."""
-    from flexcomm.workloads.profiler_trace import step_numbers
-
     p = report["profile"]
     left = f" (step {step_numbers(p['left_out'])} left out: other buckets or no backward)" if p["left_out"] else ""
     lines = [

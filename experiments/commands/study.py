@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from flexcomm._running import study
+from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.units import parse_time
+from flexcomm.experiments.study.report import winners
+from flexcomm.experiments.study.spec import load_spec
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
@@ -34,11 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flexcomm._running import study
-    from flexcomm.costmodel.errors import InputError
-    from flexcomm.costmodel.units import parse_time
-    from flexcomm.experiments.study.spec import load_spec
-
     parse_time(args.scheduler_timeout, "scheduler-timeout")
     if args.list:
         spec = load_spec(args.file)
@@ -60,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"incomplete: rerun the same command to run the remaining {result.total - done} points")
         return 0
     if result.table is not None:
-        from flexcomm.experiments.study.report import winners
 
         best = winners(spec, result.table)
         counts = best["winner"].value_counts()

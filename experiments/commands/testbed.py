@@ -8,6 +8,18 @@ import sys
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_time
 from flexcomm.experiments.commands.common import print_json
+from flexcomm.real_backend.launch import sigterm_as_exit
+from flexcomm.real_backend.net_trace import load_trace
+from flexcomm.real_backend.netns import TestbedError
+from flexcomm.real_backend.testbed import (
+    Testbed,
+    down_all,
+    list_namespaces,
+    list_testbeds,
+    require_privileges,
+    run_in_testbed,
+)
+from flexcomm.real_backend.trace_control import trace_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,8 +103,6 @@ def _add_trace_scale_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_trace(args: argparse.Namespace, ranks: int, lifetime_s: float | None = None):
-    from flexcomm.real_backend.net_trace import load_trace
-
     duration = parse_time(args.trace_duration, "trace-duration")
     if duration <= 0:
         raise InputError("trace-duration", args.trace_duration, "a positive time such as 120s")
@@ -105,9 +115,6 @@ def _fail(error: Exception) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.netns import TestbedError
-    from flexcomm.real_backend.testbed import Testbed
-
     trace = _load_trace(args, args.ranks) if args.trace else None
     try:
         testbed = Testbed.up(args.ranks, args.bandwidth, args.per_link, args.delay, keep=True, trace=trace)
@@ -123,9 +130,6 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.netns import TestbedError
-    from flexcomm.real_backend.testbed import Testbed, down_all, require_privileges
-
     require_privileges()
     testbed_id = args.id or args.id_option
     if bool(testbed_id) == bool(args.all):
@@ -144,8 +148,6 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.testbed import list_namespaces, list_testbeds
-
     testbeds = list_testbeds()
     namespaces = set(list_namespaces())
     known = {n for t in testbeds for n in [*t.namespaces, t.bridge_namespace]}
@@ -167,10 +169,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.launch import sigterm_as_exit
-    from flexcomm.real_backend.netns import TestbedError
-    from flexcomm.real_backend.testbed import Testbed, run_in_testbed
-
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:
         raise InputError("timeout", args.timeout, "a positive time such as 10min")
@@ -196,9 +194,6 @@ def run_run(args: argparse.Namespace) -> int:
 
 
 def run_shape(args: argparse.Namespace) -> int:
-    from flexcomm.real_backend.netns import TestbedError
-    from flexcomm.real_backend.testbed import Testbed, require_privileges
-
     require_privileges()
     testbed = Testbed.load(args.id)
     trace = _load_trace(args, testbed.ranks)
@@ -212,8 +207,6 @@ def run_shape(args: argparse.Namespace) -> int:
 
 
 def _log_path(testbed_id: str) -> str:
-    from flexcomm.real_backend.trace_control import trace_file
-
     return str(trace_file(testbed_id, "jsonl"))
 
 

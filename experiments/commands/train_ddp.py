@@ -6,9 +6,18 @@ import argparse
 import time
 from pathlib import Path
 
+from flexcomm.costmodel.calibration import CalibrationProfile
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES, MAX_TRAINING_STEPS
 from flexcomm.costmodel.units import parse_bandwidth, parse_time
 from flexcomm.experiments.commands.common import output_folder, print_written
+from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, parse_strategies, run_training
+from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
+from flexcomm.real_backend.elastic_report import measure, summary_line
+from flexcomm.real_backend.elastic_train import CHECKPOINT, UNCHECKPOINTED, parse_fail, read_checkpoint
+from flexcomm.real_backend.launch import launch, sigterm_as_exit
+from flexcomm.real_backend.testbed import Testbed
+from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,9 +78,6 @@ def _checkpointed(args: argparse.Namespace) -> bool:
 
 def _check_checkpointed(args: argparse.Namespace) -> tuple[int | None, int | None, int]:
     """The options of a checkpointed run, all checked without torch: (MIN, MAX) of --elastic and the ranks."""
-    from flexcomm.real_backend.elastic import parse_elastic
-    from flexcomm.real_backend.elastic_train import UNCHECKPOINTED, parse_fail
-
     if args.testbed:
         raise InputError("testbed", args.testbed, "no --testbed with --checkpoint-every/--resume/--elastic")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
@@ -97,8 +103,6 @@ def _check_checkpointed(args: argparse.Namespace) -> tuple[int | None, int | Non
 
 def _strategies(args: argparse.Namespace) -> list:  # -> list[StrategySpec]
     """``--strategy`` parsed (names, @ratios); a checkpointed run takes one strategy, said before any ratio."""
-    from flexcomm.real_backend.ddp_train import parse_strategies
-
     if _checkpointed(args) and len([item for item in args.strategy.split(",") if item.strip()]) > 1:
         raise InputError("strategy", args.strategy, "one strategy with --checkpoint-every/--resume/--elastic/--fail")
     return parse_strategies(args.strategy, args.ratio)
@@ -107,7 +111,6 @@ def _strategies(args: argparse.Namespace) -> list:  # -> list[StrategySpec]
 def _check_resume(out: Path, args: argparse.Namespace) -> None:
     """The checkpoint a resumed run starts from, read here (nothing in it executed) so that a crafted, damaged or
     foreign checkpoint is one line and exit 2 from this command, not a rank's exit status and a rank log."""
-    from flexcomm.real_backend.elastic_train import CHECKPOINT, read_checkpoint
     from flexcomm.workloads import get_workload
 
     checkpoint = out / CHECKPOINT
@@ -122,8 +125,6 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     """train-ddp with --checkpoint-every / --resume / --elastic: the elastic worker under the (elastic) launcher."""
     import sys
 
-    from flexcomm.real_backend.elastic import launch_elastic
-    from flexcomm.real_backend.launch import launch, sigterm_as_exit
 
     low, high, nproc = _check_checkpointed(args)
     strategy = _strategies(args)[0]
@@ -146,7 +147,6 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
             return launch(command, nproc, backend=args.backend, timeout_s=timeout, log_dir=logs).returncode
         result = launch_elastic(command, low, high, log_dir=logs, timeout_s=timeout, backend=args.backend)
     if result.returncode == 0 and len(result.rounds) > 1:
-        from flexcomm.real_backend.elastic_report import measure, summary_line
 
         print(summary_line(measure(logs, args.out)))
     if result.returncode == 0:
@@ -157,10 +157,6 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm.costmodel.limits import MAX_LOCAL_PROCESSES, MAX_TRAINING_STEPS
-    from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, run_training
-    from flexcomm.real_backend.launch import sigterm_as_exit
-    from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
     # every option is checked here, before torch loads (the ranks import it; this process need not)
     specs = _strategies(args)
@@ -188,14 +184,12 @@ def run(args: argparse.Namespace) -> int:
     if bandwidth is not None and bandwidth <= 0:
         raise InputError("bandwidth", args.bandwidth, "a positive bandwidth such as 100Mbit/s")
     if args.profile:
-        from flexcomm.costmodel.calibration import CalibrationProfile
 
         CalibrationProfile.load(args.profile)  # a bad profile is a one-line error here, not in every rank
     if _checkpointed(args):
         return _run_checkpointed(args, timeout)
     testbed = None
     if args.testbed:
-        from flexcomm.real_backend.testbed import Testbed
 
         testbed = Testbed.load(args.testbed)
     output_folder(args.out)

@@ -6,9 +6,20 @@ import argparse
 import time
 from typing import Any
 
+from flexcomm._running import emulation_settings
+from flexcomm.compression.moo_config import MOOConfig
 from flexcomm.costmodel.errors import InputError, renamed_fields
 from flexcomm.costmodel.units import parse_time
-from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
+from flexcomm.emulation.options import COMPRESS_TIME_MODES
+from flexcomm.emulation.options import EMULATION_NETWORKS as NETWORKS
+from flexcomm.emulation.options import EMULATION_STRATEGIES as STRATEGIES
+from flexcomm.experiments.commands.common import (
+    add_cluster_arguments,
+    cluster_from_args,
+    print_written,
+    single_threaded_torch,
+)
+from flexcomm.experiments.options import MOO_RULES as RULES
 
 
 def _ratios(text: str, field: str) -> tuple[float, ...]:
@@ -22,11 +33,6 @@ def _ratios(text: str, field: str) -> tuple[float, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from flexcomm.emulation.options import COMPRESS_TIME_MODES
-    from flexcomm.emulation.options import EMULATION_NETWORKS as NETWORKS
-    from flexcomm.emulation.options import EMULATION_STRATEGIES as STRATEGIES
-    from flexcomm.experiments.options import MOO_RULES as RULES
-
     parser = sub.add_parser(
         "train-emulated",
         help="emulated data-parallel training: real gradients and compressors, simulated cluster time",
@@ -82,9 +88,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()  # files written from here on are this command's
-    from flexcomm._running import emulation_settings
-    from flexcomm.compression.moo_config import MOOConfig
-    from flexcomm.experiments.commands.common import single_threaded_torch
 
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else [args.strategy]
     with renamed_fields({"rule": "moo-rule", "reeval_every": "moo-every", "probe_steps": "probe-steps"}):

@@ -6,15 +6,38 @@ import argparse
 import time
 from pathlib import Path
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.calibration import CalibrationProfile
+from flexcomm.costmodel.cluster import load_cluster
+from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
+from flexcomm.costmodel.collective_libraries.validation import SUMMARY_MIN_BYTES, validate_log
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import format_time, parse_time
+from flexcomm.experiments import published_compute as compute_module
+from flexcomm.experiments import published_llm, published_training, published_training_report
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
+from flexcomm.experiments.published import (
+    MIN_ROWS,
+    TARGET_MEDIAN,
+    TARGET_WORST,
+    baseline_counts,
+    target_counts,
+    validate_published,
+)
+from flexcomm.experiments.published_llm_plots import plot_published_llm
+from flexcomm.experiments.published_transfer import headline, system_summary, system_table, validate_transfer
+from flexcomm.real_backend import from_trace_validate, gpu_compute_corpus, trace_validate
+from flexcomm.real_backend import validate as real_validate
+from flexcomm.real_backend.launch import sigterm_as_exit
+from flexcomm.real_backend.options import VALIDATE_SIZES as DEFAULT_SIZES
+from flexcomm.real_backend.options import VALIDATE_STRATEGIES
+from flexcomm.real_backend.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
+from flexcomm.sim import gpu_trace_validate
+from flexcomm.validation import data_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from flexcomm.real_backend.options import VALIDATE_SIZES as DEFAULT_SIZES
-    from flexcomm.real_backend.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
-
     parser = sub.add_parser(
         "validate",
         help="sim-vs-real validation: measured collectives and DDP steps against the cost model and the simulator",
@@ -43,6 +66,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-ddp", action="store_true", help="benchmark collectives only")
     parser.add_argument("--timeout", default="30min", help="limit of each benchmark or training run (default 30min)")
     parser.add_argument("--out", default="results/validate", help="output folder (default results/validate)")
+    _add_corpus_flags(parser)
+    _add_testbed_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def _add_corpus_flags(parser: argparse.ArgumentParser) -> None:
+    """Logs and published corpora checked without running anything."""
     logs = parser.add_argument_group("an nccl-tests log instead of running anything")
     logs.add_argument("--nccl-tests", metavar="LOG", help="predict every row of this pasted nccl-tests output with "
                       "--cluster's cost model (--profile: calibrated) and print the errors")
@@ -84,6 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "through the NCCL model, beside the naive baseline; write gpu_traces.csv and gpu_traces.md to "
                         "--out (default results/gpu-traces)")
     corpus.add_argument("--no-progress", action="store_true", help="no progress bar (--published)")
+
+
+def _add_testbed_flags(parser: argparse.ArgumentParser) -> None:
+    """Real ranks under a changing network, and one traced setting predicting the others."""
     traced = parser.add_argument_group("real ranks under a changing network (root; results/validate-trace)")
     traced.add_argument("--network-trace", metavar="c1|c2|FILE",
                         help="train every strategy on a testbed whose rates and delay follow this trace (the "
@@ -110,14 +144,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     from_trace.add_argument("--rank-counts", default="2,4", help="other rank counts at the traced rate (default 2,4)")
     from_trace.add_argument("--predict-only", action="store_true",
                             help="only predict and report an existing --out folder of a finished --from-trace run")
-    parser.set_defaults(handler=run)
 
 
 def run_from_trace(args: argparse.Namespace, started: float) -> int:
     """``validate --from-trace``: trace one setting on the testbed, predict and measure the others."""
-    from flexcomm.real_backend.from_trace_validate import run_from_trace_validation, summary_lines
-    from flexcomm.real_backend.launch import sigterm_as_exit
-
     ranks_text, _, rate = args.traced_setting.partition("@")
     try:
         traced_ranks = int(ranks_text)
@@ -129,57 +159,40 @@ def run_from_trace(args: argparse.Namespace, started: float) -> int:
     bandwidths = "50Mbit/s,100Mbit/s" if args.bandwidths == "100Mbit/s,1Gbit/s" else args.bandwidths
     timeout = parse_time(args.timeout, "timeout")
     with sigterm_as_exit():
-        folder, summary, failures = run_from_trace_validation(
+        folder, summary, failures = from_trace_validate.run_from_trace_validation(
             out, traced_ranks=traced_ranks, traced_bandwidth=rate, bandwidths=bandwidths, rank_counts=args.rank_counts,
             steps=10 if args.steps == 12 else args.steps, ratio=args.ratio, workload=args.workload,
             hidden="512,512" if args.hidden == "1024,1024" else (args.hidden or None), timeout_s=timeout,
             measure_runs=not args.predict_only)
-    return _report(summary_lines(summary), folder, failures, started)
+    return _report(from_trace_validate.summary_lines(summary), folder, failures, started)
 
 
 def run_network_trace(args: argparse.Namespace, started: float) -> int:
     """``validate --network-trace``: measure under the trace (or only replay a finished folder), report."""
-    from flexcomm.real_backend.launch import sigterm_as_exit
-    from flexcomm.real_backend.trace_validate import (
-        DEFAULT_MAX_BANDWIDTH,
-        DEFAULT_RANKS,
-        DEFAULT_STRATEGIES,
-        analyze_trace,
-        run_trace_validation,
-        summary_lines,
-    )
-
     out = "results/validate-trace" if args.out == "results/validate" else args.out
     if args.replay_only:
-        result = analyze_trace(out)
+        result = trace_validate.analyze_trace(out)
     else:
         timeout = parse_time(args.timeout, "timeout")
         if timeout <= 0:
             raise InputError("timeout", args.timeout, "a positive time such as 30min")
         with sigterm_as_exit():
-            result = run_trace_validation(args.network_trace, out,
-                                          ranks=DEFAULT_RANKS if args.ranks is None else args.ranks,
-                                          strategies=args.strategies or DEFAULT_STRATEGIES, ratio=args.ratio,
-                                          workload=args.workload, hidden=args.hidden or None,
-                                          duration=args.trace_duration,
-                                          max_bandwidth=args.trace_max_bandwidth or DEFAULT_MAX_BANDWIDTH,
-                                          timeout_s=timeout, cpu_bound_ok=args.cpu_bound_ok)
-    return _report(summary_lines(result.summary), result.folder, result.failures, started)
+            result = trace_validate.run_trace_validation(
+                args.network_trace, out, ranks=trace_validate.DEFAULT_RANKS if args.ranks is None else args.ranks,
+                strategies=args.strategies or trace_validate.DEFAULT_STRATEGIES, ratio=args.ratio,
+                workload=args.workload, hidden=args.hidden or None, duration=args.trace_duration,
+                max_bandwidth=args.trace_max_bandwidth or trace_validate.DEFAULT_MAX_BANDWIDTH,
+                timeout_s=timeout, cpu_bound_ok=args.cpu_bound_ok)
+    return _report(trace_validate.summary_lines(result.summary), result.folder, result.failures, started)
 
 
 def run_log(args: argparse.Namespace) -> int:
     """``validate --nccl-tests LOG --cluster FILE``: the cost model against a pasted run, row by row."""
-    from flexcomm.costmodel.cluster import load_cluster
-    from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
-    from flexcomm.costmodel.collective_libraries.validation import SUMMARY_MIN_BYTES, validate_log
-    from flexcomm.costmodel.model import CostModel
-
     if not args.cluster:
         raise InputError("cluster", None, "--cluster NAME|FILE: the hardware the log ran on")
     log = read_nccl_tests(args.nccl_tests, args.collective)
     cluster = load_cluster(args.cluster)
     if args.profile:  # the profile's own fit per collective and algorithm where it has one, else the cluster's
-        from flexcomm.costmodel.calibration import CalibrationProfile
 
         model = CostModel.from_profile(CalibrationProfile.load(args.profile), cluster)
     else:
@@ -215,15 +228,12 @@ def published_folder(text: str) -> Path:
     """``--published`` without a folder: the corpus shipped beside the package."""
     if text:
         return Path(text)
-    from flexcomm.validation import data_path
 
     return data_path("nccl-tests")
 
 
 def run_transfer(args: argparse.Namespace) -> int:
     """``validate --published [DIR] --transfer``: calibrate on one run of a system, predict its other runs."""
-    from flexcomm.experiments.published_transfer import headline, system_summary, system_table, validate_transfer
-
     out = Path("results/published-transfer" if args.out == "results/validate" else args.out)
     frame = validate_transfer(published_folder(args.published), out, progress=not args.no_progress)
     print(headline(frame))
@@ -237,15 +247,6 @@ def run_transfer(args: argparse.Namespace) -> int:
 
 def run_published(args: argparse.Namespace) -> int:
     """``validate --published [DIR]``: every published run predicted from its hardware description."""
-    from flexcomm.experiments.published import (
-        MIN_ROWS,
-        TARGET_MEDIAN,
-        TARGET_WORST,
-        baseline_counts,
-        target_counts,
-        validate_published,
-    )
-
     out = Path("results/published" if args.out == "results/validate" else args.out)
     results = validate_published(published_folder(args.published), out, progress=not args.no_progress)
     predicted = [r for r in results if r.status == "predicted" and r.rows]
@@ -264,44 +265,33 @@ def run_published(args: argparse.Namespace) -> int:
 def run_published_training(args: argparse.Namespace) -> int:
     """``validate --published-training [FILE]``: published DDP throughput predicted from each run's reference row
     (or its description), beside the naive baseline of linear scaling."""
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.experiments import published_compute as compute_module
-    from flexcomm.experiments.published_training import (
-        TARGET_SCALING_POINTS,
-        TARGET_THROUGHPUT,
-        class_summary,
-        read_corpus,
-        validate_corpus,
-    )
-    from flexcomm.experiments.published_training_report import class_lines, plot_training, report_lines
-    from flexcomm.validation import data_path
-
     paths = ([Path(args.published_training)] if args.published_training else
              [data_path("training-throughput", name) for name in ("training-throughput.md", "multi-node.md")])
     out = Path("results/published-training" if args.out == "results/validate" else args.out)
-    corpus = read_corpus(paths)
-    frame = validate_corpus(corpus)
-    summary = class_summary(frame)
-    lines = report_lines(frame)
-    classes = class_lines(summary)
+    corpus = published_training.read_corpus(paths)
+    frame = published_training.validate_corpus(corpus)
+    summary = published_training.class_summary(frame)
+    lines = published_training_report.report_lines(frame)
+    classes = published_training_report.class_lines(summary)
     skipped = [f"- {where}: {why}" for where, why in corpus.skipped]
     write_csv_atomic(frame, out / "training.csv")
     write_text_atomic(out / "training.md", "\n".join(
         [*lines, "", "Per class (median |error|; the naive baseline is linear scaling of each row's reference):",
          "", *classes, *(["", "Tables not predicted:", *skipped] if skipped else [])]) + "\n")
-    figure = plot_training(frame, out / "training.png")
+    figure = published_training_report.plot_training(frame, out / "training.png")
     for line in lines:
         print(line)
     print("\nper class, the model against linear scaling of the reference row (median |error|):")
     for line in classes:
         print(line)
     met = int(frame["meets_target"].sum())
-    within = int((frame["rel_error"].abs() <= TARGET_THROUGHPUT).sum())
-    linear_within = int((frame["baseline_rel_error"].abs() <= TARGET_THROUGHPUT).sum())
+    within = int((frame["rel_error"].abs() <= published_training.TARGET_THROUGHPUT).sum())
+    linear_within = int((frame["baseline_rel_error"].abs() <= published_training.TARGET_THROUGHPUT).sum())
     multi = frame[frame["scale"] == "multi-node"]
-    print(f"rows within {TARGET_THROUGHPUT:.0%}: model {within} of {len(frame)}, linear scaling {linear_within} of "
-          f"{len(frame)}; targets (throughput within {TARGET_THROUGHPUT:.0%}, scaling within "
-          f"{TARGET_SCALING_POINTS:g} points) met by {met}")
+    print(f"rows within {published_training.TARGET_THROUGHPUT:.0%}: model {within} of {len(frame)}, linear scaling "
+          f"{linear_within} of {len(frame)}; targets (throughput within "
+          f"{published_training.TARGET_THROUGHPUT:.0%}, scaling within "
+          f"{published_training.TARGET_SCALING_POINTS:g} points) met by {met}")
     if len(multi):
         model, linear = multi["rel_error"].abs().median(), multi["baseline_rel_error"].abs().median()
         print(f"multi-node rows: model median |error| {model:.1%}, linear scaling {linear:.1%}: the model is "
@@ -330,11 +320,8 @@ def run_published_training(args: argparse.Namespace) -> int:
 
 def run_gpu_compute(args: argparse.Namespace) -> int:
     """``validate --gpu-compute [DIR]``: the one-GPU measurements against the predictions made beside them."""
-    from flexcomm.costmodel.atomic import write_text_atomic
-    from flexcomm.real_backend.gpu_compute_corpus import corpus_folder, read_corpus, summary_lines
-
-    folder = Path(args.gpu_compute) if args.gpu_compute else corpus_folder()
-    frame = read_corpus(folder)
+    folder = Path(args.gpu_compute) if args.gpu_compute else gpu_compute_corpus.corpus_folder()
+    frame = gpu_compute_corpus.read_corpus(folder)
     if frame.empty:
         print(f"{folder}: no measurements yet (no GPU has been lent to this project's check): on a GPU, run "
               "real_backend/gpu_check.sh and copy its gpu_compute.csv here as <device>-<date>.csv")
@@ -344,7 +331,7 @@ def run_gpu_compute(args: argparse.Namespace) -> int:
     for file, group in frame.groupby("file", sort=True):
         torch_version = group["torch"].iloc[0] if "torch" in group.columns else "?"
         lines += [f"{file}: {group['device'].iloc[0]}, torch {torch_version}", "",
-                  *summary_lines(group), ""]
+                  *gpu_compute_corpus.summary_lines(group), ""]
     write_text_atomic(out / "gpu_compute.md", "\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {out}/gpu_compute.md")
@@ -353,15 +340,12 @@ def run_gpu_compute(args: argparse.Namespace) -> int:
 
 def run_gpu_traces(args: argparse.Namespace) -> int:
     """``validate --gpu-traces [DIR]``: public GPU traces reproduced where they ran, beside the naive baseline."""
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.sim.gpu_trace_validate import plot_gpu_traces, report_lines, validate_gpu_traces
-
-    frame = validate_gpu_traces(args.gpu_traces or None)
+    frame = gpu_trace_validate.validate_gpu_traces(args.gpu_traces or None)
     out = Path("results/gpu-traces" if args.out == "results/validate" else args.out)
-    lines = report_lines(frame)
+    lines = gpu_trace_validate.report_lines(frame)
     write_csv_atomic(frame, out / "gpu_traces.csv")
     write_text_atomic(out / "gpu_traces.md", "\n".join(lines) + "\n")
-    plot_gpu_traces(frame, out / "gpu_traces.png")
+    gpu_trace_validate.plot_gpu_traces(frame, out / "gpu_traces.png")
     print("\n".join(lines))
     print(f"wrote {out}/gpu_traces.csv, {out}/gpu_traces.md, {out}/gpu_traces.png")
     return 0
@@ -369,20 +353,16 @@ def run_gpu_traces(args: argparse.Namespace) -> int:
 
 def run_published_llm(args: argparse.Namespace) -> int:
     """``validate --published-llm [FILE]``: every published row at its layout, beside the naive baseline."""
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.experiments.published_llm import overall, predict, read_corpus, report_lines, target_lines
-    from flexcomm.experiments.published_llm_plots import plot_published_llm
-
-    frame = predict(read_corpus(args.published_llm or None))
+    frame = published_llm.predict(published_llm.read_corpus(args.published_llm or None))
     out = Path("results/published-llm" if args.out == "results/validate" else args.out)
-    lines = report_lines(frame)
+    lines = published_llm.report_lines(frame)
     write_csv_atomic(frame, out / "llm.csv")
-    write_text_atomic(out / "llm.md", "\n".join([*lines, "", *target_lines(frame)]) + "\n")
+    write_text_atomic(out / "llm.md", "\n".join([*lines, "", *published_llm.target_lines(frame)]) + "\n")
     plot_published_llm(frame, out / "llm.png")
     print("\n".join(lines))
-    model, naive = overall(frame)
+    model, naive = published_llm.overall(frame)
     print(f"\nall {len(frame)} rows: model median |error| {model:.1%}, naive baseline {naive:.1%}")
-    print("\n".join(target_lines(frame)))
+    print("\n".join(published_llm.target_lines(frame)))
     print(f"wrote {out}/llm.csv, {out}/llm.md, {out}/llm.png")
     return 0
 
@@ -408,25 +388,22 @@ def run(args: argparse.Namespace) -> int:
         return run_network_trace(args, started)
     if args.from_trace or args.predict_only:
         return run_from_trace(args, started)
-    from flexcomm.real_backend.launch import sigterm_as_exit
-    from flexcomm.real_backend.options import VALIDATE_STRATEGIES
-    from flexcomm.real_backend.validate import parse_bandwidths, run_validation, summary_lines
 
     timeout = parse_time(args.timeout, "timeout")
     if timeout <= 0:
         raise InputError("timeout", args.timeout, "a positive time such as 30min")
     if args.iters < 1 or args.warmup < 0:
         raise InputError("iters", f"{args.iters}/{args.warmup}", "--iters >= 1 and --warmup >= 0")
-    parse_bandwidths(args.bandwidths)  # checked even without --testbed: a typo should not pass silently
+    real_validate.parse_bandwidths(args.bandwidths)  # checked even without --testbed: a typo should not pass silently
     with sigterm_as_exit():
-        result = run_validation(args.out, testbed=args.testbed, bandwidths=args.bandwidths,
+        result = real_validate.run_validation(args.out, testbed=args.testbed, bandwidths=args.bandwidths,
                                 ranks=2 if args.ranks is None else args.ranks,
                                 sizes=args.sizes, collectives=args.collectives, warmup=args.warmup, iters=args.iters,
                                 strategies=VALIDATE_STRATEGIES if args.strategies is None else args.strategies,
                                 ratio=args.ratio, steps=args.steps,
                                 workload=args.workload, hidden=args.hidden or None, loopback=not args.no_loopback,
                                 ddp=not args.no_ddp, timeout_s=timeout)
-    return _report(summary_lines(result.summary), result.out, result.failures, started)
+    return _report(real_validate.summary_lines(result.summary), result.out, result.failures, started)
 
 
 def _report(lines: list[str], folder: str | Path, failures: list[str], started: float) -> int:

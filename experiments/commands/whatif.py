@@ -7,10 +7,13 @@ import json
 import time
 from pathlib import Path
 
+from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.compressed import SparsePayload
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_bandwidth
 from flexcomm.experiments.commands.common import add_cluster_arguments, cluster_from_args, print_written
 from flexcomm.experiments.commands.job_options import add_job_argument
+from flexcomm.experiments.whatif import WhatIfGrid, grid_models, run_whatif, where_compression_does_not_pay, winners
 from flexcomm.workloads.names import FACTORY_FORM
 
 
@@ -59,10 +62,7 @@ def _parse_shard(text: str) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     wall_started = time.time()  # files written from here on are this command's
-    from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-    from flexcomm.costmodel.compressed import SparsePayload
     from flexcomm.experiments import whatif_plots
-    from flexcomm.experiments.whatif import WhatIfGrid, grid_models, run_whatif, winners
 
     cluster = cluster_from_args(args)  # with --cluster, its links replace the bandwidth/latency sweep
     payload = SparsePayload(index_dtype=args.index_dtype)
@@ -120,7 +120,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {scheme:8s} fastest in {fraction:6.1%} of configurations")
     print(f"  median speedup of the fastest over dense: {summary['median_speedup_of_best_over_dense']:.1f}x")
     if cluster is not None and cluster.gpu_fabric is not None:
-        from flexcomm.experiments.whatif import where_compression_does_not_pay
 
         verdicts = where_compression_does_not_pay(table)
         summary["verdicts"] = verdicts

@@ -21,8 +21,8 @@ import pandas as pd  # noqa: E402
 
 from flexcomm.emulation.engine import EmulationConfig  # noqa: E402
 from flexcomm.emulation.seeds import format_ci, mean_ci  # noqa: E402
-from flexcomm.experiments.reproduce import MODELS  # noqa: E402
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure, paper_model  # noqa: E402
+from flexcomm.experiments.tyagi_table4 import MODELS  # noqa: E402
 
 #: (label, parameters priced, compute per step s): the paper's smallest and largest model.
 PRICED = [("ResNet-18 size", *paper_model("resnet18")), ("'ViT' size", *paper_model("vit"))]

@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.emulation.batch import config_key, run_configs
 from flexcomm.emulation.config import EmulationConfig
+from flexcomm.experiments.tyagi_table4 import MODELS
 
 T = TypeVar("T")
 
@@ -57,8 +59,6 @@ class Settings:
     def emulate(self, configs: Sequence[EmulationConfig], desc: str) -> list[pd.DataFrame]:
         """The per-step frames of independent emulated runs, on ``jobs`` processes, each kept in
         ``runs_dir`` as it finishes (an interrupted study resumes from them)."""
-        from flexcomm.emulation.batch import config_key, run_configs
-
         if self.reuse_runs and self.runs_dir is not None:
             self.run_counts[0] += sum((self.runs_dir / f"{config_key(c)}.csv").exists() for c in configs)
         self.run_counts[1] += len(configs)
@@ -132,9 +132,7 @@ def write_outcome(repro: Reproduction, outcome: Outcome, out: Path, settings: Se
 
 def paper_model(name: str) -> tuple[int, float]:
     """(parameters, measured compute seconds per step) of one of Tyagi & Swany's models
-    (:data:`experiments.reproduce.MODELS`): what a small emulated workload is priced as."""
-    from flexcomm.experiments.reproduce import MODELS
-
+    (:data:`experiments.tyagi_table4.MODELS`): what a small emulated workload is priced as."""
     model = MODELS[name]
     return int(model.params), model.compute_ms * 1e-3
 
@@ -145,9 +143,6 @@ ECA_RESNET50_PARAMS = 24_370_000
 
 def finish_figure(fig: Any, path: Path, title: str = "") -> Path:
     """Title, atomic save, close: how every reproduction figure ends (closing keeps long runs' memory flat)."""
-
-    from flexcomm.costmodel.atomic import save_figure_atomic
-
     if title:
         fig.suptitle(title)
     return save_figure_atomic(fig, path)

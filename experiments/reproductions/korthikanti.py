@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure
 from flexcomm.planner.llm.korthikanti import SETTINGS, TABLE, naive_seconds, price, price_range, row_cluster
 from flexcomm.planner.llm.megatron import TABLE_1, fit_ceiling
@@ -51,8 +52,6 @@ def _table(settings: Settings) -> pd.DataFrame:
 
 
 def _plot(table: pd.DataFrame, path: Path) -> Path:
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure
 from flexcomm.planner.llm.megatron import (
     TABLE_1,
@@ -77,8 +78,6 @@ PART_COLOURS = ("#9467bd", "#c5b0d5", "#8c564b", "#e377c2", "#17becf", "#bcbd22"
 
 
 def _plot(table: pd.DataFrame, path: Path) -> Path:
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     import numpy as np

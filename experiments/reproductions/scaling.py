@@ -20,10 +20,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster  # noqa: E402
-from flexcomm.costmodel.model import CostModel  # noqa: E402
+from flexcomm.costmodel.cost_model import CostModel  # noqa: E402
 from flexcomm.costmodel.plotting import strategy_style  # noqa: E402
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
 from flexcomm.sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
+from flexcomm.sim.workload import get_training_workload  # noqa: E402
 
 RATIO = 0.01
 #: (label, scheme, allreduce algorithm)
@@ -59,7 +60,6 @@ def run(settings: Settings, out: Path) -> Outcome:
         cluster = cluster_of(ranks, network)
         chosen = scheme
         if scheme == "flexible":
-            from flexcomm.sim.workload import get_training_workload
 
             chosen = flexible_choice(cluster, get_training_workload(model).model.params, ranks)
         config = TrainingConfig(workload=model, iterations=settings.steps(2, 5), scheme=chosen, ratio=RATIO,

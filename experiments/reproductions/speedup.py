@@ -23,8 +23,9 @@ import pandas as pd  # noqa: E402
 from flexcomm.costmodel.cluster import Cluster  # noqa: E402
 from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_coefficients  # noqa: E402
 from flexcomm.emulation.network import DYNAMIC_NETWORKS  # noqa: E402
-from flexcomm.experiments.reproduce import MODELS, TABLE_IV, PaperModel, reproduce_table_iv, summary  # noqa: E402
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
+from flexcomm.experiments.tyagi_table4 import MODELS, TABLE_IV, PaperModel, reproduce_table_iv, summary  # noqa: E402
+from flexcomm.sim.collectives import simulate_scheme  # noqa: E402
 
 WORKERS = 8
 RATIOS = (0.1, 0.01, 0.001)
@@ -100,8 +101,6 @@ def run(settings: Settings, out: Path) -> Outcome:
 
 def simulator_check(settings: Settings) -> pd.DataFrame:
     """Every scheme on every static network through the flow-level simulator vs the cost model (ResNet-18)."""
-    from flexcomm.sim.collectives import simulate_scheme
-
     rows = []
     params = MODELS["resnet18"].params
     ratios = RATIOS if settings.full else (0.01,)

@@ -1,11 +1,12 @@
-"""7. Tyagi & Swany's Table IV step times predicted by the cost model (see :mod:`experiments.reproduce`)."""
+"""7. Tyagi & Swany's Table IV step times predicted by the cost model (see :mod:`experiments.tyagi_table4`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
-from flexcomm.experiments.reproduce import (
+from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings
+from flexcomm.experiments.tyagi_table4 import (
     ALL_VARIANTS,
     CALIBRATED,
     MODELS,
@@ -15,7 +16,6 @@ from flexcomm.experiments.reproduce import (
     summary,
     to_markdown,
 )
-from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings
 
 
 def run(settings: Settings, out: Path) -> Outcome:

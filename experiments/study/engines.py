@@ -26,13 +26,24 @@ import math
 import time
 from typing import Any
 
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.compression_compute import topk_elements_per_s
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.llm.recovery import (
+    TransformerRecoveryPlanner,
+    nic_Bps_per_node,
+    recovery_workloads,
+    training_precision,
+)
+from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s, simulate_recovery
+from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+from flexcomm.sim.workload import get_training_workload
 
 
 @functools.lru_cache(maxsize=64)
 def _cluster(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> Cluster
-    from flexcomm.costmodel.cluster import Cluster
-
     data = json.loads(cluster_json)
     data["inter_link"] = {**data["inter_link"], "bandwidth_Bps": bandwidth_Bps, "latency_s": latency_s}
     data["nodes"] = max(int(data["nodes"]), -(-int(ranks) // int(data["devices_per_node"])))
@@ -49,16 +60,10 @@ def point_cluster(payload: dict[str, Any]):  # -> Cluster
 @functools.lru_cache(maxsize=64)
 def _cost_model(cluster_json: str, ranks: int, bandwidth_Bps: float, latency_s: float):  # -> CostModel
     """One model per point cluster: the points that differ only in strategy and ratio share its link cache."""
-    from flexcomm.costmodel.model import CostModel
-
     return CostModel.from_cluster(_cluster(cluster_json, ranks, bandwidth_Bps, latency_s))
 
 
 def _model(payload: dict[str, Any]) -> dict[str, Any]:
-    from flexcomm.costmodel.compression_compute import topk_elements_per_s
-    from flexcomm.costmodel.device_compute import model_layer_seconds
-    from flexcomm.sim.workload import get_training_workload
-
     p = payload["params"]
     cluster = point_cluster(payload)
     model = _cost_model(json.dumps(payload["cluster"], sort_keys=True), int(p["ranks"]), float(p["bandwidth_Bps"]),
@@ -76,8 +81,6 @@ def _model(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sim(payload: dict[str, Any]) -> dict[str, Any]:
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
-
     p = payload["params"]
     config = TrainingConfig(workload=p["workload"], iterations=int(p["steps"]), ranks=int(p["ranks"]),
                             batch_per_rank=p["batch"], scheme=p["strategy"], ratio=p["ratio"] or 1.0,
@@ -116,9 +119,6 @@ def _emulated(payload: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=16)
 def _recovery_job(cluster_json: str, workload: str, nodes: int):  # -> (Megatron row, Cluster, planner)
     """One planner per job: its plans (and their measured search times) serve every policy of a worker."""
-    from flexcomm.costmodel.cluster import Cluster
-    from flexcomm.planner.llm.recovery import TransformerRecoveryPlanner, recovery_workloads, training_precision
-
     row = recovery_workloads()[workload]
     cluster = Cluster.from_dict(json.loads(cluster_json)).with_nodes(nodes)
     planner = TransformerRecoveryPlanner(row.model, cluster, row.batch, precision=training_precision(cluster))
@@ -130,9 +130,6 @@ def _recovery_job(cluster_json: str, workload: str, nodes: int):  # -> (Megatron
 
 
 def _recovery(payload: dict[str, Any]) -> dict[str, Any]:
-    from flexcomm.planner.llm.recovery import nic_Bps_per_node
-    from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s, simulate_recovery
-
     p = payload["params"]
     nodes = int(p["nodes"])
     row, cluster, planner = _recovery_job(json.dumps(payload["cluster"], sort_keys=True), p["workload"], nodes)
@@ -161,7 +158,6 @@ def check_point(payload: dict[str, Any]) -> None:
         return
     point_cluster(payload)
     if payload["engine"] != "emulated":
-        from flexcomm.sim.workload import get_training_workload
 
         get_training_workload(p["workload"], p["batch"])
 

@@ -16,10 +16,12 @@ import numpy as np
 import pandas as pd
 
 from flexcomm.costmodel.atomic import save_figure_atomic, write_atomic, write_csv_atomic, write_text_atomic
-from flexcomm.costmodel.plotting import SCHEME_COLOURS
+from flexcomm.costmodel.plotting import SCHEME_COLOURS, coinciding_line, name_coinciding, use_file_backend
+from flexcomm.costmodel.units import format_time
 from flexcomm.experiments.study.journal import JOURNAL
 from flexcomm.experiments.study.spec import AXES, METRICS, RATIO_FREE, StudySpec
 from flexcomm.sim.recovery_plots import POLICY_COLOURS
+from flexcomm.workloads.names import workload_label
 
 #: The schemes' and the recovery policies' colours as every other figure draws them (what-if maps, goodput)
 COLOURS = {**SCHEME_COLOURS, **POLICY_COLOURS}
@@ -108,7 +110,6 @@ def _fmt(column: str, value: object) -> str:
         unit = AXIS_LABELS[column].split("(")[-1].rstrip(")")
         return f"{float(value) / AXIS_SCALE[column]:g} {unit}"
     if column == "latency_s":
-        from flexcomm.costmodel.units import format_time
 
         return format_time(float(value))
     return f"{value:g}" if isinstance(value, float) else str(value)
@@ -126,8 +127,6 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     coincide in a panel (within 2 % at every point) are drawn once and labelled ``A = B``: one would hide the
     other whatever the styles.
     """
-    from flexcomm.costmodel.plotting import coinciding_line, name_coinciding, use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
 
@@ -151,39 +150,8 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
         for j, value in enumerate(facets):
             ax = grid[i][j]
             part = wide if facet is None else wide[wide[facet] == value]
-            drawn: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (line, x, y) in this panel
-            for strategy in spec.strategies:
-                rows = part[part["strategy"] == strategy]
-                groups = [(None, rows)] if not by_ratio or strategy in RATIO_FREE else list(rows.groupby("ratio"))
-                for k, (ratio, sub) in enumerate(groups):
-                    label = strategy if ratio is None else f"{strategy} c={ratio:g}"
-                    style = ["-", "--", ":", "-."][k % 4]
-                    colour = COLOURS.get(strategy)
-                    if x is None:
-                        ax.bar(label, sub[metric].median() * scale, color=colour)
-                        continue
-                    line = sub.groupby(x)[metric].median()
-                    line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
-                    xs = _x(x, line.index.to_series()).to_numpy(dtype=float)
-                    values = line.to_numpy(dtype=float) * scale
-                    twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
-                    if twin is not None:  # one line would hide the other: draw it once, named for both
-                        name_coinciding(twin, label, colour)
-                        twin.set_markersize(5)
-                        continue
-                    (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
-                    drawn.append((artist, xs, values))
-            if x is not None and pd.api.types.is_numeric_dtype(wide[x]):
-                span = wide[x].astype(float)
-                if span.min() > 0 and span.max() / span.min() >= 10:
-                    ax.set_xscale("log")
-                    ticks = _x(x, pd.Series(_levels(spec, x, wide[x]), dtype=float))
-                    ax.set_xticks(ticks.to_numpy(), [f"{t:g}" for t in ticks])  # the swept values, not 2x10^1
-                    ax.minorticks_off()
-                if row_log:
-                    ax.set_yscale("log")
-            if metric == "speedup_vs_dense":
-                ax.axhline(1.0, color="grey", lw=0.8)
+            _draw_strategies(ax, spec, wide, part, metric, x, by_ratio, scale)
+            _scale_panel(ax, spec, wide, metric, x, row_log)
             ax.tick_params(labelbottom=True)  # shared x, but every panel readable on its own
             title = f"{_name(facet)} = {_fmt(facet, value)}" if facet else spec.name  # value has its unit
             medians = [_name(c) for c in rest] + (["repeats"] if spec.repeats > 1 else [])
@@ -195,6 +163,57 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
                 ax.set_ylabel(y_label, fontsize=9)
             if i == len(metrics) - 1 and x is not None:
                 ax.set_xlabel(AXIS_LABELS[x])
+    _legend_and_save(fig, grid, spec, path)
+    return path
+
+
+def _draw_strategies(ax: Any, spec: StudySpec, wide: pd.DataFrame, part: pd.DataFrame, metric: str, x: str | None,
+                     by_ratio: bool, scale: float) -> None:
+    """One panel's series: a line per strategy (and per ratio where the ratio is not plotted), a bar per strategy
+    when nothing is swept; a series coinciding with one already drawn renames that line instead."""
+    drawn: list[tuple[Any, np.ndarray, np.ndarray]] = []  # (line, x, y) in this panel
+    for strategy in spec.strategies:
+        rows = part[part["strategy"] == strategy]
+        groups = [(None, rows)] if not by_ratio or strategy in RATIO_FREE else list(rows.groupby("ratio"))
+        for k, (ratio, sub) in enumerate(groups):
+            label = strategy if ratio is None else f"{strategy} c={ratio:g}"
+            style = ["-", "--", ":", "-."][k % 4]
+            colour = COLOURS.get(strategy)
+            if x is None:
+                ax.bar(label, sub[metric].median() * scale, color=colour)
+                continue
+            line = sub.groupby(x)[metric].median()
+            line = line.reindex([v for v in _levels(spec, x, wide[x]) if v in line.index])
+            xs = _x(x, line.index.to_series()).to_numpy(dtype=float)
+            values = line.to_numpy(dtype=float) * scale
+            twin = coinciding_line(xs, values, drawn, COINCIDENT_RTOL)
+            if twin is not None:  # one line would hide the other: draw it once, named for both
+                name_coinciding(twin, label, colour)
+                twin.set_markersize(5)
+                continue
+            (artist,) = ax.plot(xs, values, style, marker="o", ms=3, color=colour, label=label)
+            drawn.append((artist, xs, values))
+
+
+def _scale_panel(ax: Any, spec: StudySpec, wide: pd.DataFrame, metric: str, x: str | None, row_log: Any) -> None:
+    """Log axes where the swept values (x) or the row's values (y) span a decade or more, ticks at the swept
+    values; the speedup's break-even line at 1."""
+    if x is not None and pd.api.types.is_numeric_dtype(wide[x]):
+        span = wide[x].astype(float)
+        if span.min() > 0 and span.max() / span.min() >= 10:
+            ax.set_xscale("log")
+            ticks = _x(x, pd.Series(_levels(spec, x, wide[x]), dtype=float))
+            ax.set_xticks(ticks.to_numpy(), [f"{t:g}" for t in ticks])  # the swept values, not 2x10^1
+            ax.minorticks_off()
+        if row_log:
+            ax.set_yscale("log")
+    if metric == "speedup_vs_dense":
+        ax.axhline(1.0, color="grey", lw=0.8)
+
+
+def _legend_and_save(fig: Any, grid: np.ndarray, spec: StudySpec, path: Path) -> None:
+    """One legend for the figure, an entry per label over all panels (a panel may have drawn two coinciding
+    series as one), the title above it, and the file written atomically."""
     entries: dict[str, Any] = {}
     for ax in grid.flat:  # every panel's lines: one may have drawn two coinciding series as one
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -206,7 +225,6 @@ def plot_metrics(spec: StudySpec, table: pd.DataFrame, path: Path) -> Path:
     fig.suptitle(f"{spec.name}: {spec.engine} engine", y=1.04 + 0.02 * math.ceil(len(labels) / 6), fontsize=10)
     fig.tight_layout()
     save_figure_atomic(fig, path)
-    return path
 
 
 def _duration_unit(metric: str, values: pd.Series) -> tuple[float, str]:
@@ -240,8 +258,6 @@ def winners_note(strategies: list[str], winners: pd.Series, shown: set[str]) -> 
 def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
     """The winning strategy (colour) over the first two swept axes; each cell says how often it won
     over the remaining axes (the most frequent winner is shown)."""
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
@@ -275,7 +291,6 @@ def plot_winners(spec: StudySpec, best: pd.DataFrame, path: Path) -> Path:
             ax.text(c, r, text[r][c], ha="center", va="center", fontsize=7, color="white")
     # a sweep of fewer than two axes still labels both: the missing axis is the study's one setting (its
     # workload; a factory by its name and a trace by its file name, not their paths)
-    from flexcomm.workloads.names import workload_label
 
     setting = workload_label(spec.workloads[0])
     ax.set_xticks(range(len(cols_v)), [_fmt(a, v) if a else setting for v in cols_v], fontsize=8)

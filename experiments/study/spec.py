@@ -53,11 +53,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.compute import MODEL_ZOO
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.job import load_job
 from flexcomm.costmodel.limits import MAX_RECOVERY_FAILURES, MAX_STUDY_POINTS
 from flexcomm.costmodel.units import format_duration, parse_bandwidth, parse_time
+from flexcomm.planner.llm.recovery import recovery_workloads
 from flexcomm.sim.recovery import CAUSES, POLICIES, RecoveryConfig
+from flexcomm.sim.traced_step import profile_of
+from flexcomm.sim.workload import workload_names
+from flexcomm.workloads.names import is_factory_reference, is_trace_reference
 
 TRAINING_ENGINES = ("model", "sim", "emulated")
 ENGINES = (*TRAINING_ENGINES, "recovery")
@@ -186,8 +193,6 @@ def _storage(value: Any, field: str) -> float:
 
 
 def _name(value: Any, field: str) -> str:
-    from flexcomm.workloads.names import is_factory_reference, is_trace_reference
-
     if not isinstance(value, str) or not value.strip():
         raise InputError(field, value, "a workload name such as resnet50 or mlp-digits")
     if is_factory_reference(value) or is_trace_reference(value):  # a path keeps its case
@@ -429,8 +434,6 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
-    from flexcomm.costmodel.cluster import Cluster, load_cluster
-
     base, override, field = (ref, {}, "cluster") if isinstance(ref, str) else (ref.base, ref.override, "cluster.base")
     local = folder / base
     try:
@@ -449,8 +452,6 @@ def _resolve_cluster(ref: str | _ClusterRef, folder: Path) -> dict[str, Any]:
 
 def _beside(name: str, folder: Path | None) -> str:
     """A trace named relative to the study file is found beside it (as its cluster file is)."""
-    from flexcomm.workloads.names import is_trace_reference
-
     if folder is not None and is_trace_reference(name) and not Path(name).is_absolute() \
             and (folder / name).is_file():
         return str(folder / name)
@@ -458,15 +459,11 @@ def _beside(name: str, folder: Path | None) -> str:
 
 
 def _check_workload(name: str, engine: str, field: str) -> str:
-    from flexcomm.costmodel.compute import MODEL_ZOO
-    from flexcomm.workloads.names import is_factory_reference, is_trace_reference
-
     if engine == "emulated":
         from flexcomm.workloads.registry import WORKLOADS
 
         known = list(WORKLOADS)
     elif engine == "recovery":
-        from flexcomm.planner.llm.recovery import recovery_workloads
 
         known = list(recovery_workloads())
     elif name in MODEL_ZOO:
@@ -477,12 +474,10 @@ def _check_workload(name: str, engine: str, field: str) -> str:
         build_user_model(name)
         return name
     elif is_trace_reference(name):  # a profiled step (model and sim engines): read now, so a bad trace fails here
-        from flexcomm.sim.traced_step import profile_of
 
         profile_of(name)
         return name
     else:
-        from flexcomm.sim.workload import workload_names
 
         known = workload_names()
     if name not in known:
@@ -589,8 +584,6 @@ def build_spec(data: Any, source: str = "", folder: Path | None = None) -> Study
 def _with_job(data: dict[str, Any], folder: Path | None) -> dict[str, Any]:
     """``job: FILE`` (docs/jobs.md) sets the study's workload, cluster, seed and batch per rank, the same job
     simulate, plan and whatif read; a key the study gives itself wins, as a flag typed beside ``--job`` does."""
-    from flexcomm.costmodel.job import load_job
-
     name = data["job"]
     if not isinstance(name, str) or not name.strip():
         raise InputError("job", name, "a job file (YAML or JSON), named relative to the study file")

@@ -1,7 +1,7 @@
 """Decoder-only transformers as they ship: grouped-query or multi-latent attention, gated MLPs, mixtures of
 experts, untied embeddings, multi-token prediction.
 
-Why a second model class beside :class:`planner.llm.model.Transformer`: that one is the 2020 GPT of
+Why a second model class beside :class:`planner.llm.gpt.Transformer`: that one is the 2020 GPT of
 Narayanan et al.'s formulas (multi-head attention, 4h GELU MLP, tied embeddings) and every 2021-2023
 reproduction is checked against it unchanged. Current models differ in every term of the FLOP count.
 

@@ -16,12 +16,12 @@ import heapq
 from dataclasses import dataclass
 
 from flexcomm.costmodel.errors import InputError
+from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.memory import (
     full_layer_activation_bytes,
     layer_activation_bytes,
     model_state_bytes,
 )
-from flexcomm.planner.llm.model import Transformer
 from flexcomm.planner.llm.pricing import LLMPricer
 from flexcomm.planner.llm.search import MICRO_BATCH_SIZES
 from flexcomm.planner.llm.timing import Hardware

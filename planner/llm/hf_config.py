@@ -15,6 +15,7 @@ from typing import Any
 from flexcomm.costmodel.bounded_stream import read_json_bounded
 from flexcomm.costmodel.errors import InputError
 from flexcomm.planner.llm.architecture import Architecture, LatentAttention, MoE
+from flexcomm.planner.llm.presets import preset
 
 #: SiLU-gated MLPs: what ``hidden_act`` names in these architectures.
 _SILU = ("silu", "swish")
@@ -128,6 +129,5 @@ def model_architecture(spec: str) -> Architecture:
     """``--model``'s value: a preset name, or a path ending in ``.json``."""
     if spec.endswith(".json"):
         return load_config(spec)
-    from flexcomm.planner.llm.presets import preset
 
     return preset(spec)

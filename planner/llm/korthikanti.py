@@ -20,10 +20,12 @@ import math
 from dataclasses import dataclass
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.devices import lookup
 from flexcomm.planner.llm.megatron import CLUSTER, SEQ_LEN, VOCAB, KnobRange, PublishedRun
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPlanCost, LLMPricer
 from flexcomm.planner.llm.search import MICRO_BATCH_SIZES
 from flexcomm.planner.llm.timing import Hardware
+from flexcomm.validation import reference_rows
 
 #: The paper's two settings: (label, recomputation, sequence parallelism).
 SETTINGS = (("full recompute", "full", False), ("present work", "selective", True))
@@ -48,8 +50,6 @@ class KorthikantiRow(PublishedRun):
 
 def _table() -> tuple[KorthikantiRow, ...]:
     """``validation/references/korthikanti-2023.csv`` (each row with its provenance)."""
-    from flexcomm.validation import reference_rows
-
     return tuple(KorthikantiRow(int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]), int(r["pp"]),
                                 int(r["gpus"]), int(r["batch"]), r["label"], float(r["full_recompute_s"]),
                                 float(r["present_work_s"])) for r in reference_rows("korthikanti-2023"))
@@ -87,8 +87,6 @@ def price(row: KorthikantiRow, recompute: str, sequence_parallel: bool,
 def naive_seconds(row: KorthikantiRow, recompute: str) -> float:
     """The naive baseline: the paper's model FLOPs (a full recomputation adds a forward: x 4/3) at the device's
     measured matmul rate on every GPU, nothing else."""
-    from flexcomm.costmodel.devices import lookup
-
     found = lookup(row_cluster(row).device.name)
     rate = found.mamf.tflops * 1e12 if found is not None and found.mamf is not None else float("nan")
     return row.model_flops() * (4 / 3 if recompute == "full" else 1.0) / (row.gpus * rate)

@@ -41,9 +41,9 @@ from flexcomm.costmodel.devices import lookup
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gemm_efficiency import measured_ceiling
 from flexcomm.planner.llm.architecture import Architecture
+from flexcomm.planner.llm.gpt import Gemm
 from flexcomm.planner.llm.layout import BLOCK_SCALED, CP_COMM, DISPATCHERS, GEMM_PRECISIONS, Layout
 from flexcomm.planner.llm.memory import in_flight
-from flexcomm.planner.llm.model import Gemm
 from flexcomm.planner.llm.timing import Hardware
 
 #: BF16 bytes of an activation or communicated element.

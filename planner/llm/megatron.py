@@ -21,10 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from flexcomm.costmodel.cluster import Cluster, load_cluster
-from flexcomm.planner.llm.model import Transformer
+from flexcomm.costmodel.devices import lookup
+from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.pricing import LLMPlanCost, LLMPricer
 from flexcomm.planner.llm.search import LLMSearchResult, search
 from flexcomm.planner.llm.timing import Hardware
+from flexcomm.validation import reference_rows
 
 CLUSTER = "dgx-a100-80g"
 #: Sequence length and vocabulary of every Megatron-LM and Korthikanti run (Narayanan et al., SC'21, Table 1's
@@ -64,8 +66,6 @@ class MegatronRow(PublishedRun):
 
 def _table_1() -> tuple[MegatronRow, ...]:
     """``validation/references/megatron-table1.csv`` (each row with its provenance)."""
-    from flexcomm.validation import reference_rows
-
     return tuple(MegatronRow(int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]), int(r["pp"]),
                              int(r["gpus"]), int(r["batch"]), float(r["billions"]), float(r["tflops_per_gpu"]))
                  for r in reference_rows("megatron-table1"))
@@ -139,8 +139,6 @@ def published_range(row: MegatronRow, gemm_ceiling: float | None) -> KnobRange:
 def naive_tflops_per_gpu(row: MegatronRow) -> float:
     """The naive baseline: the paper's FLOPs at the device's measured matmul rate and nothing else (no memory-bound
     work, no communication, no bubble): the A100's MAMF, whatever the row."""
-    from flexcomm.costmodel.devices import lookup
-
     found = lookup(row_cluster(row).device.name)
     return found.mamf.tflops if found is not None and found.mamf is not None else float("nan")
 

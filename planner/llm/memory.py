@@ -26,7 +26,7 @@ from typing import Literal
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.training_state import PRECISIONS, STATE_BYTES
-from flexcomm.planner.llm.model import Transformer
+from flexcomm.planner.llm.gpt import Transformer
 
 Precision = Literal["bf16", "fp16", "fp32"]
 Recompute = Literal["none", "selective", "full"]

@@ -15,10 +15,12 @@ from typing import Any
 
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.errors import InputError
-from flexcomm.planner.llm.model import Transformer
+from flexcomm.planner.llm.gpt import Transformer
+from flexcomm.planner.llm.hetero import DeviceGroup, search_hetero
+from flexcomm.planner.llm.megatron import TABLE_1
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPlanCost, LLMPricer
 from flexcomm.planner.llm.search import search
-from flexcomm.planner.llm.timing import Hardware
+from flexcomm.planner.llm.timing import Hardware, device_precisions
 from flexcomm.sim.recovery import Plan, Planner
 
 #: Node counts tried at or below what is up: the largest few whose only prime factors are 2, 3 and 5 (a plan
@@ -28,15 +30,11 @@ CANDIDATE_NODE_COUNTS = 4
 
 def recovery_workloads() -> dict[str, Any]:
     """The jobs the recovery engine knows: ``gpt-<row>`` for every row of Megatron-LM's Table 1."""
-    from flexcomm.planner.llm.megatron import TABLE_1
-
     return {f"gpt-{row.label.lower()}": row for row in TABLE_1}
 
 
 def training_precision(cluster: Cluster) -> str:
     """bf16 where every device has it (Ampere and later), else fp16 (a V100 in the pool)."""
-    from flexcomm.planner.llm.timing import device_precisions
-
     return "bf16" if all("bf16" in device_precisions(d.name) for d in cluster.rank_devices) else "fp16"
 
 
@@ -96,8 +94,6 @@ class TransformerRecoveryPlanner(Planner):
         return self._mixed[key]
 
     def _search_mixed(self, kinds: dict[str, int]) -> tuple[Plan | None, float]:
-        from flexcomm.planner.llm.hetero import DeviceGroup, search_hetero
-
         started = time.perf_counter()
         devices = {d.name: d for d in self.cluster.rank_devices}
         groups = [DeviceGroup(name, gpus, replace(self.hardware, peak_flops=devices[name].peak_flops,

@@ -9,7 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
+from flexcomm.costmodel.plotting import use_file_backend
 from flexcomm.costmodel.units import format_count, format_size, format_time
 from flexcomm.planner.llm.pricing import LLMPlanCost
 from flexcomm.planner.llm.search import STEP_PARTS, LLMSearchResult
@@ -53,9 +54,6 @@ def table(result: LLMSearchResult) -> pd.DataFrame:
 def plot(result: LLMSearchResult, top: int, path: Path, title: str = "") -> Path:
     """Stacked step-time bars of the top plans, each labelled with its step and its gap to the best (the top
     plans are often within a few per cent, which bars from 0 cannot show); parts too small to see are named."""
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import use_file_backend
-
     use_file_backend()
     import matplotlib.pyplot as plt
     import numpy as np

@@ -51,11 +51,12 @@ from typing import Any
 import numpy as np
 import simpy
 
+from flexcomm.costmodel.atomic import write_text_atomic
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gradient_exchange import GradientScheme
-from flexcomm.planner.llm.model import Transformer
+from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.pricing import LLMPlan, LLMPricer, dp_members_per_node
 from flexcomm.planner.llm.timing import Hardware
 from flexcomm.sim.network import CountingEnvironment, Network
@@ -391,6 +392,4 @@ def simulate_step(cluster: Cluster, step: StepPlan, sharing: str = "max-min",
 
 
 def write_step(result: StepResult, path: str | Path) -> Path:
-    from flexcomm.costmodel.atomic import write_text_atomic
-
     return write_text_atomic(path, json.dumps(result.as_dict(), indent=2, default=float) + "\n")

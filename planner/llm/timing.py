@@ -13,7 +13,7 @@ activation byte (Korthikanti et al.'s count, :mod:`planner.llm.memory`) is writt
 the forward pass, and the backward pass moves twice that: forward time = 2 x bytes / HBM bandwidth.
 
 **Collectives**: inside a node or over whole nodes on a cluster with a ``gpu_fabric``, as NCCL runs them
-(:meth:`costmodel.model.CostModel.nccl_choice`: the algorithm, protocol and channels NCCL picks, validated
+(:meth:`costmodel.cost_model.CostModel.nccl_choice`: the algorithm, protocol and channels NCCL picks, validated
 against nccl-tests); otherwise (a group with fewer members on each node than it has GPUs), rings (alpha-beta):
 across nodes every GPU of a node sends at once, so a GPU gets ``nics_per_node x inter_link bandwidth /
 devices_per_node``, and a data-parallel group with g members per node moves its ring's 2(d-1)/d share through
@@ -25,9 +25,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from flexcomm.costmodel.cluster import Cluster, Device
+from flexcomm.costmodel.cluster import Cluster
+from flexcomm.costmodel.cluster_parts import Device
+from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.gemm_efficiency import GemmShape, achievable_fraction, gemm_seconds, shape_fill
-from flexcomm.planner.llm.model import Gemm
+from flexcomm.planner.llm.gpt import Gemm
 
 #: Memory-bound traffic per stored activation byte in the forward pass (written once, read once).
 FORWARD_TRAFFIC_PER_STORED_BYTE = 2.0
@@ -126,7 +128,6 @@ class Hardware:
         model where it describes the group, else a link with the group's ring bandwidth (NIC sharing)."""
         if self._nccl_describes(group, per_node):
             return self._nccl_model, True
-        from flexcomm.costmodel.model import CostModel
 
         alpha, bandwidth = self._ring_link(group, per_node)
         return CostModel.from_link(alpha, bandwidth), False
@@ -144,8 +145,6 @@ class Hardware:
 
     @functools.cached_property
     def _nccl_model(self):  # -> CostModel: built once per hardware, on the first intra-node collective priced
-        from flexcomm.costmodel.model import CostModel
-
         return CostModel.from_cluster(self.nccl_cluster)
 
     def allreduce_s(self, nbytes: float, group: int, per_node: int) -> float:

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.compressed import SchemeAlgorithms, SparsePayload, scheme_parts
-from flexcomm.costmodel.model import CostModel
+from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
+from flexcomm.validation import reference_rows
 
 LATENCY_S = 4e-3
 BANDWIDTH_BPS = 20e9 / 8
@@ -39,7 +42,6 @@ TABLE_IV_REFERENCE = "tyagi-swany-2023-table4"
 
 
 def _models() -> dict[str, PaperModel]:
-    from flexcomm.validation import reference_rows
 
     return {row["model"]: PaperModel(row["model"], float(row["params"]), float(row["compute_ms"]),
                                      float(row["compress_ms"]), row["params_source"],
@@ -48,7 +50,6 @@ def _models() -> dict[str, PaperModel]:
 
 
 def _table_iv() -> list[tuple[str, str, float, float, float]]:
-    from flexcomm.validation import reference_rows
 
     return [(row["model"], row["scheme"], float(row["ratio"]), float(row["step_ms"]), float(row["top1_percent"]))
             for row in reference_rows(TABLE_IV_REFERENCE)]
@@ -208,13 +209,10 @@ def to_markdown(table: pd.DataFrame, stats: pd.DataFrame) -> str:
 
 def plot(table: pd.DataFrame, path):  # -> Path
     """Reported vs predicted step time per Table IV row (log scale), one bar per variant."""
-    from flexcomm.costmodel.plotting import use_file_backend
 
     use_file_backend()
     import matplotlib.pyplot as plt
 
-    from flexcomm.costmodel.atomic import save_figure_atomic
-    from flexcomm.costmodel.plotting import readable_log_axis
 
     labels = [f"{r.model}\n{'dense' if r.scheme == 'dense' else f'c={r.ratio:g}'}" for r in table.itertuples()]
     x = np.arange(len(table))

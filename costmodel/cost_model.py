@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
+from flexcomm.costmodel.cluster_parts import FABRIC_KINDS
 from flexcomm.costmodel.collective_libraries.algorithms import is_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.call_cost import NcclChoice
+from flexcomm.costmodel.collective_libraries.call_cost import predict as nccl_predict
 from flexcomm.costmodel.collective_libraries.logs import size_column
-from flexcomm.costmodel.collective_libraries.model import NcclChoice
-from flexcomm.costmodel.collective_libraries.model import predict as nccl_predict
-from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonical_collective, formula
+from flexcomm.costmodel.collectives import HIERARCHICAL, CostBreakdown, canonical_collective, collective_plan, formula
 from flexcomm.costmodel.compressed import (
     DEFAULT_ALGORITHMS,
     DEFAULT_PAYLOAD,
@@ -33,7 +34,6 @@ from flexcomm.costmodel.compressed import (
 )
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.paths import PathPricer
-from flexcomm.costmodel.schedules import collective_plan
 from flexcomm.costmodel.units import coerce, parse_bandwidth, parse_count, parse_size, parse_time
 
 #: Algorithms whose every step only talks to ring neighbours (priced on the ring's own hops).
@@ -200,7 +200,6 @@ class CostModel:
         rail-optimized, nvlink-domain, torus, graph) with no calibration covering the call."""
         if self.cluster is None:
             return False
-        from flexcomm.costmodel.cluster import FABRIC_KINDS  # loaded already: self.cluster is a Cluster
 
         if self.cluster.topology.kind not in FABRIC_KINDS:
             return False
@@ -228,7 +227,7 @@ class CostModel:
                     env: dict[str, str] | None = None, gpus_per_process: int = 1,
                     version: str | None = None) -> NcclChoice:
         """What NCCL (RCCL on an AMD cluster) runs for one call of ``nbytes`` (flexcomm's sizes) and its
-        predicted time, from the cluster's ``gpu_fabric`` (:mod:`costmodel.collective_libraries.model`);
+        predicted time, from the cluster's ``gpu_fabric`` (:mod:`costmodel.collective_libraries.call_cost`);
         ``env`` holds NCCL_ALGO / NCCL_PROTO, ``gpus_per_process`` the GPUs one thread launches, ``version``
         the library release (else the cluster's)."""
         if self.cluster is None:

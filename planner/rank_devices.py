@@ -1,7 +1,7 @@
 """The devices a plan runs on, one per rank: a cluster and each rank's own device.
 
 Planning for a mixed pool (A100 nodes next to V100 nodes) needs each rank's peak FLOP/s and memory; a
-cluster file gives them with its ``node_devices`` list (:class:`costmodel.cluster.NodeDevices`), e.g. the
+cluster file gives them with its ``node_devices`` list (:class:`costmodel.cluster_parts.NodeDevices`), e.g. the
 embedded ``4x4-a100-v100``::
 
     node_devices:
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flexcomm.costmodel.cluster import Cluster, Device, load_cluster
+from flexcomm.costmodel.cluster import Cluster, load_cluster
+from flexcomm.costmodel.cluster_parts import Device
 from flexcomm.costmodel.errors import InputError
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries import fabric_calibration, transports
 from flexcomm.costmodel.collective_libraries.algorithms import P2P, TUNED, parse_nccl_algorithm
+from flexcomm.costmodel.collective_libraries.rccl import explain as rccl_explain
 from flexcomm.costmodel.collective_libraries.runtime import Execution, execute
 from flexcomm.costmodel.collective_libraries.topology import call_version, nccl_system, node_links
 from flexcomm.costmodel.collective_libraries.tuner import TuningTable, choose, label, tune
@@ -89,7 +90,6 @@ def explain_described(cluster: Cluster, collective: str, size_bytes: float, rank
         raise InputError("cluster.gpu_fabric", None, "a gpu_fabric section (compute_capability, intra, "
                          "nvlinks_per_gpu, pcie, ...) for the NCCL-grade model; see docs/cost-model.md")
     if cluster.gpu_fabric.library == "rccl":
-        from flexcomm.costmodel.collective_libraries.rccl import explain as rccl_explain
 
         return rccl_explain(cluster, collective, size_bytes, ranks, algorithm, env, gpus_per_process, version)
     release = call_version(cluster, version)
