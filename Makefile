@@ -87,7 +87,7 @@ bench: install
 
 # Everything the lent GPU machine lacks, as wheels under gpu-kit/ (ignored; under 64 MiB): see docs/real-backend.md.
 gpu-kit: install
-	$(PY) real_backend/gpu_kit.py
+	$(PY) -m flexcomm.experiments.commands.gpu_kit
 
 # The GPU check's every step on the CPU, in the device's conditions (a fresh venv, the kit with --no-index).
 gpu-rehearse: gpu-kit

@@ -160,7 +160,8 @@ def training(repeats: int, iterations: int = 100) -> list[dict]:
     """The training-job benchmark: see the module doc."""
     from flexcomm.sim.dynamics import JitterDynamics
     from flexcomm.sim.faults import FaultPolicy
-    from flexcomm.sim.training import TrainingConfig, analytical_iteration, simulate_training
+    from flexcomm.sim.training import analytical_iteration, simulate_training
+    from flexcomm.sim.training_config import TrainingConfig
 
     cluster = flat(8)
     base = TrainingConfig(workload="resnet50", iterations=iterations, bucket_count=25, record_flows=False)

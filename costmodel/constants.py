@@ -98,6 +98,7 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.llm.layout_step", "ADAM_STATE_BYTES", "bytes/parameter", "cited"),
     _c("planner.plans", "ADAM_STATE_MULTIPLE", "x fp32 parameter bytes", "cited"),
     _c("planner.plans", "GRADIENT_BYTES", "bytes/element", "derived"),
+    _c("planner.graph_plan", "SAMPLES_PER_DEVICE", "samples", "cited"),
     _c("costmodel.gradient_exchange", "DEFAULT_TOPK_RATIO", "fraction of elements", "design"),
     _c("planner.llm.gpt", "FFN_MULTIPLE", "x hidden", "cited"),
     _c("planner.llm.search", "MICRO_BATCH_SIZES", "samples", "design"),
@@ -110,6 +111,9 @@ CONSTANTS: tuple[ModelConstant, ...] = (
     _c("planner.llm.layout_search", "DEFAULT_SEQ_LEN", "tokens", "design"),
     _c("planner.llm.layout_search", "DEFAULT_SEQUENCES_PER_GPU", "sequences", "design"),
     _c("planner.llm.recovery", "CANDIDATE_NODE_COUNTS", "node counts", "design"),
+    _c("planner.llm.recovery_run", "STUDY_MTBF_H", "h", "design"),
+    _c("planner.llm.recovery_run", "STUDY_NODES", "nodes", "design"),
+    _c("planner.llm.recovery_run", "STUDY_INTERVALS_S", "s", "design"),
     _c("planner.llm.transformer_plan", "GPT_SEQUENCES", "sequences", "cited"),
     _c("planner.llm.transformer_plan", "DEFAULT_SIMULATE_TOP", "schedules", "design"),
     # collective libraries: what NCCL's source leaves to the hardware

@@ -16,16 +16,9 @@ from flexcomm.emulation.config import EmulationConfig
 
 #: Rules that pick the operating point on a Pareto front (:data:`compression.moo.RULES`).
 MOO_RULES = ("asf", "knee", "utopia")
-#: Operator graphs the planner and the placer trace (:data:`planner.graphs.GRAPH_NAMES`).
-GRAPH_NAMES = ("resnet18", "resnet50", "eca-resnet50", "eca-resnet20", "gpt", "inception")
 #: The reproductions in their numbered order (:data:`experiments.reproductions.REPRODUCTIONS`: 1 is crossover).
 REPRODUCTION_IDS = ("crossover", "speedup", "pareto", "adaptation", "accuracy-time", "scaling", "table4", "megatron",
                     "korthikanti")
-#: Placement methods and the baselines an ES may start from (:mod:`placement.compare`, :mod:`placement.baselines`).
-PLACE_METHODS = ("single", "critical-path", "partition", "dp-chain", "ppo", "es", "async-es")
-PLACE_BASELINES = ("single", "critical-path", "partition", "dp-chain")
-#: Mean-update rules of the asynchronous ES (:data:`placement.es.RULES`).
-ES_RULES = ("linear", "sigmoid", "absolute", "relative")
 
 
 def check_reproduction_ids(ids: list[str]) -> None:

@@ -16,9 +16,10 @@ such. A cluster file whose header leaves out what decides the result says so in 
 comment; such runs are predicted and shown but kept out of the target's denominator.
 
 A run that cannot be predicted is listed with the reason (unreadable log, ranks disagreeing with the
-described hardware) rather than dropped. Output, written atomically: ``errors.csv`` (one line per row, with
-the predicted time's parts), ``errors.md`` and ``figures/<id>.png`` (busbw against size, measured and
-predicted, the algorithm NCCL would choose marked, and the relative error beneath).
+described hardware) rather than dropped. This module predicts and returns a :class:`PublishedValidation`;
+:mod:`experiments.published_report` writes it atomically: ``errors.csv`` (one line per row, with the predicted
+time's parts), ``errors.md`` and ``figures/<id>.png`` (busbw against size, measured and predicted, the
+algorithm NCCL would choose marked, and the relative error beneath).
 """
 
 from __future__ import annotations
@@ -27,18 +28,19 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
 from flexcomm.costmodel.collective_libraries.validation import validate_log
 from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
-from flexcomm.experiments.published_plots import plot_run
-from flexcomm.experiments.published_summary import summaries_section
 from flexcomm.experiments.published_targets import MIN_ROWS, SUMMARY_MIN_BYTES, TARGET_MEDIAN, TARGET_WORST
+from flexcomm.validation import data_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: share of described runs that should meet the per-run targets
 TARGET_SHARE = 0.80
@@ -176,24 +178,76 @@ def leave_one_run_out(results: list[RunResult]) -> None:
                 row["loro_rel_error"] = row["loro_predicted_s"] / row["measured_s"] - 1.0
 
 
-def validate_published(folder: Path, out: Path, progress: bool = True, figures: bool = True) -> list[RunResult]:
-    """Predict every ``*.txt`` run of ``folder``; write errors.csv, errors.md and a figure per run to ``out``."""
-    if not folder.is_dir():
-        raise InputError("published", str(folder), "a folder of nccl-tests logs with a clusters/ folder beside them")
-    logs = sorted(folder.glob("*.txt"))
-    if not logs:
-        raise InputError("published", str(folder), "a folder holding nccl-tests logs (*.txt)")
-    out.mkdir(parents=True, exist_ok=True)
-    results = [predict_run(path, folder / "clusters" / f"{path.stem}.yaml") for path in _bar(logs, progress)]
-    leave_one_run_out(results)
-    _write_csv(results, out / "errors.csv")
-    if figures:
+#: errors.csv's columns: the run's identity, then each row's fields as the NCCL model and the calibration left them
+ERRORS_COLUMNS = ("run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
+                  "rel_error", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
+                  "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "stated_version",
+                  "loro_predicted_s", "loro_rel_error", "baseline_s", "baseline_rel_error")
 
-        for r in results:
-            if r.rows:
-                plot_run(r, out / "figures" / f"{r.run_id}.png")
-    write_text_atomic(out / "errors.md", errors_markdown(results, folder))
-    return results
+
+@dataclass(frozen=True)
+class PublishedValidation:
+    """Every run of one corpus folder, predicted or not, and the counts the report is judged by.
+
+    ``runs`` keep their rows for the per-run figures (:func:`experiments.published_plots.plot_run`);
+    :meth:`table` is ``errors.csv``; the counts are the summary lines' numbers."""
+
+    folder: Path
+    runs: tuple[RunResult, ...]
+
+    @property
+    def predicted(self) -> list[RunResult]:
+        return [r for r in self.runs if r.status == "predicted" and r.rows]
+
+    @property
+    def drawn(self) -> list[RunResult]:
+        """The runs with rows to draw (one figure each)."""
+        return [r for r in self.runs if r.rows]
+
+    def targets(self) -> tuple[int, int, int]:
+        """(runs meeting the per-run targets, described runs judged, runs too short to judge)."""
+        return target_counts(list(self.runs))
+
+    def baseline(self) -> tuple[int, int]:
+        """(runs where the NCCL model is closer than the naive alpha-beta baseline, runs compared)."""
+        return baseline_counts(list(self.runs))
+
+    def table(self) -> pd.DataFrame:
+        """One line per predicted row (``errors.csv``), with the predicted time's parts."""
+        import pandas as pd
+
+        records = [{"run": r.run_id, "hardware_class": r.hardware_class, "collective": r.collective,
+                    "ranks": r.ranks, **{k: row.get(k) for k in ERRORS_COLUMNS[4:]}} for r in self.runs
+                   for row in r.rows]
+        return pd.DataFrame.from_records(records, columns=list(ERRORS_COLUMNS))
+
+    def summary(self) -> dict[str, Any]:
+        """The summary lines' numbers: runs, predicted, targets met of judged, baseline closer of compared."""
+        met, judged, short = self.targets()
+        closer, compared = self.baseline()
+        return {"runs": len(self.runs), "predicted": len(self.predicted), "targets_met": met, "judged": judged,
+                "too_short": short, "model_closer_than_baseline": closer, "compared_with_baseline": compared,
+                "target_median": TARGET_MEDIAN, "target_worst": TARGET_WORST, "min_rows": MIN_ROWS}
+
+
+def corpus_folder(folder: str | Path | None) -> Path:
+    """The folder a caller named, or (None or empty) the corpus shipped beside the package."""
+    return Path(folder) if folder else data_path("nccl-tests")
+
+
+def validate_published(folder: str | Path | None = None, *, progress: bool = True) -> PublishedValidation:
+    """Predict every ``*.txt`` run of ``folder`` (default: the shipped corpus) from its cluster file alone, then
+    calibrate each on the other runs of its group; nothing is written (see
+    :func:`experiments.published_report.write_files`)."""
+    path = corpus_folder(folder)
+    if not path.is_dir():
+        raise InputError("published", str(path), "a folder of nccl-tests logs with a clusters/ folder beside them")
+    logs = sorted(path.glob("*.txt"))
+    if not logs:
+        raise InputError("published", str(path), "a folder holding nccl-tests logs (*.txt)")
+    results = [predict_run(log, path / "clusters" / f"{log.stem}.yaml") for log in _bar(logs, progress)]
+    leave_one_run_out(results)
+    return PublishedValidation(path, tuple(results))
 
 
 def _bar(items: list[Path], progress: bool) -> Iterable[Path]:
@@ -202,47 +256,6 @@ def _bar(items: list[Path], progress: bool) -> Iterable[Path]:
     from tqdm import tqdm
 
     return tqdm(items, desc="published runs", unit="run", leave=False, disable=None)
-
-
-def _write_csv(results: list[RunResult], path: Path) -> None:
-    import pandas as pd
-
-
-    columns = ["run", "hardware_class", "collective", "ranks", "line", "bytes", "measured_s", "predicted_s",
-               "rel_error", "algorithm", "protocol", "library", "version", "channels", "threads", "chunk_bytes",
-               "launch_s", "latency_s", "fill_s", "bandwidth_s", "mechanism", "stated_version", "loro_predicted_s",
-               "loro_rel_error", "baseline_s", "baseline_rel_error"]
-    records = [{"run": r.run_id, "hardware_class": r.hardware_class, "collective": r.collective, "ranks": r.ranks,
-                **{k: row.get(k) for k in columns[4:]}} for r in results for row in r.rows]
-    write_csv_atomic(pd.DataFrame.from_records(records, columns=columns), path)
-
-
-def _pct(values: list[float], how: str) -> str:
-    if not values:
-        return "-"
-    return f"{(statistics.median(values) if how == 'median' else max(values)):.1%}"
-
-
-def _large_algorithms(r: RunResult) -> str:
-    seen: list[str] = []
-    for row in r.large:
-        label = row["algorithm"] if row["protocol"] in (None, "p2p") else f"{row['algorithm']}/{row['protocol']}"
-        if label not in seen:
-            seen.append(label)
-    return ", ".join(seen) or "-"
-
-
-def _baseline_cell(r: RunResult) -> str:
-    model, baseline = r.errors(), r.errors("baseline_rel_error")
-    if not model or not baseline:
-        return "-"
-    text = _pct(baseline, "median")
-    return f"**{text}**" if statistics.median(baseline) <= statistics.median(model) else text
-
-
-def _regime_cell(r: RunResult, low: float, high: float) -> str:
-    median, mechanism = r.regime_summary(low, high)
-    return "-" if median is None else f"{median:.1%} ({mechanism})"
 
 
 def baseline_counts(results: list[RunResult]) -> tuple[int, int]:
@@ -259,83 +272,3 @@ def target_counts(results: list[RunResult]) -> tuple[int, int, int]:
     predicted = [r for r in results if r.status == "predicted" and r.large]
     judged = [r for r in predicted if r.enough_rows and not r.undescribed]
     return sum(1 for r in judged if r.meets_targets), len(judged), sum(1 for r in predicted if not r.enough_rows)
-
-
-def errors_markdown(results: list[RunResult], folder: Path) -> str:
-    """The report: one line per run with its three regimes, then per class, then what was not predicted."""
-    predicted = [r for r in results if r.status == "predicted" and r.rows]
-    try:
-        shown = folder.resolve().relative_to(Path.cwd())
-    except ValueError:
-        shown = folder
-    met, judged, short = target_counts(results)
-    closer, compared = baseline_counts(results)
-    lines = [
-        "# Published nccl-tests runs predicted from their hardware description",
-        "",
-        f"Runs: {len(results)} in `{shown}`; predicted: {len(predicted)}. Per-run targets (rows >= 1 MiB): median "
-        f"|error| <= {TARGET_MEDIAN:.0%} and worst <= {TARGET_WORST:.0%}, judged on runs with at least {MIN_ROWS} "
-        f"such rows whose hardware is described: **met by {met} of {judged}** (goal {TARGET_SHARE:.0%}); "
-        f"{short} runs have fewer than {MIN_ROWS} rows >= 1 MiB and are shown, not judged. Each regime cell is "
-        "the median |error| of its rows and, in brackets, the mechanism that dominates most of their predicted "
-        "times. \"loro\" scales by the median measured/predicted ratio of the other runs of the same hardware "
-        "class, collective and regime (a calibration kept apart from the run it predicts).",
-        "",
-        f"Naive baseline: the plain alpha-beta formula at the cluster's datasheet rates (each GPU's NVLink inside a "
-        f"domain, its share of the node's NICs across domains, nccl-tests' bus bytes, a ring's steps at the link's "
-        f"latency). **The NCCL model is closer than it on {closer} of {compared} runs** (median |error| over rows "
-        f">= 1 MiB); where it is not, the row's `alpha-beta` cell is in bold.",
-        "",
-        "| run | class | collective | ranks | library | NCCL would run (>= 1 MiB) | rows >= 1 MiB | median | worst "
-        "| alpha-beta median | target | < 1 MiB | 1-256 MiB | >= 256 MiB | loro median |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in predicted:
-        met_text = {True: "met", False: "missed", None: f"too few rows ({len(r.large)})"}[r.meets_targets]
-        if r.undescribed and r.meets_targets is not None:
-            met_text += " (undescribed)"
-        library = r.rows[0].get("library") or "-"
-        version = r.rows[0].get("version")
-        stated = r.rows[0].get("stated_version")
-        if stated and version and stated != version:
-            version = f"{version} (its log states {stated})"
-        lines.append(
-            f"| {r.run_id} | {r.hardware_class} | {r.collective} | {r.ranks} | "
-            f"{library}{f' {version}' if version else ''} | {_large_algorithms(r)} | {len(r.large)} | "
-            f"{_pct(r.errors(), 'median')} | {_pct(r.errors(), 'worst')} | {_baseline_cell(r)} | {met_text} | "
-            + " | ".join(_regime_cell(r, low, high) for _, low, high in REGIMES)
-            + f" | {_pct(r.errors('loro_rel_error'), 'median')} |")
-    undescribed_runs = [r for r in predicted if r.undescribed]
-    if undescribed_runs:
-        lines += ["", "Runs whose header leaves out what decides the result (predicted, not judged): "
-                  + "; ".join(f"{r.run_id}: {r.undescribed}" for r in undescribed_runs) + "."]
-    lines += ["", "## Per hardware class, collective and regime", "",
-              f"Goals: 1-256 MiB median <= {REGIME_GOALS['1-256 MiB']:.0%} for every class; {SMALL_BAND[0]} median "
-              f"<= {SMALL_BAND[3]:.0%}. Medians are over all rows of the class's runs in that size range.", "",
-              "| class | collective | placement | runs | targets met | < 1 MiB | 64 KiB-1 MiB | 1-256 MiB | "
-              ">= 256 MiB | loro median of run medians |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    classes: dict[tuple[str, str, str], list[RunResult]] = {}
-    for r in predicted:
-        classes.setdefault(r.calibration_group, []).append(r)
-    for (name, collective, regime), runs in sorted(classes.items()):
-        cells = []
-        for _, low, high in (*REGIMES[:1], SMALL_BAND[:3], *REGIMES[1:]):
-            rows = [row for run in runs for row in run.in_regime(low, high)]
-            if not rows:
-                cells.append("-")
-                continue
-            cells.append(f"{statistics.median(abs(row['rel_error']) for row in rows):.1%} "
-                         f"({most_common([row.get('mechanism') for row in rows])})")
-        loro = [statistics.median(e) for r in runs if (e := r.errors("loro_rel_error"))]
-        judged_runs = [r for r in runs if r.meets_targets is not None]
-        met_here = sum(1 for r in judged_runs if r.meets_targets)
-        lines.append(f"| {name} | {collective} | {regime} | {len(runs)} | {met_here}/{len(judged_runs)} | "
-                     + " | ".join(cells) + f" | {f'{statistics.median(loro):.1%}' if loro else '-'} |")
-    others = [r for r in results if r not in predicted]
-    if others:
-        lines += ["", "## Not predicted", "", "| run | why |", "|---|---|"]
-        lines += [f"| {r.run_id} | {r.reason or 'no rows'} |" for r in others]
-
-    lines += summaries_section(folder)
-    return "\n".join(lines) + "\n"

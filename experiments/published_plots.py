@@ -62,8 +62,9 @@ def _ratio_ticks(ax: Any, spread: float) -> None:
 
 
 def plot_run(result: Any, path: Path) -> Path:
-    """``result``: a :class:`experiments.published.RunResult` with rows (typed loosely: that module imports
-    this one)."""
+    """``result``: a :class:`experiments.published.RunResult` or a pasted log's
+    :class:`costmodel.collective_libraries.log_check.NcclTestsCheck` (``run_id``, ``collective``, ``ranks``,
+    ``hardware_class``, ``rows``; typed loosely: either is drawn the same way)."""
     use_file_backend()
     import matplotlib.pyplot as plt
 

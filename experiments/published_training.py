@@ -45,7 +45,8 @@ from flexcomm.costmodel.compute import ModelSpec, get_model, transformer_spec
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.limits import MAX_RANKS, read_text_bounded
 from flexcomm.experiments.published_compute import catalog_micro_batch_seconds
-from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+from flexcomm.sim.training import TrainingSimulator
+from flexcomm.sim.training_config import TrainingConfig
 from flexcomm.sim.workload import TrainingWorkload
 
 #: Published table hardware -> the embedded cluster that describes one node of it.

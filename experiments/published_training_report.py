@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from flexcomm.costmodel.atomic import save_figure_atomic
+from flexcomm.costmodel.atomic import save_figure_atomic, write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.plotting import square_log_axes, use_file_backend
+from flexcomm.experiments import published_compute
+from flexcomm.experiments.published_training import TARGET_SCALING_POINTS, TARGET_THROUGHPUT
+from flexcomm.experiments.published_training_validation import TrainingValidation
 
 
 def _scaling(value: object) -> str:
@@ -95,3 +98,52 @@ def _plot_throughput(fig, ax, frame: pd.DataFrame, path: Path) -> Path:  # noqa:
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return save_figure_atomic(fig, path)
+
+
+def write_files(result: TrainingValidation, out: Path) -> list[str]:
+    """``training.csv``/``.md``/``.png`` and ``compute.csv``/``.md`` (with ``compute.png`` when the corpus holds
+    one-GPU rows) in ``out``; the names written, in that order."""
+    skipped = [f"- {where}: {why}" for where, why in result.skipped]
+    write_csv_atomic(result.frame, out / "training.csv")
+    write_text_atomic(out / "training.md", "\n".join(
+        [*report_lines(result.frame), "",
+         "Per class (median |error|; the naive baseline is linear scaling of each row's reference):", "",
+         *class_lines(result.classes), *(["", "Tables not predicted:", *skipped] if skipped else [])]) + "\n")
+    figure = plot_training(result.frame, out / "training.png")
+    write_csv_atomic(result.compute, out / "compute.csv")
+    write_text_atomic(out / "compute.md", "\n".join(published_compute.report_lines(result.compute)) + "\n")
+    written = ["training.csv", "training.md", figure.name, "compute.csv", "compute.md"]
+    if len(result.compute):
+        written.insert(5, published_compute.plot_compute(result.compute, out / "compute.png").name)
+    return written
+
+
+def console_lines(result: TrainingValidation) -> list[str]:
+    """What ``validate --published-training`` prints: every row, each class, the counts against the targets, the
+    multi-node verdict, the tables skipped and the one-GPU catalog check."""
+    frame = result.frame
+    within, linear_within, met = result.within_target()
+    lines = [*report_lines(frame), "",
+             "per class, the model against linear scaling of the reference row (median |error|):",
+             *class_lines(result.classes),
+             f"rows within {TARGET_THROUGHPUT:.0%}: model {within} of {len(frame)}, linear scaling {linear_within} of "
+             f"{len(frame)}; targets (throughput within {TARGET_THROUGHPUT:.0%}, scaling within "
+             f"{TARGET_SCALING_POINTS:g} points) met by {met}"]
+    medians = result.multi_node_medians()
+    if medians is not None:
+        model, linear = medians
+        lines.append(f"multi-node rows: model median |error| {model:.1%}, linear scaling {linear:.1%}: the model is "
+                     + ("closer" if model < linear else "NOT closer"))
+    if result.skipped:
+        lines.append(f"{len(result.skipped)} tables not predicted (model, hardware or framework not priced; listed in "
+                     "training.md)")
+    compute = result.compute
+    if len(compute):
+        lines += ["", "1-GPU rows from the device catalog alone (nothing measured or fitted):",
+                  *published_compute.report_lines(compute),
+                  f"target (within {published_compute.TARGET:.0%}): met by {int(compute['within_target'].sum())} of "
+                  f"{len(compute)} rows"]
+    else:
+        lines += ["", "no 1-GPU rows: the catalog's compute is checked only through the rows predicted from the "
+                  "description"]
+    return lines

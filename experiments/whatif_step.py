@@ -25,13 +25,8 @@ import pandas as pd
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.gradient_exchange import GradientScheme
-from flexcomm.sim.training import (
-    TrainingConfig,
-    TrainingSimulator,
-    bucket_exchange_seconds,
-    overlapped_iteration,
-    smallest_device,
-)
+from flexcomm.sim.training import TrainingSimulator, bucket_exchange_seconds, overlapped_iteration
+from flexcomm.sim.training_config import TrainingConfig, smallest_device
 from flexcomm.sim.workload import TrainingWorkload
 from flexcomm.validation import reference_rows
 

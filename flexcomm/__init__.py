@@ -70,14 +70,14 @@ _LAZY: dict[str, str] = {
     "study": "flexcomm._running",
     "plan": "flexcomm._engines",
     "place": "flexcomm._engines",
-    "scenario": "flexcomm._engines",
-    "recovery": "flexcomm._engines",
-    "validate_nccl_tests": "flexcomm._engines",
-    "validate_published": "flexcomm._engines",
+    "scenario": "flexcomm._simulations",
+    "recovery": "flexcomm._simulations",
+    "validate_nccl_tests": "flexcomm._validations",
+    "validate_published": "flexcomm._validations",
     "architecture": "flexcomm._llm",
     "plan_layouts": "flexcomm._llm",
     "validate_published_llm": "flexcomm._llm",
-    "CommandResult": "flexcomm._commands",
+    "CommandResult": "flexcomm._result",
     "parse_size": "flexcomm.costmodel.units",
     "parse_time": "flexcomm.costmodel.units",
     "parse_bandwidth": "flexcomm.costmodel.units",
@@ -99,11 +99,13 @@ __all__ = [  # a literal list (tools read it statically); tests/test_api.py keep
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these load on first use
     from flexcomm import hooks
-    from flexcomm._commands import CommandResult
-    from flexcomm._engines import place, plan, recovery, scenario, validate_nccl_tests, validate_published
+    from flexcomm._engines import place, plan
     from flexcomm._llm import architecture, plan_layouts, validate_published_llm
     from flexcomm._pricing import Cost, calibrate, calibrate_fabric, cost
+    from flexcomm._result import CommandResult
     from flexcomm._running import emulate, simulate, simulate_collective, study
+    from flexcomm._simulations import recovery, scenario
+    from flexcomm._validations import validate_nccl_tests, validate_published
     from flexcomm.costmodel.calibration import CalibrationProfile
     from flexcomm.costmodel.cluster import Cluster, cluster_names, load_cluster
     from flexcomm.costmodel.collectives import predict

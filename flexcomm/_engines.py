@@ -1,64 +1,119 @@
-"""``flexcomm.plan``, ``place``, ``scenario``, ``recovery``, ``validate_nccl_tests``, ``validate_published``.
+"""``flexcomm.plan`` and ``flexcomm.place``: the planners and the placer called directly.
 
-``flexcomm.plan("gpt", ...)`` calls the transformer planner itself (no argv, no printed text, no file read back:
-its keywords are the engine function's). The others still run their CLI command in-process
-(:func:`flexcomm._commands.run_command`), so a keyword is the flag of the same name (``batch_size=64`` is
-``--batch-size 64``, units as strings or numbers, ``True`` for a switch, lists for comma lists) with the same
-defaults and the same one-line :class:`~flexcomm.InputError`. Each returns a :class:`~flexcomm.CommandResult`:
-``frame`` (the main table), ``tables``, ``figures`` (paths of the PNGs drawn), ``summaries`` (JSON written) and
-``report`` (what the command prints). ``flexcomm <command> --help`` lists every keyword.
+``flexcomm.plan("gpt", ...)``, ``flexcomm.plan("resnet50", ...)`` (any traced model) and ``flexcomm.place(...)``
+call their engine functions (no argv, no printed text, no file read back): their keywords are the engine's, named
+as the command's flags (``batch_size=64`` is ``--batch-size 64``), with the same defaults and the same one-line
+:class:`~flexcomm.InputError`; so does a current LLM's preset or config.json (the layout search), and a job file
+(``job=``) gives its fields as keywords. Each returns a :class:`~flexcomm.CommandResult`: ``frame``
+(the main table), ``tables``, ``figures`` (paths of the PNGs drawn), ``summaries`` and ``report`` (what the
+command prints).
 """
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from flexcomm._commands import CommandResult, run_command
+from flexcomm._result import CommandResult, refuse_unknown_keywords, switch
 from flexcomm.costmodel.errors import InputError
+from flexcomm.costmodel.job import load_job
+from flexcomm.experiments.commands.common import output_folder
+from flexcomm.experiments.commands.job_options import plan_job_fields
+from flexcomm.experiments.commands.place import search_bars
+from flexcomm.experiments.commands.plan import pricing_progress
+from flexcomm.experiments.commands.plan import printed as graph_printed
 from flexcomm.experiments.commands.plan_gpt import printed
-from flexcomm.experiments.published_plots import plot_run
+from flexcomm.experiments.commands.plan_layouts import is_layout_model
+from flexcomm.experiments.commands.plan_layouts import report_lines as layout_report_lines
+from flexcomm.experiments.commands.plan_layouts import write_files as write_layout_files
+from flexcomm.placement.run import place_graph
+from flexcomm.planner.graph_plan import NoPlanFits, plan_graph
+from flexcomm.planner.llm.layout_plan import plan_layout_model
 from flexcomm.planner.llm.transformer_plan import plan_transformer
 from flexcomm.planner.llm.transformer_report import write_files
+from flexcomm.planner.plan_options import check_top
 
 if TYPE_CHECKING:
     from flexcomm.costmodel.cluster import Cluster
 
-__all__ = ["place", "plan", "recovery", "scenario", "validate_nccl_tests", "validate_published"]
+__all__ = ["place", "plan"]
 
 
 def plan(model: str | None = None, cluster: str | Path | Cluster | None = None, **options: Any) -> CommandResult:
     """Parallel plans of ``model`` on ``cluster``, ranked (``flexcomm plan``); ``frame``: every plan priced
     (``plans.csv``), ``summaries["best_plan"]``, figure ``plans``.
 
-    ``model="gpt"`` plans a transformer by calling the planner itself
-    (:func:`flexcomm.planner.llm.transformer_plan.plan_transformer`: no argv, no printed text, no file read back);
-    its keywords are that function's (``batch_size``, ``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``,
-    ``precision``, ``tp``, ``pp``, ...), ``cluster`` may be a :class:`~flexcomm.Cluster`, and files are written
-    only when ``out`` is given (``top`` plans in its table and figure). Other models run the command in-process.
+    ``model="gpt"`` calls the transformer planner
+    (:func:`flexcomm.planner.llm.transformer_plan.plan_transformer`), a traced model (``resnet50``,
+    ``module:factory``, ...) the operator-graph planner (:func:`flexcomm.planner.graph_plan.plan_graph`): no argv,
+    no printed text, no file read back. The keywords are that function's (``batch_size``, ``simulate_top``, ...),
+    ``cluster`` may be a :class:`~flexcomm.Cluster`; ``top`` plans go in the table and figure written to ``out``
+    (the transformer planner: only when ``out`` is given; a traced model: ``results/plan`` unless ``out=None``).
+    A current LLM's preset or config.json calls the layout search
+    (:func:`flexcomm.planner.llm.layout_plan.plan_layout_model`; ``results/plan`` unless ``out=None``). A job file
+    (``job=PATH``) gives the model, cluster and options it holds (``flexcomm plan --job``'s), a keyword given as
+    well wins.
     """
-    if model == "gpt" and "job" not in options:
+    if "job" in options:
+        model, cluster, options = _with_job(options.pop("job"), model, cluster, options)
+    if isinstance(model, Path):
+        model = str(model)
+    if not isinstance(model, str) or not model:
+        raise InputError("model", model, "a model to plan: a traced model (resnet50, module:factory, ...), 'gpt', "
+                         "a current LLM's preset (llama3-70b, ...) or a config.json path")
+    if is_layout_model(model):
+        return _plan_layouts(model, cluster, **options)
+    if model == "gpt":
         return _plan_transformer(cluster, **options)
-    return run_command("plan", main_table="plans", model=model, cluster=cluster, **options)
+    return _plan_graph(model, cluster, **options)
 
 
-#: ``flexcomm plan``'s default cluster, which the transformer planner's Python call takes too.
+#: ``flexcomm plan``'s and ``flexcomm place``'s default cluster, which their Python calls take too.
 _PLAN_CLUSTER = "4x8-a100-ib"
+
+
+def _with_job(path: object, model: str | None, cluster: str | Path | Cluster | None,
+              options: dict[str, Any]) -> tuple[str, str | Path | Cluster, dict[str, Any]]:
+    """The job file's model, cluster and options, under those given with it (a keyword typed as well wins)."""
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise InputError("job", path, "a job file (YAML or JSON)")
+    fields = plan_job_fields(load_job(path))
+    job_model, job_cluster = fields.pop("model"), fields.pop("cluster")
+    return (job_model if model is None else model, job_cluster if cluster is None else cluster,
+            {**fields, **options})
+
+
+def _plan_layouts(model: str, cluster: str | Path | Cluster | None, out: str | Path | None = "results/plan",
+                  top: int = 10, no_progress: bool = False, **options: Any) -> CommandResult:
+    """``flexcomm.plan("llama3-70b", ...)``: the layout search's result as a :class:`CommandResult` (the search
+    draws no progress bar: ``no_progress`` is accepted for the command's sake)."""
+    _check_keywords(options, plan_layout_model, f"plan({model!r}, ...)", ("model", "cluster"),
+                    ("out", "top", "no_progress"))
+    switch("no_progress", no_progress)
+    check_top(top)
+    result = plan_layout_model(model, _PLAN_CLUSTER if cluster is None else cluster, **options)
+    written = write_layout_files(result, Path(out), top) if out is not None else []
+    frame = result.table()
+    return CommandResult(command="plan", out=None if out is None else Path(out), frame=frame,
+                         tables={"layouts": frame}, figures={p.stem: p for p in written if p.suffix == ".png"},
+                         summaries={"best_layout": result.summary()},
+                         report="\n".join(layout_report_lines(result, written)) + "\n")
+
+
+def _check_keywords(options: dict[str, Any], engine: Any, call: str, own: tuple[str, ...],
+                    extra: tuple[str, ...]) -> None:
+    """Every keyword is the engine's (less the ``own`` ones this call fills in) or one of ``extra``."""
+    known = [k for k in inspect.signature(engine).parameters if k not in own]
+    refuse_unknown_keywords(call, options, [*known, *extra])
 
 
 def _plan_transformer(cluster: str | Path | Cluster | None, out: str | Path | None = None, top: int = 10,
                       no_progress: bool = False, **options: Any) -> CommandResult:
     """``flexcomm.plan("gpt", ...)``: the engine's result as a :class:`CommandResult` (``no_progress`` is accepted
     for the command's sake: the transformer planner draws no progress bar)."""
-    known = inspect.signature(plan_transformer).parameters
-    for keyword, value in options.items():
-        if keyword not in known or keyword == "cluster":
-            expected = ", ".join(sorted([*(k for k in known if k != "cluster"), "out", "top", "no_progress"]))
-            raise InputError(keyword, value, f"a keyword of flexcomm.plan('gpt', ...): {expected}")
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InputError("top", top, "an integer >= 1")
+    _check_keywords(options, plan_transformer, "plan('gpt', ...)", ("cluster",), ("out", "top", "no_progress"))
+    check_top(top)
     result = plan_transformer(_PLAN_CLUSTER if cluster is None else cluster, **options)
     written = write_files(result, Path(out), top) if out is not None else []
     frame = result.table()
@@ -68,50 +123,57 @@ def _plan_transformer(cluster: str | Path | Cluster | None, out: str | Path | No
                          report=printed(result, top, written))
 
 
-def place(model: str | None = None, cluster: str | Path | None = None, **options: Any) -> CommandResult:
-    """Device placement of an operator graph by every placer (``flexcomm place``); ``frame``: the placers
-    compared (``comparison.csv``), ``tables["placement"]`` the chosen one, figures ``search_curves``,
-    ``timeline``."""
-    return run_command("place", main_table="comparison", model=model, cluster=cluster, **options)
+def _plan_graph(model: str, cluster: str | Path | Cluster | None, out: str | Path | None = "results/plan",
+                top: int = 10, no_progress: bool = False, **options: Any) -> CommandResult:
+    """``flexcomm.plan("resnet50", ...)``: the operator-graph planner's result as a :class:`CommandResult`."""
+    _check_keywords(options, plan_graph, f"plan({model!r}, ...)", ("cluster", "model", "progress", "before_work"),
+                    ("out", "top", "no_progress"))
+    shown = not switch("no_progress", no_progress)
+    check_top(top)
+    folder = None if out is None else Path(out)
+    try:
+        result = plan_graph(_PLAN_CLUSTER if cluster is None else cluster, model, **options,
+                            progress=pricing_progress(shown),
+                            before_work=None if folder is None else lambda: output_folder(folder))
+    except NoPlanFits as error:
+        if folder is None:
+            raise
+        from flexcomm.planner.graph_report import keep_rejected  # torch, as the planner's pricing
+
+        raise keep_rejected(error, folder) from None
+    from flexcomm.planner.graph_report import write_files as write_graph_files
+
+    written = write_graph_files(result, folder, top) if folder is not None else []
+    frame = result.table()
+    return CommandResult(command="plan", out=folder, frame=frame, tables={"plans": frame},
+                         figures={p.stem: p for p in written if p.suffix == ".png"},
+                         summaries={"best_plan": result.summary()}, report=graph_printed(result, top, written))
 
 
-def scenario(file: str | Path, out: str | Path = "results/scenario", **options: Any) -> CommandResult:
-    """Several jobs sharing one cluster, together and each alone (``flexcomm simulate --scenario FILE``);
-    ``frame``: per job, slowdown from sharing (``jobs.csv``), figure ``link_utilization``."""
-    return run_command("simulate", main_table="jobs", name="scenario", scenario=file, out=out, **options)
+def place(model: str | None = None, cluster: str | Path | Cluster | None = None,
+          out: str | Path | None = "results/place", no_progress: bool = False, no_plot: bool = False,
+          no_contention: bool = False, **options: Any) -> CommandResult:
+    """Device placement of an operator graph by every placer (``flexcomm place``), calling
+    :func:`flexcomm.placement.run.place_graph` (keywords: its own, as the command's flags); ``frame``: the placers
+    compared (``comparison.csv``), ``tables["placement"]`` the chosen one, ``tables["curves"]``, figures
+    ``search_curves``, ``timeline`` (written to ``out``, ``results/place`` unless ``out=None``)."""
+    _check_keywords(options, place_graph, "place(...)", ("cluster", "model", "progress", "before_work", "contention"),
+                    ("out", "no_progress", "no_plot", "no_contention"))
+    shown, plot = not switch("no_progress", no_progress), not switch("no_plot", no_plot)
+    folder = None if out is None else Path(out)
+    with search_bars(shown) as progress:
+        run = place_graph(_PLAN_CLUSTER if cluster is None else cluster, "inception" if model is None else model,
+                          **options, contention=not switch("no_contention", no_contention), progress=progress,
+                          before_work=None if folder is None else lambda: output_folder(folder))
+    from flexcomm.placement.plots import draw  # torch and matplotlib, as the whole placement engine
+    from flexcomm.placement.report import report_text, write_tables
 
-
-def recovery(workload: str, cluster: str | Path, policies: str | list[str] = "all",
-             out: str | Path = "results/recovery", **options: Any) -> CommandResult:
-    """Goodput of a transformer job over days of node failures, per recovery policy (``flexcomm simulate
-    --recovery POLICIES``); ``frame``: one row per policy (``recovery.csv``), figure ``goodput``. ``mtbf``
-    (one node's mean time between failures) defaults to a large fleet's measured rate (Llama 3's)."""
-    return run_command("simulate", main_table="recovery", name="recovery", workload=workload, cluster=cluster,
-                       recovery=policies, out=out, **options)
-
-
-def validate_published(folder: str | Path | None = None, out: str | Path = "results/published",
-                       **options: Any) -> CommandResult:
-    """Every published nccl-tests run of ``folder`` (default: the corpus shipped with flexcomm) predicted
-    from its hardware description (``flexcomm validate --published``); ``frame``: one line per row
-    (``errors.csv``), a figure per run keyed by its id."""
-    return run_command("validate", main_table="errors", name="validate_published",
-                       published="" if folder is None else folder, out=out, **options)
-
-
-def validate_nccl_tests(log: str | Path, cluster: str | Path, out: str | Path | None = None,
-                        **options: Any) -> CommandResult:
-    """Your pasted nccl-tests output predicted row by row on ``cluster`` (``flexcomm validate --nccl-tests LOG
-    --cluster C``); ``frame``: measured and predicted time and error per row, ``summaries["printed"]`` the
-    summary. With ``out``, draws the run's figure there (busbw and predicted / measured against size)."""
-    result = run_command("validate", name="validate_nccl_tests", nccl_tests=log, cluster=cluster, json=True, **options)
-    if out is None:
-        return result
-
-    printed = result.summaries["printed"]
-    run = SimpleNamespace(run_id=Path(log).stem, collective=printed["collective"], ranks=printed["ranks"],
-                          hardware_class=str(cluster), rows=printed["rows"])
-    figure = plot_run(run, Path(out) / f"{Path(log).stem}.png")
-    return CommandResult(command=result.command, out=Path(out), frame=result.frame, tables=result.tables,
-                         figures={figure.stem: figure}, summaries=result.summaries, report=result.report,
-                         exit_status=result.exit_status)
+    figures = []
+    if folder is not None:
+        write_tables(run, folder)
+        figures = draw(run, folder) if plot else []
+    frame = run.table()
+    return CommandResult(command="place", out=folder, frame=frame,
+                         tables={"comparison": frame, "placement": run.placement_table(), "curves": run.curves()},
+                         figures={p.stem: p for p in figures}, summaries={"placement": run.summary()},
+                         report=report_text(run, folder))

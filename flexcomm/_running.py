@@ -25,7 +25,8 @@ from flexcomm.experiments.study.spec import load_spec
 from flexcomm.sim.collectives import simulate_collective as run
 from flexcomm.sim.dynamics import JitterDynamics, MarkovCongestion, TraceDynamics
 from flexcomm.sim.faults import FaultPolicy, parse_fault
-from flexcomm.sim.training import TrainingConfig, TrainingSimulator, parse_stragglers
+from flexcomm.sim.training import TrainingSimulator
+from flexcomm.sim.training_config import TrainingConfig, parse_stragglers
 from flexcomm.workloads.names import is_factory_reference
 
 if TYPE_CHECKING:

@@ -17,26 +17,11 @@ import torch
 from flexcomm.costmodel.errors import InputError
 from flexcomm.placement.baselines import BASELINES, PlacerResult
 from flexcomm.placement.es import ESConfig, SearchResult, async_es, sync_es
+from flexcomm.placement.methods import METHODS, RESULT_NAMES, SEARCHES, parse_methods  # noqa: F401 - kept here too
 from flexcomm.placement.ppo import PPOConfig, PPOPlacer, train_ppo
 from flexcomm.placement.simulator import PlacementProblem
 
-SEARCHES = ("ppo", "es", "async-es")
-#: the name a method's result carries where it differs from the option's (``--method es`` runs ``sync-es``)
-RESULT_NAMES = {"es": "sync-es"}
-METHODS = (*BASELINES, *SEARCHES)
-
 Progress = Callable[[str], Callable[[float, float], None] | None]
-
-
-def parse_methods(text: str) -> list[str]:
-    """``all`` or a comma-separated subset of :data:`METHODS`, in the order given, without repeats."""
-    names = [m.strip() for m in text.split(",") if m.strip()]
-    if names == ["all"]:
-        return list(METHODS)
-    bad = [m for m in names if m not in METHODS]
-    if not names or bad:
-        raise InputError("method", text, "all, or a comma-separated list of " + ", ".join(METHODS))
-    return list(dict.fromkeys(names))
 
 
 @dataclass

@@ -7,6 +7,7 @@ from pathlib import Path
 from flexcomm.costmodel.atomic import save_figure_atomic
 from flexcomm.costmodel.plotting import readable_log_axis, use_file_backend
 from flexcomm.placement.compare import Comparison
+from flexcomm.placement.run import PlacementRun
 from flexcomm.placement.simulator import PlacementProblem
 
 _COLOURS = {"ppo": "tab:purple", "sync-es": "tab:orange", "async-es": "tab:green"}
@@ -131,3 +132,11 @@ def timeline(problem: PlacementProblem, placement: list[int], path: str | Path, 
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return save_figure_atomic(fig, path)
+
+
+def draw(run: PlacementRun, out: Path) -> list[Path]:
+    """``search_curves.png`` (where a search ran) and ``timeline.png`` of the chosen placement, under ``out``."""
+    drawn = [search_curves(run.comparison, out / "search_curves.png", run.title)] if run.comparison.curves else []
+    chosen = run.chosen
+    return [*drawn, timeline(run.problem, chosen.placement, out / "timeline.png",
+                             f"{chosen.method} on {run.devices.count} devices")]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flexcomm.sim.training import DEFAULT_BUCKET_CAP as DDP_BUCKET_CAP_BYTES  # DDP's bucket_cap_mb=25: one source
+from flexcomm.sim.buckets import DEFAULT_BUCKET_CAP as DDP_BUCKET_CAP_BYTES  # DDP's bucket_cap_mb=25: one source
 
 
 def gradient_buckets(unit_bytes: np.ndarray, unit_backward_s: np.ndarray, cap_bytes: float = DDP_BUCKET_CAP_BYTES

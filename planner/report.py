@@ -147,6 +147,15 @@ def plot(result: SearchResult, pricer: Pricer, top: int, path: Path) -> Path:
     return save_figure_atomic(fig, path)
 
 
+def summary(result: SearchResult, pricer: Pricer, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``best_plan.json``: the best plan described, the search's size and speed, the simulated steps and
+    ``extra`` (what the plans were priced for)."""
+    return {"best": describe(pricer, result.best), "plans_priced": len(result.costs),
+            "plans_feasible": len(result.ranked), "pricing_s": result.pricing_s,
+            "plans_per_s": len(result.costs) / result.pricing_s if result.pricing_s > 0 else None,
+            "simulated": result.simulated, **(extra or {})}
+
+
 def write_outputs(result: SearchResult, pricer: Pricer, out: Path, top: int,
                   extra: dict[str, Any] | None = None) -> list[Path]:
     """plans.csv (every priced plan), plans.md (top N), best_plan.json and plans.png under ``out``."""
@@ -156,13 +165,10 @@ def write_outputs(result: SearchResult, pricer: Pricer, out: Path, top: int,
               f"Best: **{best.config.label}**, {format_time(best.step_s)} per step "
               f"({best.extra.get('samples_per_s', 0):.1f} samples/s), peak memory "
               f"{format_size(best.peak_memory_bytes)} per device.")
-    summary = {"best": describe(pricer, best), "plans_priced": len(result.costs),
-               "plans_feasible": len(result.ranked), "pricing_s": result.pricing_s,
-               "plans_per_s": len(result.costs) / result.pricing_s if result.pricing_s > 0 else None,
-               "simulated": result.simulated, **(extra or {})}
     return [
         write_csv_atomic(table, out / "plans.csv"),
         write_text_atomic(out / "plans.md", to_markdown(table, top, header)),
-        write_text_atomic(out / "best_plan.json", json.dumps(summary, indent=2, default=float) + "\n"),
+        write_text_atomic(out / "best_plan.json",
+                          json.dumps(summary(result, pricer, extra), indent=2, default=float) + "\n"),
         plot(result, pricer, top, out / "plans.png"),
     ]

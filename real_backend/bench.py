@@ -2,10 +2,10 @@
 
 The parent side (:func:`run_benchmark`, ``flexcomm bench-collectives``) validates the request and
 starts the ranks through :mod:`real_backend.launch` (or inside a shaped testbed); the worker side
-(``python -m flexcomm.real_backend.bench``, :func:`worker_main`) measures. Per collective and size: a few
-warm-up operations, then timed repetitions, each preceded by a barrier; a repetition's time is
-the **maximum over ranks** (an ``allreduce(MAX)`` of every rank's own time, as nccl-tests does),
-since a collective is done when its slowest rank is.
+(``python -m flexcomm.real_backend.bench '<JSON>'``, one :class:`BenchWorkerConfig`; :func:`worker_main`)
+measures. Per collective and size: a few warm-up operations, then timed repetitions, each preceded by a
+barrier; a repetition's time is the **maximum over ranks** (an ``allreduce(MAX)`` of every rank's own time,
+as nccl-tests does), since a collective is done when its slowest rank is.
 
 Rank 0 appends one row per repetition to the CSV **as it is measured** and flushes it (fsync at
 least every :data:`FSYNC_EVERY_S`), so a crash or a killed peer loses nothing already measured;
@@ -23,7 +23,6 @@ output ``p * m`` (so busbw of a ring allgather approaches the link bandwidth, as
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import statistics
@@ -43,6 +42,7 @@ from flexcomm.costmodel.limits import MAX_BENCH_BYTES
 from flexcomm.costmodel.units import format_bandwidth, format_size, format_time, parse_size
 from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
 from flexcomm.real_backend.launch import launch
+from flexcomm.real_backend.worker_config import config_from_argv, to_argument
 
 FSYNC_EVERY_S = 1.0
 ELEMENT_BYTES = 4  # float32
@@ -224,44 +224,53 @@ def _operation(collective: str, numel: int, info: object):  # -> Callable[[], No
     raise InputError("collective", collective, "one of " + ", ".join(COLLECTIVES))
 
 
-def _worker_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.bench",
-                                     description="benchmark worker (one rank)")
-    parser.add_argument("--sizes", required=True, help="MIN:MAX or comma list of sizes")
-    parser.add_argument("--collectives", default=",".join(DEFAULT_COLLECTIVES))
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--link-class", default="intra")
-    parser.add_argument("--backend", default=None)
-    parser.add_argument("--op-timeout", type=float, default=None, help="seconds per collective (gloo timeout)")
-    parser.add_argument("--quiet", action="store_true", help="no table on stdout")
-    return parser
+@dataclass(frozen=True, kw_only=True)
+class BenchWorkerConfig:
+    """What every rank of ``flexcomm bench-collectives`` runs: the parent's request, sent to the ranks as one
+    JSON argument (:mod:`real_backend.worker_config`) and checked again where it is built, in each rank."""
+
+    sizes_bytes: tuple[int, ...]  #: requested sizes (rounded down to whole elements per collective)
+    out: str  #: the measurement CSV (absolute: ranks may run elsewhere)
+    collectives: tuple[str, ...] = DEFAULT_COLLECTIVES
+    warmup: int = 5  #: untimed operations per collective and size
+    iters: int = 20  #: timed repetitions per collective and size
+    link_class: str = "intra"
+    backend: str | None = None
+    op_timeout_s: float | None = None  #: per collective (the backend's timeout)
+    quiet: bool = False  #: no table on stdout
+
+    def __post_init__(self) -> None:
+        parse_sizes(",".join(str(size) for size in self.sizes_bytes))
+        parse_collectives(self.collectives)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise InputError("warmup", self.warmup, "an integer >= 0")
+        if isinstance(self.iters, bool) or not isinstance(self.iters, int) or self.iters < 1:
+            raise InputError("iters", self.iters, "an integer >= 1")
+        if self.op_timeout_s is not None and not self.op_timeout_s > 0:
+            raise InputError("op-timeout", self.op_timeout_s, "seconds > 0")
 
 
-def worker_main(argv: Sequence[str] | None = None) -> int:
+def worker_main(config: BenchWorkerConfig) -> int:
     """One rank of the benchmark; rank 0 writes the CSV and prints the table."""
     import torch
     import torch.distributed as dist
 
-
-    args = _worker_parser().parse_args(argv)
-    sizes = parse_sizes(args.sizes)
-    collectives = parse_collectives(args.collectives)
-    info = init_from_env(backend=args.backend, timeout_s=args.op_timeout)
+    sizes = list(config.sizes_bytes)
+    collectives = parse_collectives(config.collectives)
+    info = init_from_env(backend=config.backend, timeout_s=config.op_timeout_s)
     rank, world = info.rank, info.world_size
     label = f"flexcomm bench: rank {rank}"
     # Slightly longer than the backend's own timeout, so gloo's error (clearer) usually comes first.
     watchdog = Watchdog(info.timeout_s + 10.0, label=label)
-    writer = MeasurementWriter(args.out) if rank == 0 else None
+    writer = MeasurementWriter(config.out) if rank == 0 else None
     sync = torch.cuda.synchronize if info.backend == "nccl" else (lambda: None)
     barrier_args = {"device_ids": [info.device.index]} if info.backend == "nccl" else {}  # type: ignore[attr-defined]
     step = "rendezvous"
     status = 0
     try:
-        if rank == 0 and not args.quiet:
+        if rank == 0 and not config.quiet:
             print(f"# flexcomm bench-collectives: {world} ranks, backend {info.backend}, "
-                  f"warmup {args.warmup}, iters {args.iters}; time = median over iters of max over ranks")
+                  f"warmup {config.warmup}, iters {config.iters}; time = median over iters of max over ranks")
             print(f"# {'collective':<15}{'algorithm':<10}{'size':>10}{'elements':>12}{'time':>11}"
                   f"{'algbw':>15}{'busbw':>15}")
         for collective in collectives:
@@ -272,13 +281,13 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                 nbytes = numel * ELEMENT_BYTES
                 step = f"{collective} of {format_size(nbytes)}"
                 op = _operation(collective, numel, info)
-                for _ in range(args.warmup):
+                for _ in range(config.warmup):
                     with watchdog.guard(f"warm-up {step}"):
                         op()
                         sync()
                 times = []
                 elapsed = torch.zeros(1, dtype=torch.float64, device=info.device)
-                for rep in range(args.iters):
+                for rep in range(config.iters):
                     with watchdog.guard(step):
                         dist.barrier(**barrier_args)
                         start = time.perf_counter()
@@ -292,11 +301,11 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
                         algbw, busbw = bandwidths(collective, nbytes, world, seconds)
                         writer.write({
                             "collective": collective, "algorithm": spec.algorithm, "ranks": world,
-                            "bytes": nbytes, "seconds": seconds, "link_class": args.link_class, "rep": rep,
+                            "bytes": nbytes, "seconds": seconds, "link_class": config.link_class, "rep": rep,
                             "backend": info.backend, "algbw_Bps": algbw, "busbw_Bps": busbw,
                             "implementation": impl,
                         })
-                if rank == 0 and times and not args.quiet:
+                if rank == 0 and times and not config.quiet:
                     median = statistics.median(times)
                     algbw, busbw = bandwidths(collective, nbytes, world, median)
                     print(f"  {collective:<15}{spec.algorithm:<10}{format_size(nbytes):>10}{numel:>12}"
@@ -332,17 +341,12 @@ def worker_command(
     op_timeout_s: float | None = None,
     quiet: bool = False,
 ) -> list[str]:
-    """The ``python -m flexcomm.real_backend.bench ...`` command line every rank runs."""
-    cmd = [sys.executable, "-m", "flexcomm.real_backend.bench", "--sizes", ",".join(str(int(s)) for s in sizes),
-           "--collectives", ",".join(collectives), "--warmup", str(warmup), "--iters", str(iters),
-           "--out", str(Path(out).resolve()), "--link-class", link_class]
-    if backend:
-        cmd += ["--backend", backend]
-    if op_timeout_s is not None:
-        cmd += ["--op-timeout", repr(float(op_timeout_s))]
-    if quiet:
-        cmd.append("--quiet")
-    return cmd
+    """The ``python -m flexcomm.real_backend.bench '<BenchWorkerConfig JSON>'`` command line every rank runs."""
+    config = BenchWorkerConfig(
+        sizes_bytes=tuple(int(s) for s in sizes), collectives=tuple(collectives), warmup=warmup, iters=iters,
+        out=str(Path(out).resolve()), link_class=link_class, backend=backend or None,
+        op_timeout_s=None if op_timeout_s is None else float(op_timeout_s), quiet=quiet)
+    return [sys.executable, "-m", "flexcomm.real_backend.bench", to_argument(config)]
 
 
 def run_benchmark(
@@ -398,7 +402,7 @@ def run_benchmark(
 
 if __name__ == "__main__":
     try:
-        sys.exit(worker_main())
+        sys.exit(worker_main(config_from_argv(BenchWorkerConfig, "flexcomm bench")))
     except InputError as error:
         print(f"flexcomm bench: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -2,19 +2,19 @@
 
 Parent side (:func:`run_training`, ``flexcomm train-ddp``): validates the request and starts the ranks with
 :func:`real_backend.launch.launch`, or inside a shaped testbed. Worker side (``python -m
-real_backend.ddp_train``, :func:`worker_main`): joins the group (:func:`real_backend.dist.init_from_env`),
-then
+real_backend.ddp_train '<JSON>'``, one :class:`DDPWorkerConfig`; :func:`worker_main`): joins the group
+(:func:`real_backend.dist.init_from_env`), then
 
 1. measures the **compute-only** step (forward, backward, optimizer; no DDP, no communication) of the same
    model on every rank at once (so the ranks share the cores as they do in training), median over
-   ``--compute-steps`` after ``--warmup-steps``, max over ranks;
+   ``compute_steps`` after ``warmup_steps``, max over ranks;
 2. per strategy, the **solo step** (:func:`solo_step_seconds`): the same DDP model and hook on a process
    group of this rank alone, every rank at once: compute plus everything the hook does locally (selection,
    casts, PowerSGD's matmuls, scatter-add) but no bytes between ranks. A predicted step is solo + the
    communication the hook logged;
-3. for each strategy in ``--strategy`` (a comma list, run one after another in the same process group; a
-   ``name@ratio`` entry overrides ``--ratio``): a fresh model (same seed, so every strategy starts from
-   the same weights), DDP, :func:`real_backend.hooks.register`, then ``--steps`` steps. Each step starts
+3. for each strategy in ``strategy`` (a comma list, run one after another in the same process group; a
+   ``name@ratio`` entry overrides ``ratio``): a fresh model (same seed, so every strategy starts from
+   the same weights), DDP, :func:`real_backend.hooks.register`, then ``steps`` steps. Each step starts
    after a barrier; its time is the max over ranks, its loss rank 0's (and the mean over ranks).
 
 Rank 0 writes, per strategy, ``OUT/<label>/steps.csv`` (one row per step, appended and flushed as it is
@@ -22,14 +22,13 @@ measured: loss, step seconds, hook and communication seconds, bytes, scheme, rat
 communication), ``OUT/<label>/exchanges.csv`` (the hook's per-bucket log, :data:`hooks.EXCHANGE_COLUMNS`)
 and, at the end, ``OUT/<label>/summary.json``; and ``OUT/run.json`` (the run and the compute-only time).
 
-The cost model that prices the log: the link ``--latency``/``--bandwidth`` (e.g. a testbed's goodput
-``0.956 x rate``) as a cluster of N nodes x 1 device (:func:`link_cluster`), with ``--profile`` (a
+The cost model that prices the log: the link ``latency_s``/``bandwidth_Bps`` (e.g. a testbed's goodput
+``0.956 x rate``) as a cluster of N nodes x 1 device (:func:`link_cluster`), with ``profile`` (a
 calibration) replacing the link for the collectives it covers.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -54,6 +53,7 @@ from flexcomm.real_backend.net_trace import parse_trace
 from flexcomm.real_backend.options import HOOK_RATIO_STRATEGIES as RATIO_STRATEGIES
 from flexcomm.real_backend.options import HOOK_STRATEGIES as STRATEGIES
 from flexcomm.real_backend.trace_control import request_start, trace_file
+from flexcomm.real_backend.worker_config import config_from_argv, to_argument
 
 STEP_COLUMNS = (
     "step", "strategy", "label", "loss", "loss_mean", "step_s", "hook_s", "comm_s", "codec_s", "predicted_comm_s",
@@ -173,44 +173,50 @@ def build_cost_model(ranks: int, latency_s: float | None, bandwidth_Bps: float |
 # --- the worker ----------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.ddp_train",
-                                description="DDP training worker (one rank)")
-    p.add_argument("--workload", default="mlp-digits")
-    p.add_argument("--strategy", required=True)
-    p.add_argument("--ratio", type=float)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--out", required=True)
-    p.add_argument("--hidden")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compute-steps", type=int, default=6)
-    p.add_argument("--warmup-steps", type=int, default=DEFAULT_WARMUP_STEPS)
-    p.add_argument("--latency", type=float, help="seconds (prior / log's link)")
-    p.add_argument("--bandwidth", type=float, help="bytes/s (prior / log's link)")
-    p.add_argument("--profile")
-    p.add_argument("--backend")
-    p.add_argument("--powersgd-rank", type=int, default=1)
-    p.add_argument("--moo-reeval", type=int, default=20, help="MOO: re-optimise every this many steps")
-    p.add_argument("--op-timeout", type=float)
-    p.add_argument("--duration", type=float, help="seconds: each strategy trains until this much time has passed "
-                   "(then --steps is only a cap)")
-    p.add_argument("--trace-testbed", help="testbed id whose trace restarts at each strategy's first step")
-    p.add_argument("--no-overlap", action="store_true", help="hooks block inside DDP (no overlap with backward)")
-    p.add_argument("--torch-profile", action="store_true", help="record the steps after warm-up with "
-                   "torch.profiler; rank 0 writes STRATEGY/trace.json")
-    return p
+@dataclass(frozen=True, kw_only=True)
+class DDPWorkerConfig:
+    """What every rank of ``flexcomm train-ddp`` runs: the parent's request, sent to the ranks as one JSON
+    argument (:mod:`real_backend.worker_config`) and checked again where it is built, in each rank."""
+
+    strategy: str  #: the strategies' labels, comma-separated (``name@ratio`` allowed)
+    out: str  #: the run folder (absolute: ranks may run elsewhere)
+    workload: str = "mlp-digits"
+    ratio: float | None = None  #: for the ratio strategies given without ``@``
+    steps: int = 20  #: a cap when ``duration_s`` is set
+    hidden: str | None = None  #: mlp-digits' hidden widths, ``1024,1024``
+    batch_size: int | None = None  #: samples per rank; None: the workload's
+    lr: float | None = None
+    seed: int = 0
+    compute_steps: int = 6
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    latency_s: float | None = None  #: the log's link (prior)
+    bandwidth_Bps: float | None = None  #: the log's link (prior)
+    profile: str | None = None  #: a calibration profile pricing the log
+    backend: str | None = None
+    powersgd_rank: int = 1
+    moo_reeval_steps: int = 20  #: MOO re-optimises every this many steps
+    op_timeout_s: float | None = None
+    duration_s: float | None = None  #: each strategy trains until this much time has passed
+    trace_testbed: str | None = None  #: testbed whose trace restarts at each strategy's first step
+    overlap: bool = True  #: False: hooks block inside DDP (no overlap with backward)
+    torch_profile: bool = False  #: record the steps after warm-up; rank 0 writes STRATEGY/trace.json
+
+    def __post_init__(self) -> None:
+        parse_strategies(self.strategy, self.ratio)
+        parse_hidden(self.hidden)
+        check_training_options(self.batch_size, self.lr)
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise InputError("steps", self.steps, "an integer >= 1")
 
 
-def _workload(args: argparse.Namespace) -> Any:
+def _workload(config: DDPWorkerConfig) -> Any:
     from flexcomm.workloads import MLP, get_workload
 
-    workload = get_workload(args.workload, seed=args.seed)
-    hidden = parse_hidden(args.hidden)
+    workload = get_workload(config.workload, seed=config.seed)
+    hidden = parse_hidden(config.hidden)
     if hidden is not None:
         if workload.name != "mlp-digits":
-            raise InputError("hidden", args.hidden, "only with --workload mlp-digits")
+            raise InputError("hidden", config.hidden, "only with --workload mlp-digits")
         workload.model_factory = lambda: MLP(64, 10, hidden=hidden)
     return workload
 
@@ -223,15 +229,15 @@ def _step(model: Any, optimizer: Any, loss_fn: Any, inputs: Any, targets: Any) -
     return float(loss.item())
 
 
-def _compute_only(workload: Any, args: argparse.Namespace, info: Any, stream: Any) -> float:
+def _compute_only(workload: Any, config: DDPWorkerConfig, info: Any, stream: Any) -> float:
     """Median seconds of a step without DDP (no communication), max over ranks."""
     import torch.distributed as dist
 
-    model = workload.build_model(args.seed).to(info.device)
-    optimizer = workload.make_optimizer(model, lr=args.lr)
+    model = workload.build_model(config.seed).to(info.device)
+    optimizer = workload.make_optimizer(model, lr=config.lr)
     dist.barrier()
-    return _median_step_max_over_ranks(model, optimizer, workload, stream, info, max(1, args.compute_steps),
-                                       warmup=max(1, args.warmup_steps))
+    return _median_step_max_over_ranks(model, optimizer, workload, stream, info, max(1, config.compute_steps),
+                                       warmup=max(1, config.warmup_steps))
 
 
 def _median_step_max_over_ranks(model: Any, optimizer: Any, workload: Any, stream: Any, info: Any, steps: int,
@@ -288,7 +294,7 @@ def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else math.nan
 
 
-def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, solo_group: Any,
+def solo_step_seconds(spec: StrategySpec, workload: Any, config: DDPWorkerConfig, info: Any, solo_group: Any,
                       watchdog: Any) -> float:
     """Median step with the strategy's hook on a group of this rank alone, max over ranks.
 
@@ -301,26 +307,26 @@ def solo_step_seconds(spec: StrategySpec, workload: Any, args: argparse.Namespac
     from flexcomm.real_backend.hooks import register
     from flexcomm.workloads import batch_stream, shard
 
-    model = workload.build_model(args.seed).to(info.device)
+    model = workload.build_model(config.seed).to(info.device)
     ddp = DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None,
               process_group=solo_group)
     with warnings.catch_warnings():  # the solo step prices nothing: no cost model on purpose
         warnings.simplefilter("ignore", UserWarning)
-        state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=args.powersgd_rank,
-                         overlap=not args.no_overlap)
-    optimizer = workload.make_optimizer(ddp, lr=args.lr)
-    data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
-    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 2, rank=info.rank)
+        state = register(ddp, spec.strategy, spec.ratio, group=solo_group, powersgd_rank=config.powersgd_rank,
+                         overlap=config.overlap)
+    optimizer = workload.make_optimizer(ddp, lr=config.lr)
+    data = shard(workload.train_set, info.rank, info.world_size, seed=config.seed)
+    stream = batch_stream(data, config.batch_size or workload.batch_size, seed=config.seed + 2, rank=info.rank)
     seconds = _median_step_max_over_ranks(
-        ddp, optimizer, workload, stream, info, max(1, args.compute_steps), warmup=args.warmup_steps,
+        ddp, optimizer, workload, stream, info, max(1, config.compute_steps), warmup=config.warmup_steps,
         guard=lambda step: watchdog.guard(f"{spec.label} solo step {step}"), after_step=state.take_steps)
     state.close()
     return seconds
 
 
-def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, info: Any, cost_model: Any,
+def run_strategy(spec: StrategySpec, workload: Any, config: DDPWorkerConfig, info: Any, cost_model: Any,
                  out: Path, compute_s: float, watchdog: Any, solo_s: float = math.nan) -> dict[str, Any]:
-    """Train ``args.steps`` steps with one strategy; rank 0 logs them. Returns the summary (rank 0's)."""
+    """Train ``config.steps`` steps with one strategy; rank 0 logs them. Returns the summary (rank 0's)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -328,22 +334,23 @@ def run_strategy(spec: StrategySpec, workload: Any, args: argparse.Namespace, in
     from flexcomm.workloads import batch_stream, shard
 
     rank, world = info.rank, info.world_size
-    model = workload.build_model(args.seed).to(info.device)
+    model = workload.build_model(config.seed).to(info.device)
     ddp = DDP(model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
     folder = out / spec.label
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("steps.csv", "exchanges.csv"):
             (folder / name).unlink(missing_ok=True)
-    moo = MOOConfig(reeval_every=args.moo_reeval) if spec.strategy == "moo" else None
-    state = register(ddp, spec.strategy, spec.ratio, cost_model=cost_model, overlap=not args.no_overlap,
-                     log_path=folder / "exchanges.csv", powersgd_rank=args.powersgd_rank, moo_config=moo)
-    optimizer = workload.make_optimizer(ddp, lr=args.lr)
-    data = shard(workload.train_set, rank, world, seed=args.seed)
-    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank)
+    moo = MOOConfig(reeval_every=config.moo_reeval_steps) if spec.strategy == "moo" else None
+    state = register(ddp, spec.strategy, spec.ratio, cost_model=cost_model, overlap=config.overlap,
+                     log_path=folder / "exchanges.csv", powersgd_rank=config.powersgd_rank, moo_config=moo)
+    optimizer = workload.make_optimizer(ddp, lr=config.lr)
+    data = shard(workload.train_set, rank, world, seed=config.seed)
+    stream = batch_stream(data, config.batch_size or workload.batch_size, seed=config.seed, rank=rank)
     log = CsvLog(folder / "steps.csv", STEP_COLUMNS) if rank == 0 else None
-    run = _StrategyRun(spec, workload, args, info, optimizer, state, watchdog, RunClock.start(args, spec.label, rank))
-    profiler = step_profiler(args, folder / "trace.json", rank)
+    run = _StrategyRun(spec, workload, config, info, optimizer, state, watchdog,
+                       RunClock.start(config, spec.label, rank))
+    profiler = step_profiler(config, folder / "trace.json", rank)
     try:
         rows = _train_steps(run, ddp, stream, log, profiler)
     finally:
@@ -370,7 +377,7 @@ class _StrategyRun:
 
     spec: StrategySpec
     workload: Any
-    args: argparse.Namespace
+    config: DDPWorkerConfig
     info: Any  # real_backend.dist's rank info: rank, world_size, device
     optimizer: Any
     state: Any  # real_backend.hooks' HookState
@@ -385,11 +392,11 @@ def _train_steps(run: _StrategyRun, ddp: Any, stream: Any, log: Any, profiler: A
     import torch
     import torch.distributed as dist
 
-    spec, info, args, run_clock = run.spec, run.info, run.args, run.run_clock
+    spec, info, config, run_clock = run.spec, run.info, run.config, run.run_clock
     sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
     gathered = [torch.zeros(3, dtype=torch.float64, device=info.device) for _ in range(info.world_size)]
     rows: list[dict[str, Any]] = []
-    for step in range(args.steps):
+    for step in range(config.steps):
         _, inputs, targets = next(stream)
         inputs, targets = inputs.to(info.device), targets.to(info.device)
         with run.watchdog.guard(f"{spec.label} step {step}"):
@@ -448,11 +455,11 @@ def _strategy_summary(run: _StrategyRun, numel: int, rows: list[dict[str, Any]],
                       solo_s: float) -> dict[str, Any]:
     """``summary.json``: medians over the steps after warm-up (all of them when there are no more), the losses,
     and what an adaptive strategy decided."""
-    spec, args, state = run.spec, run.args, run.state
-    steady = rows[args.warmup_steps:] or rows
+    spec, config, state = run.spec, run.config, run.state
+    steady = rows[config.warmup_steps:] or rows
     result: dict[str, Any] = {
         "label": spec.label, "strategy": spec.strategy, "ratio": spec.ratio, "ranks": run.info.world_size,
-        "numel": numel, "gradient_bytes": numel * 4, "steps": len(rows), "warmup_steps": args.warmup_steps,
+        "numel": numel, "gradient_bytes": numel * 4, "steps": len(rows), "warmup_steps": config.warmup_steps,
         "compute_only_s": compute_s, "solo_step_s": solo_s,
         "median_step_s": _median([r["step_s"] for r in steady]),
         "median_hook_s": _median([r["hook_s"] for r in steady]),
@@ -476,17 +483,17 @@ def _strategy_summary(run: _StrategyRun, numel: int, rows: list[dict[str, Any]],
     return result
 
 
-def step_profiler(args: argparse.Namespace, path: Path, rank: int) -> Any:
-    """With ``--torch-profile``: a started ``torch.profiler.profile`` recording the steps after warm-up (every
+def step_profiler(config: DDPWorkerConfig, path: Path, rank: int) -> Any:
+    """With ``torch_profile``: a started ``torch.profiler.profile`` recording the steps after warm-up (every
     rank records, so each pays the same overhead; rank 0 writes the Chrome trace, atomically), else None.
 
     A schedule, because torch marks ``ProfilerStep#N`` only with one; shapes, because they are the
     collectives' sizes (see :mod:`workloads.profiler_trace`)."""
-    if not getattr(args, "torch_profile", False):
+    if not config.torch_profile:
         return None
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    active = max(1, args.steps - args.warmup_steps - 1)
+    active = max(1, config.steps - config.warmup_steps - 1)
 
     def write(prof: Any) -> None:
         if rank == 0:
@@ -496,7 +503,7 @@ def step_profiler(args: argparse.Namespace, path: Path, rank: int) -> Any:
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if _cuda_available() else [])
     profiler = profile(activities=activities, record_shapes=True, on_trace_ready=write,
-                       schedule=schedule(wait=max(0, args.warmup_steps - 1), warmup=1, active=active, repeat=1))
+                       schedule=schedule(wait=max(0, config.warmup_steps - 1), warmup=1, active=active, repeat=1))
     profiler.start()
     return profiler
 
@@ -516,17 +523,17 @@ class RunClock:
     trace: Any = None
 
     @classmethod
-    def start(cls, args: argparse.Namespace, label: str, rank: int) -> RunClock:
-        """Rank 0 restarts the testbed's trace (``--trace-testbed``) and takes its time zero; others hold none."""
+    def start(cls, config: DDPWorkerConfig, label: str, rank: int) -> RunClock:
+        """Rank 0 restarts the testbed's trace (``trace_testbed``) and takes its time zero; others hold none."""
         if rank != 0:
             return cls(None, None)
-        if not args.trace_testbed:
-            return cls(time.time(), args.duration)
+        if not config.trace_testbed:
+            return cls(time.time(), config.duration_s)
 
-        text = trace_file(args.trace_testbed, "csv").read_text(encoding="utf-8")
+        text = trace_file(config.trace_testbed, "csv").read_text(encoding="utf-8")
         trace = parse_trace(text, "trace", 10**6)
         token = f"{label}-{time.time():.6f}"
-        return cls(request_start(args.trace_testbed, token), args.duration or trace.duration_s, trace)
+        return cls(request_start(config.trace_testbed, token), config.duration_s or trace.duration_s, trace)
 
     def over(self, now_epoch: float) -> bool:
         return self.start_epoch is not None and self.duration_s is not None and (
@@ -539,31 +546,27 @@ class RunClock:
         return {"start_epoch_s": start_epoch, "trace_s": offset, "trace_phase": phase}
 
 
-def worker_main(argv: Sequence[str] | None = None) -> int:
+def worker_main(config: DDPWorkerConfig) -> int:
     """One rank: compute-only measurement, then every strategy in turn."""
     import torch
 
-
-    args = _parser().parse_args(argv)
-    specs = parse_strategies(args.strategy, args.ratio)
-    if args.steps < 1:
-        raise InputError("steps", args.steps, "an integer >= 1")
-    workload = _workload(args)
-    info = init_from_env(backend=args.backend, timeout_s=args.op_timeout)
-    torch.manual_seed(args.seed)
-    out = Path(args.out)
+    specs = parse_strategies(config.strategy, config.ratio)
+    workload = _workload(config)
+    info = init_from_env(backend=config.backend, timeout_s=config.op_timeout_s)
+    torch.manual_seed(config.seed)
+    out = Path(config.out)
     if info.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
     watchdog = Watchdog(info.timeout_s + 10.0, label=f"flexcomm train-ddp: rank {info.rank}")
-    cost_model = build_cost_model(info.world_size, args.latency, args.bandwidth, args.profile)
+    cost_model = build_cost_model(info.world_size, config.latency_s, config.bandwidth_Bps, config.profile)
     status = 0
     try:
         from flexcomm.workloads import batch_stream, shard
 
-        data = shard(workload.train_set, info.rank, info.world_size, seed=args.seed)
-        stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed + 1, rank=info.rank)
+        data = shard(workload.train_set, info.rank, info.world_size, seed=config.seed)
+        stream = batch_stream(data, config.batch_size or workload.batch_size, seed=config.seed + 1, rank=info.rank)
         with watchdog.guard("compute-only measurement"):
-            compute_s = _compute_only(workload, args, info, stream)
+            compute_s = _compute_only(workload, config, info, stream)
         import torch.distributed as dist
 
         # one group per rank holding that rank alone (every rank must create every group, in order)
@@ -571,19 +574,19 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
         results = []
         for spec in specs:
             solo_s = math.nan
-            if args.compute_steps > 0:
-                solo_s = solo_step_seconds(spec, workload, args, info, solo_groups[info.rank], watchdog)
-            results.append(run_strategy(spec, workload, args, info, cost_model, out, compute_s, watchdog, solo_s))
+            if config.compute_steps > 0:
+                solo_s = solo_step_seconds(spec, workload, config, info, solo_groups[info.rank], watchdog)
+            results.append(run_strategy(spec, workload, config, info, cost_model, out, compute_s, watchdog, solo_s))
             if info.rank == 0:
                 print(summary_line(spec.label, results[-1]), flush=True)
         if info.rank == 0:
             _write_json(out / "run.json", {
-                "workload": workload.name, "hidden": parse_hidden(args.hidden), "ranks": info.world_size,
-                "backend": info.backend, "device": str(info.device), "steps": args.steps,
-                "compute_only_s": compute_s, "latency_s": args.latency, "bandwidth_Bps": args.bandwidth,
-                "profile": keep_profile_beside(out, args.profile), "strategies": [s.label for s in specs],
-                "moo_reeval": args.moo_reeval,
-                "duration_s": args.duration, "trace_testbed": args.trace_testbed,
+                "workload": workload.name, "hidden": parse_hidden(config.hidden), "ranks": info.world_size,
+                "backend": info.backend, "device": str(info.device), "steps": config.steps,
+                "compute_only_s": compute_s, "latency_s": config.latency_s, "bandwidth_Bps": config.bandwidth_Bps,
+                "profile": keep_profile_beside(out, config.profile), "strategies": [s.label for s in specs],
+                "moo_reeval": config.moo_reeval_steps,
+                "duration_s": config.duration_s, "trace_testbed": config.trace_testbed,
             })
     except InputError:
         raise
@@ -632,24 +635,15 @@ def worker_command(workload: str, strategies: Sequence[StrategySpec], steps: int
                    op_timeout_s: float | None = None, powersgd_rank: int = 1, moo_reeval: int = 20,
                    duration_s: float | None = None, trace_testbed: str | None = None,
                    overlap: bool = True, torch_profile: bool = False) -> list[str]:
-    """The ``python -m flexcomm.real_backend.ddp_train ...`` command every rank runs."""
-    labels = ",".join(s.label for s in strategies)
-    cmd = [sys.executable, "-m", "flexcomm.real_backend.ddp_train", "--workload", workload, "--strategy", labels,
-           "--steps", str(steps), "--out", str(Path(out).resolve()), "--seed", str(seed),
-           "--compute-steps", str(compute_steps), "--warmup-steps", str(warmup_steps),
-           "--powersgd-rank", str(powersgd_rank), "--moo-reeval", str(moo_reeval)]
-    for flag, value in (("--ratio", ratio), ("--hidden", hidden), ("--batch-size", batch_size), ("--lr", lr),
-                        ("--latency", latency_s), ("--bandwidth", bandwidth_Bps), ("--backend", backend),
-                        ("--op-timeout", op_timeout_s), ("--duration", duration_s), ("--trace-testbed", trace_testbed)):
-        if value is not None:
-            cmd += [flag, repr(value) if isinstance(value, float) else str(value)]
-    if profile:
-        cmd += ["--profile", str(Path(profile).resolve())]
-    if not overlap:
-        cmd.append("--no-overlap")
-    if torch_profile:
-        cmd.append("--torch-profile")
-    return cmd
+    """The ``python -m flexcomm.real_backend.ddp_train '<DDPWorkerConfig JSON>'`` command every rank runs."""
+    config = DDPWorkerConfig(
+        workload=workload, strategy=",".join(s.label for s in strategies), steps=steps, out=str(Path(out).resolve()),
+        ratio=ratio, hidden=hidden, batch_size=batch_size, lr=lr, seed=seed, compute_steps=compute_steps,
+        warmup_steps=warmup_steps, latency_s=latency_s, bandwidth_Bps=bandwidth_Bps,
+        profile=str(Path(profile).resolve()) if profile else None, backend=backend, powersgd_rank=powersgd_rank,
+        moo_reeval_steps=moo_reeval, op_timeout_s=op_timeout_s, duration_s=duration_s, trace_testbed=trace_testbed,
+        overlap=overlap, torch_profile=torch_profile)
+    return [sys.executable, "-m", "flexcomm.real_backend.ddp_train", to_argument(config)]
 
 
 def run_training(nproc: int | None, workload: str, strategies: str | Sequence[StrategySpec], steps: int,
@@ -689,7 +683,7 @@ def run_training(nproc: int | None, workload: str, strategies: str | Sequence[St
 
 if __name__ == "__main__":
     try:
-        sys.exit(worker_main())
+        sys.exit(worker_main(config_from_argv(DDPWorkerConfig, "flexcomm train-ddp")))
     except InputError as error:
         print(f"flexcomm train-ddp: error: {error}", file=sys.stderr)
         sys.exit(2)

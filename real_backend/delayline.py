@@ -14,16 +14,16 @@ become the limit; check ``busbw`` against the rate). The device disappears with 
 taking its routes along, so nothing is left behind.
 
 The process stops by itself when the testbed's state file is removed, when its owner process
-(``--owner-pid``) is gone, or on SIGTERM/SIGINT; ``Testbed.down`` also kills it.
+(``owner_pid``) is gone, or on SIGTERM/SIGINT; ``Testbed.down`` also kills it.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import fcntl
 import json
+import math
 import os
 import select
 import signal
@@ -31,8 +31,10 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.netns import (
     BRIDGE_PORT_IF,
     TestbedError,
@@ -41,6 +43,7 @@ from flexcomm.real_backend.netns import (
     state_path,
     stop_process,
 )
+from flexcomm.real_backend.worker_config import config_from_argv, to_argument
 
 TUNSETIFF = 0x400454CA
 TUNSETOFFLOAD = 0x400454D0
@@ -118,15 +121,25 @@ def relay(fd: int, delay_s: float, should_stop, check_every_s: float = 0.5, wake
                 os.write(fd, packet)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run inside the middle namespace (``ip netns exec NS python -m flexcomm.real_backend.delayline ...``)."""
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.delayline")
-    parser.add_argument("--delay", type=float, required=True, help="one-way delay in seconds")
-    parser.add_argument("--name", default=TUN_NAME)
-    parser.add_argument("--state-file", help="stop when this file is removed")
-    parser.add_argument("--owner-pid", type=int, help="stop when this process is gone")
-    parser.add_argument("--control", help="on SIGUSR1, read the new delay (seconds) from this file")
-    args = parser.parse_args(argv)
+@dataclass(frozen=True, kw_only=True)
+class DelayLineConfig:
+    """The delay line's options, as one JSON argument (:mod:`real_backend.worker_config`) from
+    :func:`start_delay_line`."""
+
+    delay_s: float  #: one-way delay
+    name: str = TUN_NAME  #: the TUN device
+    state_file: str | None = None  #: stop when this file is removed
+    owner_pid: int | None = None  #: stop when this process is gone
+    control_file: str | None = None  #: on SIGUSR1, read the new delay (seconds) from this file
+
+    def __post_init__(self) -> None:
+        if isinstance(self.delay_s, bool) or not isinstance(self.delay_s, (int, float)) or not (
+                math.isfinite(self.delay_s) and self.delay_s >= 0):
+            raise InputError("delay", self.delay_s, "seconds >= 0")
+
+
+def main(config: DelayLineConfig) -> int:
+    """Run inside the middle namespace (``ip netns exec NS python -m flexcomm.real_backend.delayline '<JSON>'``)."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
@@ -135,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
-    control = Path(args.control) if args.control else None
+    control = Path(config.control_file) if config.control_file else None
 
     def new_delay() -> float | None:
         if control is None:
@@ -145,17 +158,17 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             return None
 
-    fd, offload = open_tun(args.name)
-    subprocess.run(["ip", "link", "set", args.name, "up"], check=True)
+    fd, offload = open_tun(config.name)
+    subprocess.run(["ip", "link", "set", config.name, "up"], check=True)
     print(json.dumps({"ready": True, "pid": os.getpid(), "offload": offload}), flush=True)
-    state = Path(args.state_file) if args.state_file else None
+    state = Path(config.state_file) if config.state_file else None
 
     def should_stop() -> bool:
         return bool(stopping) or (state is not None and not state.exists()) or (
-            args.owner_pid is not None and not process_alive(args.owner_pid))
+            config.owner_pid is not None and not process_alive(config.owner_pid))
 
     try:
-        relay(fd, args.delay, should_stop, wake_fd=wake_r, new_delay=new_delay)
+        relay(fd, config.delay_s, should_stop, wake_fd=wake_r, new_delay=new_delay)
     finally:
         os.close(fd)
     return 0
@@ -206,11 +219,10 @@ def start_delay_line(testbed, owner_pid: int | None = None, timeout_s: float = 2
     """
     state = state_path(testbed.id)
     log_path = state.with_suffix(".delayline.log")
+    config = DelayLineConfig(delay_s=float(testbed.delay_s), state_file=str(state),
+                             control_file=str(delay_control_path(testbed.id)), owner_pid=owner_pid)
     cmd = ["ip", "netns", "exec", testbed.bridge_namespace, sys.executable, "-m", "flexcomm.real_backend.delayline",
-           "--delay", repr(float(testbed.delay_s)), "--state-file", str(state), "--control",
-           str(delay_control_path(testbed.id))]
-    if owner_pid is not None:
-        cmd += ["--owner-pid", str(owner_pid)]
+           to_argument(config)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                                 start_new_session=True, text=True)
@@ -251,4 +263,4 @@ def stop_delay_line(pid: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(config_from_argv(DelayLineConfig, "flexcomm delay line")))

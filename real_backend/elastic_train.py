@@ -8,7 +8,7 @@ the checkpoint atomically (a temporary file, then a rename: a kill during the wr
 one) and appends every step to ``DIR/steps.csv`` (attempt, world size, step, mean loss over ranks, step
 seconds, seconds since the job began), so the loss curve runs on across rounds.
 
-With a compression strategy (``--strategy topk-ar --ratio 0.01``; the hooks of
+With a compression strategy (``"strategy": "topk-ar", "ratio": 0.01``; the hooks of
 :mod:`real_backend.hooks`), every rank also writes ``DIR/compressor-rank{r}-step{N}.pt``: its error-feedback
 memory and step counters (:meth:`compression.base.Compressor.state_dict`), and ``random-rank{r}-step{N}.pt``
 (its generators), before rank 0 writes the model; the model checkpoint, renamed last, is the manifest that
@@ -19,19 +19,18 @@ file from another step) is gone, and a ``residuals 3/3`` row after ``resumed`` s
 theirs back. ``flexible`` restarts its network estimate (the world size may have
 changed); ``moo`` and ``powersgd`` are not checkpointed (their controller / PowerSGD state is not saved).
 
-``--fail rank2@30`` makes rank 2 kill itself (SIGKILL) when it reaches step 30 in the first round: a
+``"fail": "rank2@30"`` makes rank 2 kill itself (SIGKILL) when it reaches step 30 in the first round: a
 reproducible lost rank for experiments and tests.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from flexcomm.costmodel.atomic import AppendingCsv
 from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.checkpoints import load_state, random_state, restore_random_state
 from flexcomm.real_backend.dist import Watchdog, init_from_env, shutdown
+from flexcomm.real_backend.worker_config import config_from_argv
 
 CHECKPOINT = "checkpoint.pt"
 #: The hook strategies whose whole state is the compressor's residuals and step counters.
@@ -57,22 +57,30 @@ def parse_fail(text: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.elastic_train",
-                                description="elastic DDP training worker (one rank)")
-    p.add_argument("--workload", default="mlp-digits")
-    p.add_argument("--strategy", default="dense", help="dense (DDP's builtin allreduce) or a hook strategy")
-    p.add_argument("--ratio", type=float, help="fraction of elements kept by a sparse strategy")
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--checkpoint-every", type=int, default=10)
-    p.add_argument("--resume", action="store_true", help="continue from DIR/checkpoint.pt when it exists")
-    p.add_argument("--out", required=True)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fail", help="rank<R>@<step>: that rank kills itself at that step of the first round")
-    p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds per step (a slower model)")
-    return p
+@dataclass(frozen=True, kw_only=True)
+class ElasticWorkerConfig:
+    """What every rank of an elastic job runs, as one JSON argument (:mod:`real_backend.worker_config`):
+    ``python -m flexcomm.real_backend.elastic_train '{"out": "DIR", "steps": 60, "resume": true}'``. The
+    cheap checks run where it is built; the strategy's (which loads torch) in each rank."""
+
+    out: str  #: the run folder: checkpoint, rank state files and steps.csv
+    workload: str = "mlp-digits"
+    strategy: str = "dense"  #: dense (DDP's builtin allreduce) or a hook strategy
+    ratio: float | None = None  #: fraction of elements kept by a sparse strategy
+    steps: int = 60
+    checkpoint_every_steps: int = 10
+    resume: bool = False  #: continue from DIR/checkpoint.pt when it exists
+    batch_size: int | None = None  #: samples per rank; None: the workload's
+    lr: float | None = None
+    seed: int = 0
+    fail: str | None = None  #: ``rank<R>@<step>``: that rank kills itself at that step of the first round
+    step_sleep_s: float = 0.0  #: extra seconds per step (a slower model)
+
+    def __post_init__(self) -> None:
+        for name, value in (("steps", self.steps), ("checkpoint-every", self.checkpoint_every_steps)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(name, value, "an integer >= 1")
+        parse_fail(self.fail)
 
 
 def _save(path: Path, state: dict) -> None:
@@ -171,7 +179,7 @@ class _RankRun:
     """One rank's round of the job as its steps and checkpoints use it: the options, where it runs, what it
     trains, and rank 0's step log (None on the other ranks)."""
 
-    args: argparse.Namespace
+    config: ElasticWorkerConfig
     attempt: int
     t0: float
     out: Path
@@ -185,7 +193,7 @@ class _RankRun:
     log: AppendingCsv | None
 
 
-def worker_main(argv: Sequence[str] | None = None) -> int:
+def worker_main(config: ElasticWorkerConfig) -> int:
     """One rank of one round: 0 when the run is done, 1 when a peer died mid-collective (the launcher re-forms
     the job and this rank's successor resumes from the last checkpoint)."""
     import torch
@@ -194,22 +202,18 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
     from flexcomm.workloads import batch_stream, get_workload, shard
 
-    args = _parser().parse_args(argv)
-    if args.steps < 1 or args.checkpoint_every < 1:
-        raise InputError("checkpoint-every" if args.steps >= 1 else "steps",
-                         args.checkpoint_every if args.steps >= 1 else args.steps, "an integer >= 1")
-    fail = parse_fail(args.fail)
-    check_strategy(args.strategy, args.ratio)
+    fail = parse_fail(config.fail)
+    check_strategy(config.strategy, config.ratio)
     attempt = int(os.environ.get("FLEXCOMM_ELASTIC_ATTEMPT", "0"))
     t0 = float(os.environ.get("FLEXCOMM_ELASTIC_T0", repr(time.time())))
-    out = Path(args.out)
-    workload = get_workload(args.workload, seed=args.seed)
-    model = workload.build_model(args.seed)
-    optimizer = workload.make_optimizer(model, lr=args.lr)
+    out = Path(config.out)
+    workload = get_workload(config.workload, seed=config.seed)
+    model = workload.build_model(config.seed)
+    optimizer = workload.make_optimizer(model, lr=config.lr)
     start, resumed = 0, False
     checkpoint = out / CHECKPOINT
-    if args.resume and checkpoint.exists():
-        state = read_checkpoint(checkpoint, workload.name, sum(p.numel() for p in model.parameters()), args.steps)
+    if config.resume and checkpoint.exists():
+        state = read_checkpoint(checkpoint, workload.name, sum(p.numel() for p in model.parameters()), config.steps)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, resumed = int(state["step"]), True
@@ -218,21 +222,21 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     ddp = DDP(model)
     hook = None
-    if args.strategy not in ("dense", "builtin"):
+    if config.strategy not in ("dense", "builtin"):
         from flexcomm.real_backend.hooks import default_cost_model, register
 
-        hook = register(ddp, args.strategy, args.ratio, cost_model=default_cost_model())
+        hook = register(ddp, config.strategy, config.ratio, cost_model=default_cost_model())
     restored = torch.zeros(1)
     if hook is not None and resumed:
         restored[0] = float(_restore_compressor(hook, out, rank, start))
         dist.all_reduce(restored)
     if resumed:
         _restore_random_state(out, rank, start)
-    data = shard(workload.train_set, rank, world, seed=args.seed)
+    data = shard(workload.train_set, rank, world, seed=config.seed)
     # the batches the uninterrupted run would see from `start` on (same world size: the same shard)
-    stream = batch_stream(data, args.batch_size or workload.batch_size, seed=args.seed, rank=rank, skip=start)
+    stream = batch_stream(data, config.batch_size or workload.batch_size, seed=config.seed, rank=rank, skip=start)
     log = AppendingCsv(out / STEPS, COLUMNS) if rank == 0 else None
-    run = _RankRun(args, attempt, t0, out, rank, world, workload, model, optimizer, ddp, hook, log)
+    run = _RankRun(config, attempt, t0, out, rank, world, workload, model, optimizer, ddp, hook, log)
     try:
         _log_round_start(run, start, resumed, int(restored[0]))
         _train(run, stream, start, fail)
@@ -262,14 +266,14 @@ def _log_round_start(run: _RankRun, start: int, resumed: bool, restored: int) ->
 
 
 def _train(run: _RankRun, stream: Iterator[tuple[Any, Any, Any]], start: int, fail: tuple[int, int] | None) -> None:
-    """Steps ``start`` to ``--steps``: each logged by rank 0 with the loss averaged over ranks, a checkpoint every
-    ``--checkpoint-every``; ``--fail`` kills its rank at its step of the first round."""
+    """Steps ``start`` to ``steps``: each logged by rank 0 with the loss averaged over ranks, a checkpoint every
+    ``checkpoint_every_steps``; ``fail`` kills its rank at its step of the first round."""
     import torch
     import torch.distributed as dist
 
-    args, log, world, t0 = run.args, run.log, run.world, run.t0
+    config, log, world, t0 = run.config, run.log, run.world, run.t0
     loss_sum = torch.zeros(1)
-    for step in range(start, args.steps):
+    for step in range(start, config.steps):
         if fail is not None and run.attempt == 0 and run.rank == fail[0] and step == fail[1]:
             os.kill(os.getpid(), signal.SIGKILL)
         _, inputs, targets = next(stream)
@@ -278,8 +282,8 @@ def _train(run: _RankRun, stream: Iterator[tuple[Any, Any, Any]], start: int, fa
         loss = run.workload.loss_fn(run.ddp(inputs), targets)
         loss.backward()
         run.optimizer.step()
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        if config.step_sleep_s:
+            time.sleep(config.step_sleep_s)
         loss_sum[0] = float(loss.item())
         dist.all_reduce(loss_sum)
         seconds = time.perf_counter() - began
@@ -287,7 +291,7 @@ def _train(run: _RankRun, stream: Iterator[tuple[Any, Any, Any]], start: int, fa
             log.write({"attempt": run.attempt, "world_size": world, "step": step + 1,
                        "loss": float(loss_sum[0]) / world, "step_s": seconds, "since_start_s": time.time() - t0,
                        "event": ""})
-        if (step + 1) % args.checkpoint_every == 0:
+        if (step + 1) % config.checkpoint_every_steps == 0:
             _checkpoint(run, step + 1)
 
 
@@ -327,7 +331,7 @@ def _leave(rank: int) -> None:
 
 
 if __name__ == "__main__":
-    status = worker_main()
+    status = worker_main(config_from_argv(ElasticWorkerConfig, "flexcomm elastic"))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # skip interpreter teardown: torch's gloo threads can hold a finished rank at exit

@@ -18,9 +18,9 @@
 #   2. the DDP communication hooks on a small model under NCCL, overlapping backward (train-ddp: builtin,
 #      dense, fp16, topk-ag, topk-ar, powersgd, flexible, moo) -> ddp/<strategy>/{steps,exchanges}.csv,
 #      summary.json; and dense blocking (--no-overlap) for the overlap's gain -> ddp-blocking/;
-#   3. Top-k selection and compressor timings on the GPU (real_backend/gpu_topk.py; benchmarks/bench_topk.py
-#      has no --device flag) -> topk.json;
-#   4. the compute model on one GPU (real_backend/gpu_compute.py): the planner's transformer GEMMs (bf16,
+#   3. Top-k selection and compressor timings on the GPU (experiments/commands/gpu_topk.py;
+#      benchmarks/bench_topk.py has no --device flag) -> topk.json;
+#   4. the compute model on one GPU (experiments/commands/gpu_compute.py): the planner's transformer GEMMs (bf16,
 #      CUDA events), one layer's forward+backward, Top-k / threshold / PowerSGD / fp16 kernels and each
 #      workload's step, against what the engines predict for the catalog's device -> gpu_compute.csv (the
 #      validation/gpu-compute/ corpus's form: copy it there and `flexcomm validate --gpu-compute` reports it);
@@ -63,8 +63,8 @@ if [ "$REHEARSE" -eq 1 ]; then
     "$BASE_PYTHON" -m venv "$VENV" || exit 1
     "$VENV/bin/python" -m pip install --quiet --no-deps /opt/wheels/torch-*cp311*.whl || exit 1
     # what the image has that flexcomm imports (their versions here are the image's or close to them)
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $("$ROOT/.venv/bin/python" -m flexcomm.real_backend.gpu_kit \
-        --print-image-needs) || exit 1
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $("$ROOT/.venv/bin/python" \
+        -m flexcomm.experiments.commands.gpu_kit --print-image-needs) || exit 1
     # the kit: pure wheels as built for the device, binary ones for this Python at the same versions
     wheels=()
     for wheel in "$GPU_KIT"/wheels/*.whl; do
@@ -188,12 +188,13 @@ step ddp-blocking 40 "$PY" -m flexcomm.experiments.cli train-ddp --backend "$BAC
     --workload mlp-digits --hidden 2048,2048 --strategy builtin,dense --steps 15 --no-overlap \
     --out "$OUT_DIR/ddp-blocking" --timeout 35s --op-timeout 30s --log-dir "$OUT_DIR/logs/ddp-blocking"
 
-step gpu-topk 60 "$PY" -m flexcomm.real_backend.gpu_topk --device "$DEVICE" --repeats 10 --out "$OUT_DIR/topk.json"
+step gpu-topk 60 "$PY" -m flexcomm.experiments.commands.gpu_topk --device "$DEVICE" --repeats 10 \
+    --out "$OUT_DIR/topk.json"
 if [ "$REHEARSE" -eq 1 ]; then
-    step gpu-compute 120 "$PY" -m flexcomm.real_backend.gpu_compute --device cpu --quick --repeats 3 \
+    step gpu-compute 120 "$PY" -m flexcomm.experiments.commands.gpu_compute --device cpu --quick --repeats 3 \
         --out "$OUT_DIR/gpu_compute.csv"
 else
-    step gpu-compute 150 "$PY" -m flexcomm.real_backend.gpu_compute --device cuda --repeats 20 \
+    step gpu-compute 150 "$PY" -m flexcomm.experiments.commands.gpu_compute --device cuda --repeats 20 \
         --out "$OUT_DIR/gpu_compute.csv"
 fi
 step report 20 "$PY" -m flexcomm.real_backend.gpu_report "$OUT_DIR"

@@ -20,26 +20,27 @@ rehearsal: wall clock between the same calls). Predictions need the device in th
 code and the files, not the numbers). Rows are written as they are measured (``gpu_compute.csv``: section,
 case, shape, measured and predicted seconds, device, software) and the corpus form of the same file is what
 ``validation/gpu-compute/`` keeps and ``flexcomm validate --gpu-compute`` reports on.
+
+Run: ``python -m flexcomm.experiments.commands.gpu_compute --out gpu_compute.csv`` (that module parses the flags,
+prints each row and writes the file as it grows; :func:`run_sections` here yields the rows).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
-import sys
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from flexcomm.costmodel.atomic import write_csv_atomic
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.compression_compute import device_compression_seconds
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.devices import lookup
+from flexcomm.costmodel.errors import InputError
 from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.pricing import LLMPricer
 from flexcomm.planner.llm.timing import Hardware
@@ -249,47 +250,32 @@ SECTIONS: dict[str, Callable[[Context], list[dict[str, Any]]]] = {
     "gemm": gemm_section, "layer": layer_section, "compression": compression_section, "step": step_section}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.gpu_compute",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu (the rehearsal)")
-    parser.add_argument("--device-name", help="the catalog device to predict for (default: the GPU's own name)")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="small shapes (the CPU rehearsal)")
-    parser.add_argument("--out", type=Path, required=True, help="CSV of every measured row (written as it grows)")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_compute: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 69
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
-    unknown = [s for s in sections if s not in SECTIONS]
-    if unknown or args.repeats < 1:
-        print(f"gpu_compute: --sections: got {','.join(unknown) or args.sections}; expected some of "
-              f"{', '.join(SECTIONS)} (and --repeats >= 1)", file=sys.stderr)
-        return 2
-    import pandas as pd
+def section_names(sections: str | Sequence[str], repeats: int) -> list[str]:
+    """The sections asked for (a comma list or names), refusing an unknown one and ``repeats`` below 1."""
+    names = [x.strip() for x in (sections.split(",") if isinstance(sections, str) else sections) if x.strip()]
+    unknown = [x for x in names if x not in SECTIONS]
+    if unknown:
+        raise InputError("sections", ",".join(unknown), f"some of {', '.join(SECTIONS)}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError("repeats", repeats, "an integer >= 1")
+    return names
 
 
-    ctx = Context(device, args.device_name, args.quick, args.repeats)
-    print(f"# gpu_compute on {ctx.name} (catalog: {ctx.catalog or 'none: no predictions'}), torch "
-          f"{ctx.software['torch']}", flush=True)
-    rows: list[dict[str, Any]] = []
-    for section in sections:
+@dataclass(frozen=True)
+class SectionResult:
+    """One section's rows (:data:`COLUMNS`) and the seconds it took."""
+
+    section: str
+    rows: list[dict[str, Any]]
+    seconds: float
+
+
+def run_sections(ctx: Context, sections: Sequence[str]) -> Iterator[SectionResult]:
+    """Each section in turn, yielded as it ends (so a caller can keep its file and its log up to date when a
+    time limit strikes mid-run); CUDA's cache emptied between sections."""
+    for section in section_names(sections, ctx.timer.repeats):
         started = time.perf_counter()
-        found = SECTIONS[section](ctx)
-        rows += found
-        write_csv_atomic(pd.DataFrame(rows, columns=list(COLUMNS)), args.out)
-        for r in found:
-            predicted = ("" if r["predicted_s"] is None
-                         else f" predicted {r['predicted_s'] * 1e3:9.3f} ms ({r['rel_error']:+.1%})")
-            print(f"{section:<11} {r['case']:<40} measured {r['measured_s'] * 1e3:9.3f} ms{predicted}", flush=True)
-        print(f"# {section}: {len(found)} rows in {time.perf_counter() - started:.1f} s", flush=True)
-        if device.type == "cuda":
+        rows = SECTIONS[section](ctx)
+        yield SectionResult(section, rows, time.perf_counter() - started)
+        if ctx.device.type == "cuda":
             torch.cuda.empty_cache()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

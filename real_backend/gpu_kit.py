@@ -12,14 +12,14 @@ stable-baselines3, pymetis and their own dependencies. The kit is:
   the device can install it);
 * ``manifest.json`` (packages, versions, bytes) and ``INSTALL.txt`` (the one command for the device).
 
-With ``--rehearse-python``, the same versions are also fetched for this machine's Python into ``rehearse/``,
-so ``gpu_check.sh --rehearse`` can install the kit with ``--no-index`` next to a torch from this disk.
+With ``--rehearse-python`` (:func:`build`'s ``rehearse_python``), the same versions are also fetched for this
+machine's Python into ``rehearse/``, so ``gpu_check.sh --rehearse`` can install the kit with ``--no-index`` next
+to a torch from this disk.
 The kit must stay under :data:`LIMIT_BYTES` (what the device tool carries).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as metadata
 import json
 import re
@@ -68,6 +68,17 @@ def closure(root: str = "flexcomm") -> dict[str, str]:
     return seen
 
 
+class KitTooLargeError(RuntimeError):
+    """The wheels add up to more than the device tool carries (:data:`LIMIT_BYTES`)."""
+
+
+def image_needs() -> dict[str, str]:
+    """The packages of flexcomm's closure the device image already has, at the versions installed here (what
+    the rehearsal's venv installs before the kit, standing in for the image)."""
+    image = image_packages()
+    return {name: version for name, version in sorted(closure().items()) if name in image and name not in NEVER}
+
+
 def missing(image: set[str] | None = None) -> dict[str, str]:
     """What the kit carries: the closure less the image's packages, torch and flexcomm itself."""
     image = image_packages() if image is None else image
@@ -86,22 +97,22 @@ def _download(packages: dict[str, str], folder: Path, python: str) -> None:
     subprocess.run(command, check=True)
 
 
-def build(out: Path, rehearse_python: str | None = None) -> dict[str, object]:
-    """Write the kit to ``out`` (see the module doc); returns the manifest."""
+def build(out: Path, rehearse_python: str | None = None, carried: dict[str, str] | None = None) -> dict[str, object]:
+    """Write the kit to ``out`` (see the module doc) carrying ``carried`` (default :func:`missing`); returns the
+    manifest. Raises :class:`KitTooLargeError` over :data:`LIMIT_BYTES`."""
     wheels = out / "wheels"
     if out.exists():
         shutil.rmtree(out)
     wheels.mkdir(parents=True)
-    carried = missing()
-    print(f"gpu-kit: flexcomm + {len(carried)} packages the device image lacks: {', '.join(carried)}")
+    carried = missing() if carried is None else carried
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
                     str(wheels), str(ROOT)], check=True)
     _download(carried, wheels, DEVICE_PYTHON)
     files = sorted(wheels.glob("*.whl"))
     total = sum(f.stat().st_size for f in files)
     if total > LIMIT_BYTES:
-        raise SystemExit(f"gpu-kit: {total / 2**20:.1f} MiB of wheels, over the device's {LIMIT_BYTES / 2**20:.0f} "
-                         "MiB limit")
+        raise KitTooLargeError(f"gpu-kit: {total / 2**20:.1f} MiB of wheels, over the device's "
+                               f"{LIMIT_BYTES / 2**20:.0f} MiB limit")
     manifest = {"python": DEVICE_PYTHON, "packages": carried, "bytes": total,
                 "wheels": {f.name: f.stat().st_size for f in files}, "image_list": str(IMAGE_LIST.relative_to(ROOT))}
     if rehearse_python:
@@ -117,27 +128,4 @@ def build(out: Path, rehearse_python: str | None = None) -> dict[str, object]:
         "On the GPU machine, from the checkout (the kit travels as an ignored path: carry gpu-kit):\n"
         "  python3 -m pip install --no-index --no-deps --target gpu-kit/site gpu-kit/wheels/*.whl && "
         "KIT=\"$PWD/gpu-kit/site\" real_backend/gpu_check.sh \"$OUT\"\n", encoding="utf-8")
-    print(f"gpu-kit: {len(files)} wheels, {total / 2**20:.1f} MiB (limit {LIMIT_BYTES / 2**20:.0f} MiB) in {out}/")
     return manifest
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "gpu-kit"), help="kit folder (default gpu-kit/, ignored by git)")
-    parser.add_argument("--print-image-needs", action="store_true", help="print the packages of flexcomm's closure "
-                        "the device image already has (name==version as installed here), for the rehearsal venv")
-    parser.add_argument("--rehearse-python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
-                        help="also fetch the binary wheels for this Python, for gpu_check.sh --rehearse "
-                        "(default this interpreter's; '' to skip)")
-    args = parser.parse_args(argv)
-    if args.print_image_needs:
-        image = image_packages()
-        print(" ".join(f"{name}=={version}" for name, version in sorted(closure().items())
-                       if name in image and name not in NEVER))
-        return 0
-    build(Path(args.out), args.rehearse_python or None)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,28 +11,46 @@ per-worker compression/decompression critical path the :class:`compression.StepS
 Every timing is bracketed by ``torch.cuda.synchronize`` (the kernels are asynchronous), warm-up first,
 median of ``--repeats``. ``--device cpu`` runs the same code on the CPU (for a quick check without a GPU).
 
-Run: ``python -m flexcomm.real_backend.gpu_topk --out results/gpu_check/topk.json [--sizes 1000000 25000000]``.
+Run: ``python -m flexcomm.experiments.commands.gpu_topk --out results/gpu_check/topk.json [--sizes 1000000 25000000]``
+(that module parses the flags and prints each row; :func:`measure` here returns them).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import Any
 
 import torch
 
 from flexcomm.compression import LocalCommunicator, make_compressor
 from flexcomm.compression.compressors import Threshold
-from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.errors import InputError
 
 DEFAULT_SIZES = (1_000_000, 4_000_000, 11_689_512, 25_000_000)
 DEFAULT_RATIOS = (0.01, 0.001)
 SCHEMES = ("dense", "fp16", "topk-ag", "topk-ar", "threshold", "randomk")
+
+#: Receives each row as it is measured (the timings take a while; the command prints them as they come).
+OnRow = Callable[[dict[str, Any]], None]
+
+
+class NoCudaError(RuntimeError):
+    """A CUDA device was asked for and torch sees none (a CPU-only build, or no GPU)."""
+
+
+def cuda_device(name: str) -> torch.device:
+    """``name`` as a torch device (``cuda``, ``cuda:N``, ``cpu``); :class:`NoCudaError` for CUDA without one."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise NoCudaError("no CUDA device (torch.cuda.is_available() is False)")
+    return device
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's own name, ``cpu`` on the CPU."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def _sync(device: torch.device) -> None:
@@ -55,7 +73,8 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int,
     return statistics.median(times)
 
 
-def _one_size(device: torch.device, n: int, ratios: Sequence[float], repeats: int) -> list[dict]:
+def _one_size(device: torch.device, n: int, ratios: Sequence[float], repeats: int,
+              on_row: OnRow | None) -> list[dict]:
     t = torch.randn(int(n), device=device)
     magnitude = t.abs()
     read = median_seconds(lambda: magnitude.sum(), device, repeats)
@@ -79,18 +98,20 @@ def _one_size(device: torch.device, n: int, ratios: Sequence[float], repeats: in
                "sampled_s": median_seconds(sampled, device, repeats)}
         row["topk_elements_per_s"] = n / row["topk_s"] if row["topk_s"] > 0 else None
         rows.append(row)
-        print(f"n={n:>11,} ratio={ratio:<6} topk {row['topk_s'] * 1e3:8.3f} ms  kthvalue "
-              f"{row['kthvalue_s'] * 1e3:8.3f} ms  sampled {row['sampled_s'] * 1e3:8.3f} ms  read "
-              f"{read * 1e3:7.3f} ms  ({n / row['topk_s'] / 1e9:.2f} G elements/s by topk)", flush=True)
+        if on_row is not None:
+            on_row(row)
     return rows
 
 
-def selection(device: torch.device, sizes: Sequence[int], ratios: Sequence[float], repeats: int) -> list[dict]:
+def selection(device: torch.device, sizes: Sequence[int], ratios: Sequence[float], repeats: int,
+              on_row: OnRow | None = None) -> list[dict]:
     """Part 1: selection methods per size and ratio."""
-    return [row for n in sizes for row in _one_size(device, int(n), ratios, repeats)]
+    return [row for n in sizes for row in _one_size(device, int(n), ratios, repeats, on_row)]
 
 
-def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repeats: int) -> list[dict]:
+def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repeats: int,
+              on_row: OnRow | None = None) -> list[dict]:
+    """Part 2: one exchange per compressor on ``workers`` emulated workers, with its compression critical path."""
     comm = LocalCommunicator(workers)
     gen = torch.Generator(device=device).manual_seed(0)
     grads = [torch.randn(numel, device=device, generator=gen) for _ in range(workers)]
@@ -108,39 +129,25 @@ def exchanges(device: torch.device, numel: int, workers: int, ratio: float, repe
                      "compress_s": statistics.median(s.compress_time_s for s in tail),
                      "decompress_s": statistics.median(s.decompress_time_s for s in tail),
                      "payload_bytes": tail[-1].payload_bytes})
-        print(f"{scheme:<10} exchange {wall * 1e3:8.3f} ms  compress {rows[-1]['compress_s'] * 1e3:8.3f} ms  "
-              f"decompress {rows[-1]['decompress_s'] * 1e3:8.3f} ms", flush=True)
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.gpu_topk",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
-    parser.add_argument("--sizes", type=int, nargs="*", default=list(DEFAULT_SIZES))
-    parser.add_argument("--ratios", type=float, nargs="*", default=list(DEFAULT_RATIOS))
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=4, help="emulated workers in part 2 (default 4)")
-    parser.add_argument("--numel", type=int, default=11_689_512, help="gradient size in part 2 (ResNet-18)")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu_topk: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 69
-    if args.repeats < 1 or args.workers < 1 or args.numel < 1 or any(s < 1 for s in args.sizes):
-        print("gpu_topk: --repeats, --workers, --numel and --sizes must be >= 1", file=sys.stderr)
-        return 2
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"# gpu_topk on {name}, torch {torch.__version__}", flush=True)
-    result = {"device": name, "torch": torch.__version__,
-              "selection": selection(device, args.sizes, args.ratios, args.repeats),
-              "exchanges": exchanges(device, args.numel, args.workers, min(args.ratios), max(1, args.repeats // 2))}
-    if args.out is not None:
-
-        write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
-    return 0
+def check_counts(sizes: Sequence[int], repeats: int, workers: int, numel: int) -> None:
+    """Refuse a count below 1 (an empty timing, no worker, an empty tensor) as one line naming it."""
+    for field, value in (("repeats", repeats), ("workers", workers), ("numel", numel),
+                         *(("sizes", size) for size in sizes)):
+        if value < 1:
+            raise InputError(field, value, "an integer >= 1")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def measure(device: torch.device, sizes: Sequence[int] = DEFAULT_SIZES, ratios: Sequence[float] = DEFAULT_RATIOS,
+            repeats: int = 10, workers: int = 4, numel: int = 11_689_512, on_selection: OnRow | None = None,
+            on_exchange: OnRow | None = None) -> dict[str, Any]:
+    """Both parts on ``device`` (the exchanges at the smallest ratio, half the repeats): the device, torch's
+    version and the rows of each part, as ``topk.json`` holds them."""
+    check_counts(sizes, repeats, workers, numel)
+    return {"device": device_name(device), "torch": torch.__version__,
+            "selection": selection(device, sizes, ratios, repeats, on_selection),
+            "exchanges": exchanges(device, numel, workers, min(ratios), max(1, repeats // 2), on_exchange)}

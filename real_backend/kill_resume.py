@@ -21,13 +21,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from flexcomm.costmodel.atomic import write_csv_atomic
 from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.checkpoints import load_state
 from flexcomm.real_backend.elastic_train import CHECKPOINT
@@ -122,8 +121,9 @@ def _same_model(a: Path, b: Path) -> bool:
 
 
 def kill_and_resume(out: str | Path, kills: int = 20, seed: int = 0,
-                    progress: Callable[[str], None] | None = None) -> list[KillResult]:
-    """The reference run in ``out/reference``, then ``kills`` killed-and-resumed runs in ``out/kill-<i>``."""
+                    on_kill: Callable[[KillResult], None] | None = None) -> list[KillResult]:
+    """The reference run in ``out/reference``, then ``kills`` killed-and-resumed runs in ``out/kill-<i>``;
+    ``on_kill`` sees each kill's result as it ends (the whole run takes minutes)."""
     if isinstance(kills, bool) or not isinstance(kills, int) or kills < 1:
         raise InputError("kills", kills, "an integer >= 1")
     out = Path(out)
@@ -150,36 +150,11 @@ def kill_and_resume(out: str | Path, kills: int = 20, seed: int = 0,
         result = KillResult(i, step, delay, at, checkpoint, len(got), equal,
                             _same_model(reference, folder))
         results.append(result)
-        if progress is not None:
-            struck = f"at {at:.2f} s (step {step} + {1e3 * delay:.0f} ms)" if math.isfinite(at) else "after its end"
-            progress(f"kill {i + 1}/{kills} {struck}: resumed from step {result.resumed_from_step}, "
-                     f"{'bitwise' if result.bitwise else 'DIFFERENT'}")
+        if on_kill is not None:
+            on_kill(result)
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m flexcomm.real_backend.kill_resume --kills 20 --out results/kill-resume``: the table
-    (``kill_resume.csv``) and one line per kill, then how many ended bitwise."""
-    import argparse
-    from dataclasses import asdict
-
-
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.kill_resume", description=__doc__)
-    parser.add_argument("--kills", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/kill-resume")
-    args = parser.parse_args(argv)
-    try:
-        results = kill_and_resume(args.out, args.kills, args.seed, progress=print)
-    except InputError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    write_csv_atomic(pd.DataFrame([{**asdict(r), "bitwise": r.bitwise} for r in results]),
-                     Path(args.out) / "kill_resume.csv")
-    bitwise = sum(r.bitwise for r in results)
-    print(f"{bitwise} of {len(results)} killed runs resumed to the uninterrupted run's losses and model, bitwise")
-    return 0 if bitwise == len(results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def results_table(results: list[KillResult]) -> pd.DataFrame:
+    """One row per kill, every field and ``bitwise`` (what ``kill_resume.csv`` holds)."""
+    return pd.DataFrame([{**asdict(r), "bitwise": r.bitwise} for r in results])

@@ -11,13 +11,32 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_text_atomic
+from flexcomm.costmodel.errors import InputError
 from flexcomm.real_backend.netns import TestbedError, state_path, stop_process
+from flexcomm.real_backend.worker_config import to_argument
 
 POLL_S = 0.01
 ACK_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SupervisorConfig:
+    """A trace supervisor's options, as one JSON argument (:mod:`real_backend.worker_config`): built here by
+    :func:`start_supervisor`, read by ``python -m flexcomm.real_backend.trace_supervisor '<JSON>'``."""
+
+    testbed_id: str  #: the testbed whose network the trace drives
+    trace_csv: str  #: the trace, written beside the testbed's state
+    name: str = "trace"  #: the trace's name in its messages
+    repeat: bool = False  #: after the trace, wait for the next run request instead of stopping
+    owner_pid: int | None = None  #: stop when this process is gone
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.testbed_id, str) or not self.testbed_id:
+            raise InputError("id", self.testbed_id, "a testbed id")
 
 
 def trace_file(testbed_id: str, kind: str) -> Path:
@@ -54,12 +73,9 @@ def start_supervisor(testbed, trace, *, repeat: bool = False, owner_pid: int | N
     for kind in ("start", "ack"):
         trace_file(testbed.id, kind).unlink(missing_ok=True)
     log = trace_file(testbed.id, "log")
-    cmd = [sys.executable, "-m", "flexcomm.real_backend.trace_supervisor", "--id", testbed.id, "--trace",
-           str(csv_path), "--name", trace.name]
-    if repeat:
-        cmd.append("--repeat")
-    if owner_pid is not None:
-        cmd += ["--owner-pid", str(owner_pid)]
+    config = SupervisorConfig(testbed_id=testbed.id, trace_csv=str(csv_path), name=trace.name, repeat=repeat,
+                              owner_pid=owner_pid)
+    cmd = [sys.executable, "-m", "flexcomm.real_backend.trace_supervisor", to_argument(config)]
     with open(log, "ab") as stream:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stream, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

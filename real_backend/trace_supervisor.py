@@ -12,7 +12,7 @@ once) and must keep time while ranks train, so one small process per testbed own
   answered in ``testbed-ID.trace.ack`` with the epoch the first change was applied at, the run's time zero
   (:func:`real_backend.trace_control.request_start`; ``flexcomm validate --network-trace`` restarts
   the trace for every strategy);
-* stops when the trace is done (unless ``--repeat``: it then waits for the next request), when the
+* stops when the trace is done (unless ``repeat``: it then waits for the next request), when the
   testbed's state file is removed, when its owner process is gone, or on SIGTERM/SIGINT; ``Testbed.down``
   kills it.
 
@@ -21,7 +21,6 @@ Files live beside the testbed's state file, which the ranks can read too (``ip n
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import signal
@@ -36,7 +35,8 @@ from flexcomm.real_backend.delayline import set_delay
 from flexcomm.real_backend.net_trace import parse_trace
 from flexcomm.real_backend.netns import BRIDGE_PORT_IF, RANK_IF, TestbedError, process_alive, state_path
 from flexcomm.real_backend.testbed import Testbed, tbf_arguments
-from flexcomm.real_backend.trace_control import POLL_S, trace_file
+from flexcomm.real_backend.trace_control import POLL_S, SupervisorConfig, trace_file
+from flexcomm.real_backend.worker_config import config_from_argv
 
 
 def tbf_command(device: str, rate_Bps: float, burst_rate_Bps: float = 0.0) -> str:
@@ -144,17 +144,11 @@ class Supervisor:
         return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flexcomm.real_backend.trace_supervisor")
-    parser.add_argument("--id", required=True)
-    parser.add_argument("--trace", required=True)
-    parser.add_argument("--name", default="trace")
-    parser.add_argument("--repeat", action="store_true")
-    parser.add_argument("--owner-pid", type=int)
-    args = parser.parse_args(argv)
-    testbed = Testbed.load(args.id)
-    trace = parse_trace(Path(args.trace).read_text(encoding="utf-8"), args.name, testbed.ranks)
-    supervisor = Supervisor(testbed, trace, args.repeat, args.owner_pid)
+def main(config: SupervisorConfig) -> int:
+    """Supervise ``config.testbed_id``'s trace until it is done (or, with ``repeat``, until the testbed goes)."""
+    testbed = Testbed.load(config.testbed_id)
+    trace = parse_trace(Path(config.trace_csv).read_text(encoding="utf-8"), config.name, testbed.ranks)
+    supervisor = Supervisor(testbed, trace, config.repeat, config.owner_pid)
 
     def stop(*_: object) -> None:
         supervisor.stopping = True
@@ -165,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(config_from_argv(SupervisorConfig, "flexcomm trace supervisor")))

@@ -175,7 +175,7 @@ class TraceDynamics:
                 edges = network.edges(event.link)
             except InputError as exc:
                 raise InputError(f"link ({self.source})", event.link, exc.expected) from None
-            resolved.append((event, edges, np.unique(network._edge_res[edges])))
+            resolved.append((event, edges, np.unique(network.routes.edge_res[edges])))
         network.env.process(self._run(network, resolved))
 
     @staticmethod

@@ -278,7 +278,7 @@ class FaultInjector:
                 except InputError as exc:
                     raise InputError("fail", fault.spec, f"a link of cluster {network.cluster.name}: "
                                      f"{exc.expected}") from None
-                resources = np.unique(network._edge_res[edges])
+                resources = np.unique(network.routes.edge_res[edges])
                 env.process(self._scheduled(fault, resources, self._hosts_of(edges)))
 
     def _node_resources(self, node: int) -> np.ndarray:

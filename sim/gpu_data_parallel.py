@@ -19,7 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from flexcomm.costmodel.errors import InputError
-from flexcomm.sim.training import DEFAULT_BUCKET_CAP, size_capped_groups
+from flexcomm.sim.buckets import DEFAULT_BUCKET_CAP, size_capped_groups
 from flexcomm.workloads.gpu_trace import GpuActivity, GpuCall, GpuStep, GpuTrace
 
 FIRST_BUCKET_BYTES = 1 << 20

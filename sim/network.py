@@ -170,7 +170,7 @@ class _FlowSet(FlowShares):
         for i in range(pattern.n_flows):
             res = int(self.bneck[i])
             name = net.link_names[res] if res >= 0 else ""
-            cap = float(net._cap[res]) if res >= 0 else 0.0
+            cap = float(net.rates.cap[res]) if res >= 0 else 0.0
             out.append(CoflowRecord(self.tag, self.start, float(self.moved_from[i]), float(self.end[i]),
                                     float(self.nbytes[i]), 1, name, cap, 1.0))
         return out
@@ -239,20 +239,6 @@ class Network:
         self.cluster_bandwidth = self._base.copy()  # as the cluster file describes it, before any trace
         self._factors: list[np.ndarray] = []
         self.rates = RateAllocator(self._base.copy(), self.sharing)
-        # the same arrays under the names sim.referee, sim.dynamics, sim.faults and tests read
-        self._cap = self.rates.cap
-        self._edge_res = routes.edge_res
-        self._edge_lat = routes.edge_lat
-        self._pad_edge = routes.pad_edge
-        self._island_of = routes.island_of_rank
-        self._endpoint_of = routes.endpoint_of
-        self._link_index = routes.link_index
-        self._patterns = routes.patterns
-
-    @property
-    def _flowsets(self) -> list[FlowShares]:
-        """The flow sets moving or paying their latency (the allocator's rows)."""
-        return self.rates.flowsets
 
     # --- routing (sim.routes) -----------------------------------------------------------------
     def pattern(self, pairs: Sequence[tuple[int, int]] | np.ndarray | Pattern, key: Any = None) -> Pattern:
@@ -261,7 +247,7 @@ class Network:
 
     def cached(self, key: Any) -> Pattern | None:
         """The pattern cached under ``key`` by :meth:`pattern`, or None."""
-        return self._patterns.get(key)  # Routes.cached without its call: asked once per collective step
+        return self.routes.patterns.get(key)  # Routes.cached without its call: asked once per collective step
 
     def edges(self, spec: str | Iterable[str]) -> np.ndarray:
         """Edge ids named by a link spec (an edge ``u->v`` or ``u<->v``, a vertex, ``*`` or ``intra``) or a list."""
@@ -338,7 +324,8 @@ class Network:
         self._advance(self.env.now)
         self.rates.flowsets.append(fs)
         fs.activate_due(self.env.now)
-        if fs.finished():
+        if fs.finished():  # zero bytes, zero latency: over now, and no longer the allocator's to settle again
+            self.rates.flowsets.remove(fs)
             self._finish_flowset(fs)
             return event
         self.rates.struct_version += 1
@@ -501,7 +488,7 @@ class Network:
     # --- link state for dynamics and faults ---------------------------------------------------
     def bandwidth(self, spec: str | Iterable[str]) -> np.ndarray:
         """Current capacities (bytes/s) of the links named by ``spec``."""
-        return self._cap[self.resources(spec)].copy()
+        return self.rates.cap[self.resources(spec)].copy()
 
     def base_bandwidth(self, spec: str | Iterable[str]) -> np.ndarray:
         """Capacities before multiplicative factors (the cluster's, or a trace's last value)."""
@@ -509,7 +496,7 @@ class Network:
 
     def latency(self, spec: str | Iterable[str]) -> np.ndarray:
         """Current latencies (s) of the edges named by ``spec``."""
-        return self._edge_lat[self.edges(spec)].copy()
+        return self.routes.edge_lat[self.edges(spec)].copy()
 
     def set_bandwidth(self, spec: str | Iterable[str] | np.ndarray, bandwidth_Bps: float | np.ndarray) -> None:
         """Set the base capacity of links (by spec or resource ids); rates are recomputed now."""

@@ -16,7 +16,8 @@ from typing import Any
 from flexcomm.costmodel.cluster import MEASURED_HOST_DEVICE, flat_hosts
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim.traced_step import StepProfile
-from flexcomm.sim.training import TrainingConfig, TrainingResult, simulate_training
+from flexcomm.sim.training import TrainingResult, simulate_training
+from flexcomm.sim.training_config import TrainingConfig
 from flexcomm.sim.workload import traced_training_workload
 
 

@@ -443,9 +443,13 @@ class RateAllocator:
         remaining = self.cap.astype(float).copy()
         live = np.ones(n)
         load = scaled_t @ live
+        # live rows per link, counted exactly: a link whose rows have all frozen keeps a rounding residue of load
+        # (~1e-10 under RTT weights of ~1e5 per second), which must not make it a bottleneck of no row
+        crossing_t = (matrix != 0).T.tocsr().astype(float)
+        live_rows = crossing_t @ live
         while live.any():
             share = np.full(len(remaining), np.inf)
-            np.divide(remaining, load, out=share, where=load > 1e-15)
+            np.divide(remaining, load, out=share, where=live_rows > 0.5)
             level = float(share.min())
             if not math.isfinite(level):
                 break  # rows on no link (cannot happen for real flows)
@@ -463,5 +467,6 @@ class RateAllocator:
             dec = scaled_t @ leaving
             remaining = np.maximum(remaining - dec * level, 0.0)
             load = load - dec
+            live_rows = live_rows - crossing_t @ leaving
             live[frozen] = 0.0
         return rate, bneck

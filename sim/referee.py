@@ -126,12 +126,12 @@ def run_simgrid(network: object, flows: Sequence[Flow], optim: str = "Full") -> 
     hosts = [zone.create_host(f"rank{r}", 1e9) for r in range(net.world_size)]
     links: dict[int, object] = {}
     latency_of_res = np.zeros(net.n_resources)
-    for e, res in enumerate(net._edge_res[:-1].tolist()):
-        latency_of_res[res] = net._edge_lat[e]
+    for e, res in enumerate(net.routes.edge_res[:-1].tolist()):
+        latency_of_res[res] = net.routes.edge_lat[e]
 
     def link(res: int) -> object:
         if res not in links:
-            links[res] = zone.create_link(f"l{res}", float(net._cap[res])).set_latency(float(latency_of_res[res]))
+            links[res] = zone.create_link(f"l{res}", float(net.rates.cap[res])).set_latency(float(latency_of_res[res]))
         return links[res]
 
     routes: dict[tuple[int, int], list[int]] = {}
@@ -140,8 +140,8 @@ def run_simgrid(network: object, flows: Sequence[Flow], optim: str = "Full") -> 
         if key in routes:
             continue
         pattern = net.pattern([key])
-        edges = [int(e) for e in pattern._edges[0] if e != net._pad_edge]
-        routes[key] = [int(net._edge_res[e]) for e in edges]
+        edges = pattern.first_path_edges(0)
+        routes[key] = [int(net.routes.edge_res[e]) for e in edges]
         zone.add_route(hosts[f.src].netpoint, hosts[f.dst].netpoint, None, None,
                        [sg.LinkInRoute(link(r)) for r in routes[key]], False)
     zone.seal()
@@ -169,8 +169,8 @@ def run_simgrid(network: object, flows: Sequence[Flow], optim: str = "Full") -> 
 def _endpoint_pairs(net: object, flows: Sequence[Flow]) -> set[tuple[int, int]]:
     pairs = set()
     for f in flows:
-        if net._island_of[f.src] != net._island_of[f.dst]:
-            pairs.add((int(net._endpoint_of[f.src]), int(net._endpoint_of[f.dst])))
+        if net.routes.island_of_rank[f.src] != net.routes.island_of_rank[f.dst]:
+            pairs.add((int(net.routes.endpoint_of[f.src]), int(net.routes.endpoint_of[f.dst])))
     return pairs
 
 

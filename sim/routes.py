@@ -66,6 +66,10 @@ class Pattern(Demand):
         self._matrix = None
         self._lat_version = -1
 
+    def first_path_edges(self, flow: int) -> list[int]:
+        """Edge ids of ``flow``'s first path, pad edges left out (what the SimGrid referee routes it over)."""
+        return [int(e) for e in self._edges[flow] if e != self._net.pad_edge]
+
     def flow_latencies(self) -> np.ndarray:
         """Each flow's route latency (its first path), at the network's current latencies."""
         return self._net.edge_lat[self._edges].sum(axis=1) if self.n_flows else np.zeros(0)

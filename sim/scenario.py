@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +36,17 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
 from flexcomm.costmodel.cluster import Cluster, load_cluster
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.documents import read_document
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.ring_orders import ORDERS, ring_order
 from flexcomm.costmodel.units import parse_size, parse_time
+from flexcomm.sim.buckets import DEFAULT_BUCKET_CAP, bucket_ready_seconds, make_buckets
 from flexcomm.sim.collectives import run_collective
 from flexcomm.sim.nccl_flows import all_pairs
 from flexcomm.sim.network import COUPLINGS, SHARINGS, Network
-from flexcomm.sim.scenario_plots import plot_utilization
-from flexcomm.sim.trace import _Events, trace_json
-from flexcomm.sim.training import DEFAULT_BUCKET_CAP, bucket_ready_seconds, default_algorithm, make_buckets
+from flexcomm.sim.training_config import default_algorithm
 from flexcomm.sim.workload import get_training_workload
 
 PLACEMENTS = ("packed", "spread", "random")
@@ -262,8 +260,11 @@ class UtilizationRecorder:
         return edges, np.divide(moved, capacity, out=np.zeros_like(moved), where=capacity > 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScenarioResult:
+    """Both runs of a scenario: per-iteration times shared and alone, the spans a trace draws, and link
+    utilization per time bin (what ``link_utilization.png`` shows)."""
+
     scenario: Scenario
     iterations: pd.DataFrame  #: job, iteration, start_s, end_s, seconds (shared run)
     alone: pd.DataFrame  #: the same, each job alone
@@ -274,6 +275,7 @@ class ScenarioResult:
     end_s: float
 
     def summary(self) -> pd.DataFrame:
+        """One row per job: GPUs, iterations, mean iteration shared and alone, slowdown (``jobs.csv``)."""
         rows = []
         for job in self.scenario.jobs:
             shared = self.iterations[self.iterations["job"] == job.name]["seconds"]
@@ -284,6 +286,20 @@ class ScenarioResult:
                          "slowdown": float(shared.mean() / alone.mean()) if alone.mean() > 0 else math.nan,
                          "finished_s": float(self.iterations[self.iterations["job"] == job.name]["end_s"].max())})
         return pd.DataFrame(rows)
+
+    def utilization_table(self) -> pd.DataFrame:
+        """Utilization per time bin of every link that carried anything (``utilization.csv``)."""
+        busy = np.flatnonzero(self.utilization.max(axis=1) > 0)
+        util = pd.DataFrame(self.utilization[busy].T, columns=[self.link_names[i] for i in busy])
+        util.insert(0, "time_s", self.bin_edges[:-1])
+        return util
+
+    def info(self) -> dict[str, Any]:
+        """The scenario, its settings, every job's summary and placement (``summary.json``)."""
+        scenario = self.scenario
+        return {"scenario": scenario.name, "cluster": scenario.cluster.name, "sharing": scenario.sharing,
+                "coupling": scenario.coupling, "seed": scenario.seed, "end_s": self.end_s,
+                "jobs": self.summary().to_dict("records"), "placements": {job.name: job.ranks for job in scenario.jobs}}
 
 
 def _job_process(env: simpy.Environment, net: Network, job: JobSpec, rows: list[dict[str, Any]],
@@ -367,45 +383,19 @@ def run_scenario(scenario: Scenario) -> ScenarioResult:
     return ScenarioResult(scenario, shared, alone, spans, util, edges, list(net.link_names), end)
 
 
-# --- files -------------------------------------------------------------------------------------------
-
-
-def chrome_trace(result: ScenarioResult) -> dict[str, Any]:
-    """One process per job (``pid`` = job index): iterations on thread 0, compute and collectives below."""
-    events = _Events()
-    index = {job.name: k for k, job in enumerate(result.scenario.jobs)}
-    for job in result.scenario.jobs:
-        pid = index[job.name]
-        events.meta("process_name", pid, 0, {"name": f"job {job.name} ({len(job.ranks)} GPUs)"})
-        for tid, name in ((0, "iterations"), (1, "compute"), (2, "communication")):
-            events.meta("thread_name", pid, tid, {"name": name})
-    for r in result.iterations.itertuples():
-        events.span(f"iteration {r.iteration}", index[r.job], 0, r.start_s, r.end_s, {"seconds": r.seconds})
-    for r in result.spans.itertuples():
-        events.span(r.kind, index[r.job], 1 if r.kind == "compute" else 2, r.start_s, r.end_s)
-    return {"traceEvents": events.items, "displayTimeUnit": "ms"}
-
-
-def write_scenario(result: ScenarioResult, out: str | Path) -> list[Path]:
-    """``iterations.csv``, ``alone.csv``, ``jobs.csv``, ``summary.json``, ``utilization.csv``,
-    ``link_utilization.png`` and ``trace.json`` under ``out`` (each written atomically)."""
-    import json
-
-
-    folder = Path(out)
-    summary = result.summary()
-    written = [write_csv_atomic(result.iterations, folder / "iterations.csv"),
-               write_csv_atomic(result.alone, folder / "alone.csv"),
-               write_csv_atomic(summary, folder / "jobs.csv")]
-    busy = np.flatnonzero(result.utilization.max(axis=1) > 0)
-    util = pd.DataFrame(result.utilization[busy].T, columns=[result.link_names[i] for i in busy])
-    util.insert(0, "time_s", result.bin_edges[:-1])
-    written.append(write_csv_atomic(util, folder / "utilization.csv"))
-    info = {"scenario": result.scenario.name, "cluster": result.scenario.cluster.name,
-            "sharing": result.scenario.sharing, "coupling": result.scenario.coupling, "seed": result.scenario.seed,
-            "end_s": result.end_s, "jobs": summary.to_dict("records"),
-            "placements": {job.name: job.ranks for job in result.scenario.jobs}}
-    written.append(write_text_atomic(folder / "summary.json", json.dumps(info, indent=2, default=float) + "\n"))
-    written.append(plot_utilization(result, folder / "link_utilization.png"))
-    written.append(write_text_atomic(folder / "trace.json", trace_json(chrome_trace(result))))
-    return written
+def simulate_scenario(scenario: str | Path | dict[str, Any] | Scenario, *, sharing: str | None = None,
+                      coupling: str | None = None) -> ScenarioResult:
+    """A scenario (its file, its mapping or a loaded :class:`Scenario`), every field checked before anything
+    runs, simulated with ``sharing`` / ``coupling`` in place of the file's where given."""
+    if isinstance(scenario, Scenario):
+        loaded = scenario
+    elif isinstance(scenario, dict):
+        loaded = scenario_from_dict(scenario)
+    else:
+        loaded = load_scenario(scenario)
+    for option, value, allowed in (("sharing", sharing, SHARINGS), ("coupling", coupling, COUPLINGS)):
+        if value is not None:
+            if value not in allowed:
+                raise InputError(option, value, "one of " + ", ".join(allowed))
+            loaded = replace(loaded, **{option: value})
+    return run_scenario(loaded)

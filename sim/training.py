@@ -53,12 +53,10 @@ from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.device_compute import model_layer_seconds
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim.buckets import (
-    DEFAULT_BUCKET_CAP,
     ONE_LAYER_PER_BUCKET,
     Bucket,
     bucket_ready_seconds,
     make_buckets,
-    size_capped_groups,
 )
 from flexcomm.sim.collectives import run_collective, run_scheme
 from flexcomm.sim.faults import (
@@ -78,21 +76,13 @@ from flexcomm.sim.training_config import (
     check_data_parallel_memory,
     data_parallel_memory_bytes,
     default_algorithm,
-    parse_straggler,
-    parse_stragglers,
     scheme_algorithms,
-    smallest_device,
 )
 from flexcomm.sim.workload import get_training_workload
 
-#: Names kept importable from here for the modules that import them from ``sim.training`` (their homes:
-#: :mod:`sim.buckets`, :mod:`sim.training_config`).
 __all__ = [
-    "BUCKET_COLUMNS", "DEFAULT_BUCKET_CAP", "ITERATION_COLUMNS", "ONE_LAYER_PER_BUCKET", "Bucket",
-    "TrainingConfig", "TrainingResult", "TrainingSimulator", "analytical_iteration", "bucket_exchange_seconds",
-    "bucket_ready_seconds", "check_data_parallel_memory", "data_parallel_memory_bytes", "default_algorithm",
-    "make_buckets", "overlapped_iteration", "parse_straggler", "parse_stragglers", "scheme_algorithms",
-    "simulate_training", "size_capped_groups", "smallest_device",
+    "BUCKET_COLUMNS", "ITERATION_COLUMNS", "TrainingResult", "TrainingSimulator", "analytical_iteration",
+    "bucket_exchange_seconds", "overlapped_iteration", "simulate_training",
 ]
 
 # --- results --------------------------------------------------------------------------------------

@@ -117,7 +117,8 @@ def test_a_measured_profile_still_wins_and_an_explicit_efficiency_keeps_the_flat
 
 
 def test_the_simulator_prices_compute_on_the_device_by_default() -> None:
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+    from flexcomm.sim.training import TrainingSimulator
+    from flexcomm.sim.training_config import TrainingConfig
     from flexcomm.sim.workload import get_training_workload
 
     cluster = load_cluster("dgx-a100-80g")
@@ -169,7 +170,7 @@ def test_the_published_one_gpu_rows_are_predicted_from_the_catalog_alone() -> No
 def test_the_gpu_compute_check_runs_on_the_cpu_and_its_corpus_is_reported(tmp_path: Path,
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from flexcomm.experiments.cli import main as cli
-    from flexcomm.real_backend.gpu_compute import main
+    from flexcomm.experiments.commands.gpu_compute import main
 
     out = tmp_path / "corpus" / "cpu.csv"
     assert main(["--device", "cpu", "--quick", "--repeats", "1", "--sections", "gemm,compression",

@@ -14,17 +14,20 @@ from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
 from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
 from flexcomm.real_backend.elastic_report import measure
-from flexcomm.real_backend.elastic_train import parse_fail, worker_main
+from flexcomm.real_backend.elastic_train import ElasticWorkerConfig, parse_fail, worker_main
 from flexcomm.real_backend.launch import POLL_S
+from flexcomm.real_backend.worker_config import to_argument
 
-WORKER = [sys.executable, "-m", "flexcomm.real_backend.elastic_train"]
+
+def worker(**options: object) -> list[str]:
+    """The elastic worker's command line with these :class:`ElasticWorkerConfig` fields (its one JSON argument)."""
+    return [sys.executable, "-m", "flexcomm.real_backend.elastic_train", to_argument(ElasticWorkerConfig(**options))]
 
 
 def test_a_killed_rank_leaves_a_smaller_job_that_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     out, logs = tmp_path / "run", tmp_path / "logs"
-    result = launch_elastic([*WORKER, "--steps", "30", "--checkpoint-every", "5", "--resume", "--out", str(out),
-                             "--fail", "rank1@12", "--step-sleep", "0.02"], 2, 3, log_dir=logs, timeout_s=240,
-                            quiet=True)
+    result = launch_elastic(worker(steps=30, checkpoint_every_steps=5, resume=True, out=str(out), fail="rank1@12",
+                                   step_sleep_s=0.02), 2, 3, log_dir=logs, timeout_s=240, quiet=True)
     assert result.returncode == 0 and [r.world_size for r in result.rounds] == [3, 2]
     assert result.rounds[0].failed_rank == 1 and result.rounds[0].returncode == 137  # SIGKILL
     steps = pd.read_csv(out / "steps.csv")
@@ -46,7 +49,7 @@ def test_a_killed_rank_leaves_a_smaller_job_that_resumes_from_its_checkpoint(tmp
 
 
 def test_too_few_survivors_stop_the_job(tmp_path: Path) -> None:
-    result = launch_elastic([*WORKER, "--steps", "20", "--out", str(tmp_path / "run"), "--fail", "rank0@3"], 2, 2,
+    result = launch_elastic(worker(steps=20, out=str(tmp_path / "run"), fail="rank0@3"), 2, 2,
                             log_dir=tmp_path / "logs", timeout_s=120, quiet=True)
     assert result.returncode == 137 and len(result.rounds) == 1
 
@@ -68,7 +71,7 @@ def test_resume_from_another_models_checkpoint_is_refused_before_the_rendezvous(
 
     torch.save({"workload": "resnet-synthetic", "numel": 5, "step": 3}, tmp_path / "checkpoint.pt")
     with pytest.raises(InputError) as info:
-        worker_main(["--resume", "--out", str(tmp_path)])
+        worker_main(ElasticWorkerConfig(resume=True, out=str(tmp_path)))
     assert info.value.field == "resume"
     with pytest.raises(InputError):
         parse_fail("node2@30")

@@ -111,7 +111,8 @@ def test_a_scheme_through_nccl_needs_a_gpu_fabric(capsys: pytest.CaptureFixture[
 
 @pytest.mark.parametrize("scheme", PRICED_SCHEMES)
 def test_simulator_agrees_with_the_cost_model_uncontended(scheme: str) -> None:
-    from flexcomm.sim.training import TrainingConfig, analytical_iteration, simulate_training
+    from flexcomm.sim.training import analytical_iteration, simulate_training
+    from flexcomm.sim.training_config import TrainingConfig
 
     config = TrainingConfig(workload="resnet50", iterations=2, scheme=scheme, record_flows=False)
     simulated = simulate_training("dgx-h100", config)
@@ -344,7 +345,8 @@ def test_whatif_and_simulate_share_one_memory_rule_on_a_mixed_pool() -> None:
     from flexcomm.costmodel.compute import LayerSpec, ModelSpec
     from flexcomm.costmodel.errors import InputError
     from flexcomm.experiments.whatif import WhatIfGrid, run_whatif
-    from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+    from flexcomm.sim.training import TrainingSimulator
+    from flexcomm.sim.training_config import TrainingConfig
     from flexcomm.sim.workload import TrainingWorkload
 
     big = TrainingWorkload("big", ModelSpec("big", [LayerSpec("w", int(2.5e9), 2 * 2.5e9)]), 1.0)  # 40 GB of state

@@ -327,7 +327,8 @@ def test_random_failures_a_job_cannot_outlive_are_refused(mtbf: float, elastic: 
 
 
 def test_failures_past_the_limit_stop_a_running_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flexcomm.sim.training import TrainingConfig, simulate_training
+    from flexcomm.sim.training import simulate_training
+    from flexcomm.sim.training_config import TrainingConfig
 
     monkeypatch.setenv("FLEXCOMM_MAX_SIM_FAILURES", "20")  # the estimate passes (a lower bound); the run stops
     with pytest.raises(InputError, match="at most 20 failures in one simulated job \\(the job had not finished"):

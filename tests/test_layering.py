@@ -136,3 +136,29 @@ def test_no_function_is_over_80_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (one job each):\n" + "\n".join(long)
+
+
+#: The command-line layer: the only modules that parse argv. Everything else is an engine taking typed parameters.
+CLI_LAYER = ("flexcomm.experiments.commands", "flexcomm.experiments.cli")
+
+
+def _in_cli_layer(name: str) -> bool:
+    return any(name == layer or name.startswith(layer + ".") for layer in CLI_LAYER)
+
+
+def test_no_engine_parses_argv_or_takes_a_namespace() -> None:
+    """An engine that reads ``argparse`` flags can only be driven by a command line; the API and other engines
+    need its typed function. Only the CLI layer (and the API facade, which calls engines) may use argparse."""
+    offenders = []
+    for name, (path, tree) in _parsed().items():
+        if _in_cli_layer(name) or name == "flexcomm" or name.startswith("flexcomm._"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if any(n.split(".")[0] == "argparse" for n in names):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports argparse")
+            elif isinstance(node, ast.Attribute) and node.attr == "Namespace" \
+                    and isinstance(node.value, ast.Name) and node.value.id in ("argparse", "SimpleNamespace"):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} names argparse.Namespace")
+    assert not offenders, "engines parsing argv (move the flags to experiments/commands):\n" + "\n".join(offenders)

@@ -179,3 +179,21 @@ def test_tables_that_cannot_be_read_safely_are_one_line(tmp_path: Path, capsys: 
     huge = _table(tmp_path, "| 1000000000 | 128 and 256 | 64 and 32 | 128 | 317 | 580 |\n")
     code, _, err = run_cli(capsys, "validate", "--published-training", str(huge), "--out", str(tmp_path / "o"))
     assert code == 2 and "GPUs" in err and err.strip().count("\n") == 0
+
+
+def test_the_command_prints_the_engine_s_answer_and_writes_its_files(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`validate --published-training` is one engine call (its counts and verdicts computed there, reachable
+    from Python) turned into lines and files."""
+    from flexcomm.experiments.published_training_report import console_lines
+    from flexcomm.experiments.published_training_validation import validate_published_training
+
+    result = validate_published_training()
+    assert main(["validate", "--published-training", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:-1] == console_lines(result)
+    assert printed[-1].startswith(f"wrote {tmp_path}/: training.csv")
+    within, linear, met = result.within_target()
+    assert f"model {within} of {len(result.frame)}, linear scaling {linear} of" in "\n".join(printed)
+    assert met == int(result.frame["meets_target"].sum())
+    assert (tmp_path / "compute.csv").is_file() and (tmp_path / "training.png").is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -28,9 +29,10 @@ def test_plan_is_the_command_its_table_and_figure_in_one_object(tmp_path: Path,
     # the same run: the first three lines (model, plans priced, best plan) agree but for the pricing rate
     assert result.report.splitlines()[0] == printed.splitlines()[0]
     assert result.report.splitlines()[2] == printed.splitlines()[2]
+    # the engine's table in memory (tuples stay tuples), the command's read back from its CSV: the same plans
     cli_table = pd.read_csv(tmp_path / "cli" / "plans.csv")
-    pd.testing.assert_frame_equal(result.frame.drop(columns="pricing_s", errors="ignore"),
-                                  cli_table.drop(columns="pricing_s", errors="ignore"))
+    assert list(cli_table["plan"]) == list(result.frame["plan"])
+    np.testing.assert_allclose(cli_table["step_s"], result.frame["step_s"], rtol=1e-12)
     assert result.figures["plans"] == tmp_path / "api" / "plans.png" and result.figures["plans"].is_file()
     assert result.summaries["best_plan"]["best"]["plan"] == result.frame["plan"].iloc[0]
     assert "plan" in repr(result) and "plans" in repr(result)
@@ -129,16 +131,50 @@ def test_validate_published_reads_any_folder_laid_out_like_the_corpus(tmp_path: 
 
 
 def test_keywords_are_the_commands_flags_and_wrong_ones_are_named(tmp_path: Path) -> None:
-    with pytest.raises(flexcomm.InputError, match="batch_sise.*an option of `flexcomm plan`"):
+    with pytest.raises(flexcomm.InputError, match="batch_sise.*a keyword of flexcomm.plan\\('resnet18'.*batch_size"):
         flexcomm.plan("resnet18", batch_sise=64)
     with pytest.raises(flexcomm.InputError, match="no_progress.*True or False"):
         flexcomm.plan("resnet18", no_progress="yes")
-    with pytest.raises(flexcomm.InputError, match="top.*not a boolean"):
+    with pytest.raises(flexcomm.InputError, match="top: got True"):
         flexcomm.plan("resnet18", top=True)
     with pytest.raises(flexcomm.InputError, match="batch-size: got 'x'"):
-        flexcomm.plan("resnet18", batch_size="x")  # argparse's complaint, as the command line says it
+        flexcomm.plan("resnet18", batch_size="x")  # the engine's own check, named as the command line names it
     with pytest.raises(flexcomm.InputError, match="model"):
         flexcomm.plan("resnet-eighteen", out=tmp_path)
+
+
+def test_plan_of_a_preset_llm_is_the_layout_search_and_prints_what_the_command_prints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flexcomm.planner.llm.layout_plan import plan_layout_model
+
+    options = {"gpus": 64, "batch_size": 128, "precision": "fp8"}
+    result = flexcomm.plan("llama3-70b", "superpod-h100-16k", out=tmp_path / "api", **options)
+    assert main(["plan", "--model", "llama3-70b", "--cluster", "superpod-h100-16k", "--gpus", "64", "--batch-size",
+                 "128", "--precision", "fp8", "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out.replace(str(tmp_path / "cli"), str(tmp_path / "api"))
+    timing = re.compile(r"in [0-9.]+s;")  # how long pricing took differs run to run
+    assert timing.sub("", result.report) == timing.sub("", printed)
+    engine = plan_layout_model("llama3-70b", "superpod-h100-16k", **options)
+    pd.testing.assert_frame_equal(result.frame, engine.table())
+    assert result.summaries["best_layout"]["label"] == engine.best.layout.label
+    assert (tmp_path / "api" / "layouts.csv").read_text() == (tmp_path / "cli" / "layouts.csv").read_text()
+    assert result.figures["layouts"].is_file()
+    with pytest.raises(flexcomm.InputError, match=r"layers.*a keyword of flexcomm.plan\('llama3-70b'"):
+        flexcomm.plan("llama3-70b", "superpod-h100-16k", out=None, layers=3)
+    with pytest.raises(flexcomm.InputError, match="^gpus: got 0"):
+        flexcomm.plan("llama3-70b", "superpod-h100-16k", out=None, gpus=0)
+
+
+def test_a_job_file_gives_plan_its_fields_and_a_keyword_given_as_well_wins(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("model: llama3-70b\ncluster: superpod-h100-16k\nbatch_per_device: 2\n")
+    from_job = flexcomm.plan(job=job, out=None, gpus=64)
+    assert from_job.summaries["best_layout"]["batch_size"] == 2 * 16_384  # 2 per GPU of the job's cluster
+    result = flexcomm.plan(job=job, out=None, gpus=64, batch_size=128)
+    assert result.summaries["best_layout"]["batch_size"] == 128
+    assert result.summaries["best_layout"]["cluster"] == "superpod-h100-16k"
+    with pytest.raises(flexcomm.InputError, match="^job: got"):
+        flexcomm.plan(job=3)
 
 
 def test_a_scalar_question_gets_plain_floats() -> None:

@@ -147,7 +147,7 @@ def test_gpu_check_without_a_cuda_torch_exits_69_too(tmp_path: Path) -> None:
 
 
 def test_gpu_topk_runs_on_the_cpu_too(tmp_path: Path) -> None:
-    from flexcomm.real_backend.gpu_topk import main as gpu_topk
+    from flexcomm.experiments.commands.gpu_topk import main as gpu_topk
 
     out = tmp_path / "topk.json"
     assert gpu_topk(["--device", "cpu", "--sizes", "20000", "--ratios", "0.01", "--repeats", "1", "--numel", "4000",

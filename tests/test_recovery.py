@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.experiments.cli import main
-from flexcomm.experiments.commands import simulate_recovery as cli_recovery
+from flexcomm.planner.llm import recovery_run
 from flexcomm.sim.recovery import (
     CAUSES,
     POLICIES,
@@ -132,9 +132,9 @@ def test_cli_compares_policies_and_draws_goodput(tmp_path: Path, capsys: pytest.
 
 def test_cli_mtbf_study_maps_the_best_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli_recovery, "STUDY_MTBF_H", (12.0, 96.0))
-    monkeypatch.setattr(cli_recovery, "STUDY_NODES", (4, 8))
-    monkeypatch.setattr(cli_recovery, "STUDY_INTERVALS_S", (600.0,))
+    monkeypatch.setattr(recovery_run, "STUDY_MTBF_H", (12.0, 96.0))
+    monkeypatch.setattr(recovery_run, "STUDY_NODES", (4, 8))
+    monkeypatch.setattr(recovery_run, "STUDY_INTERVALS_S", (600.0,))
     assert main([*BASE, "--mtbf-study", "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "recovery_study.csv")
     assert set(table["nodes"]) == {4, 8} and set(table["interval_label"]) == {"10 min", "Young/Daly"}

@@ -10,7 +10,8 @@ import pytest
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.sim.faults import Fault, FaultPolicy, RandomNodeFaults, parse_fault
-from flexcomm.sim.training import TrainingConfig, simulate_training
+from flexcomm.sim.training import simulate_training
+from flexcomm.sim.training_config import TrainingConfig
 
 CLUSTER = "8x1-10gbe"
 CONFIG = TrainingConfig(workload="resnet18", iterations=6)

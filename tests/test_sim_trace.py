@@ -20,7 +20,8 @@ from flexcomm.sim.trace import (
     validate_chrome_trace,
     write_chrome_trace,
 )
-from flexcomm.sim.training import TrainingConfig, TrainingResult, simulate_training
+from flexcomm.sim.training import TrainingResult, simulate_training
+from flexcomm.sim.training_config import TrainingConfig
 
 
 def _noisy(seed: int = 5) -> TrainingResult:

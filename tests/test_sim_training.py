@@ -10,16 +10,10 @@ from flexcomm.costmodel.cluster import load_cluster
 from flexcomm.costmodel.compute import get_model
 from flexcomm.costmodel.cost_model import CostModel
 from flexcomm.costmodel.errors import InputError
+from flexcomm.sim.buckets import DEFAULT_BUCKET_CAP, make_buckets
 from flexcomm.sim.dynamics import JitterDynamics
-from flexcomm.sim.training import (
-    DEFAULT_BUCKET_CAP,
-    TrainingConfig,
-    TrainingSimulator,
-    analytical_iteration,
-    make_buckets,
-    parse_straggler,
-    simulate_training,
-)
+from flexcomm.sim.training import TrainingSimulator, analytical_iteration, simulate_training
+from flexcomm.sim.training_config import TrainingConfig, parse_straggler
 from flexcomm.sim.workload import DEFAULT_BATCH, get_training_workload
 
 PARTS = ["compute_s", "compression_s", "exposed_comm_s", "stall_s"]

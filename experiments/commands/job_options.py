@@ -101,23 +101,33 @@ def _check_plan_is_the_job(job: Job, path: str) -> None:
                              "job (plan this one with `flexcomm plan --job FILE`)")
 
 
-def _plan_words(job: Job, typed: Sequence[str]) -> tuple[list[str], list[Unpriced]]:
-    words = ["--cluster", job.cluster]
+def plan_job_fields(job: Job) -> dict[str, object]:
+    """What ``job`` asks ``flexcomm plan`` for, as its option names (``flexcomm.plan``'s keywords): a zoo
+    transformer or a ``gpt:`` shape becomes the GPT of that shape, the batch per device the global batch."""
+    fields: dict[str, object] = {"cluster": job.cluster}
     shape = job.gpt
     if job.model in ZOO_TRANSFORMER_SHAPES:  # the zoo's transformer, planned as the GPT of its shape
         layers, hidden, seq, heads, vocab = ZOO_TRANSFORMER_SHAPES[job.model]
-        words += ["--model", "gpt", "--layers", str(layers), "--hidden", str(hidden), "--heads", str(heads),
-                  "--seq-len", str(seq), "--vocab", str(vocab)]
+        fields.update(model="gpt", layers=layers, hidden=hidden, heads=heads, seq_len=seq, vocab=vocab)
     elif shape is not None:
-        words += ["--model", "gpt", "--layers", str(shape.layers), "--hidden", str(shape.hidden), "--heads",
-                  str(shape.heads), "--seq-len", str(shape.seq_len)]
-        words += ["--vocab", str(shape.vocab)] if shape.vocab is not None else []
+        fields.update(model="gpt", layers=shape.layers, hidden=shape.hidden, heads=shape.heads, seq_len=shape.seq_len)
+        if shape.vocab is not None:
+            fields["vocab"] = shape.vocab
     else:
-        words += ["--model", job.model]
+        fields["model"] = job.model
     batch = global_batch(job, load_cluster(job.cluster).world_size)
-    words += ["--batch-size", str(batch)] if batch is not None else []
-    words += _optional(job, scheme="--scheme", ratio="--ratio", precision="--precision", attention="--attention",
-                       tp="--tp", pp="--pp", seed="--seed")
+    if batch is not None:
+        fields["batch_size"] = batch
+    for name in ("scheme", "ratio", "precision", "attention", "tp", "pp", "seed"):
+        if getattr(job, name) is not None:
+            fields[name] = getattr(job, name)
+    return fields
+
+
+def _plan_words(job: Job, typed: Sequence[str]) -> tuple[list[str], list[Unpriced]]:
+    words: list[str] = []
+    for name, value in plan_job_fields(job).items():
+        words += ["--" + name.replace("_", "-"), repr(value) if isinstance(value, float) else str(value)]
     return words, []
 
 

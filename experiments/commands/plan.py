@@ -3,36 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from flexcomm.costmodel.atomic import write_csv_atomic
-from flexcomm.costmodel.calibration import CalibrationProfile, calibrated_cluster
 from flexcomm.costmodel.compressed import PRICED_SCHEMES
-from flexcomm.costmodel.compute import DEFAULT_EFFICIENCY
-from flexcomm.costmodel.device_compute import DeviceCompute
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
-from flexcomm.costmodel.limits import MAX_GLOBAL_BATCH
-from flexcomm.costmodel.units import format_size, format_time
+from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO
 from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder
 from flexcomm.experiments.commands.job_options import add_job_argument
 from flexcomm.experiments.commands.plan_gpt import run_transformer
 from flexcomm.experiments.commands.plan_layouts import is_layout_model, run_layouts
-from flexcomm.experiments.options import GRAPH_NAMES
 from flexcomm.experiments.whatif_step import exchange_lines
+from flexcomm.planner.graph_plan import SAMPLES_PER_DEVICE, GraphPlanResult, NoPlanFits, check_search, plan_graph
 from flexcomm.planner.llm.transformer_plan import GPT_SEQUENCES
-from flexcomm.planner.rank_devices import load_plan_cluster
-from flexcomm.sim.workload import DEFAULT_BATCH
-from flexcomm.workloads.names import FACTORY_FORM, is_factory_reference
+from flexcomm.planner.plan_options import at_least, check_top
 
-#: Default batch of the graph planner's models, per device, where ``simulate`` names no default of its own: Goyal
-#: et al. 2017 ("Accurate, Large Minibatch SGD") train ResNet-50 with 32 images per GPU at every scale, as
-#: data-parallel CNN training commonly does.
-SAMPLES_PER_DEVICE = 32
+if TYPE_CHECKING:
+    from flexcomm.planner.graph_plan import Progress
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -102,28 +91,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise InputError(name, value, f"an integer >= {minimum}")
-
-
-def _check_shared(args: argparse.Namespace) -> None:
-    """The graph planner's options, checked before the graph is traced (torch; seconds): a typo fails at once."""
-    if not (math.isfinite(args.memory_fraction) and 0 < args.memory_fraction <= 1):
-        raise InputError("memory-fraction", args.memory_fraction, "a fraction in (0, 1]")
-    if args.efficiency is not None and not (math.isfinite(args.efficiency) and 0 < args.efficiency <= 1):
-        raise InputError("efficiency", args.efficiency, "a fraction of peak in (0, 1]")
-    for flag in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size"):
-        value = getattr(args, flag)
-        if value is not None:
-            _check_int(flag.replace("_", "-"), value, 1)
-    for flag in ("tp", "pp", "nics_per_node"):  # the transformer planner's options
-        if getattr(args, flag) is not None:
-            _check_int(flag.replace("_", "-"), getattr(args, flag), 1)
-            raise InputError(flag.replace("_", "-"), getattr(args, flag), "--model gpt (the transformer planner's "
-                             "option; the operator-graph planner searches every split itself)")
-
-
 def run(args: argparse.Namespace) -> int:
     """``flexcomm plan``: a current LLM's layouts, a GPT's transformer plans, or a traced model's graph plans."""
     # everything checkable without torch first: a typo is a one-line error within a second
@@ -132,152 +99,73 @@ def run(args: argparse.Namespace) -> int:
     if args.capacity_factor is not None:
         raise InputError("capacity-factor", args.capacity_factor, "a mixture-of-experts preset or config.json as "
                          "--model (the layout planner's option)")
-    if args.model not in GRAPH_NAMES and not is_factory_reference(args.model):
-        raise InputError("model", args.model, "one of " + ", ".join(GRAPH_NAMES)
-                         + f", or your model as {FACTORY_FORM}")
-    _check_int("top", args.top, 1)
-    _check_int("samples", args.samples, 1)
-    if args.search not in ("exhaustive", "random"):
-        raise InputError("search", args.search, "exhaustive or random")
-    if args.balance not in ("speed", "even"):
-        raise InputError("balance", args.balance, "one of speed, even")
-    if args.model == "gpt":
-        return run_transformer(args)
-    return _run_graph(args)
+    if args.model != "gpt":
+        return _run_graph(args)
+    check_top(args.top)
+    check_search(args.search, args.samples, args.balance)  # the graph search's flags: ignored here, yet checked
+    return run_transformer(args)
 
 
-def _check_graph_flags(args: argparse.Namespace) -> GradientScheme:
-    """The graph planner's flags, checked before its cluster is read or its model traced."""
-    if args.batch_size is not None:
-        _check_int("batch-size", args.batch_size, 1)
-        MAX_GLOBAL_BATCH.check("batch-size", args.batch_size)
-    if args.simulate_top is None:
-        args.simulate_top = 3
-    _check_int("simulate-top", args.simulate_top, 0)
-    _check_shared(args)
-    exchange = GradientScheme(args.scheme, args.ratio)
-    if args.scheme == "dense" and args.ratio != DEFAULT_TOPK_RATIO:
-        raise InputError("ratio", args.ratio, "--scheme topk-ag or topk-ar (the fraction Top-k keeps)")
+def _refuse_transformer_flags(args: argparse.Namespace) -> None:
+    """The transformer planner's flags, which the operator-graph planner does not take (it searches every split
+    itself, and prices the traced model's own kernels)."""
+    for flag in ("tp", "pp", "nics_per_node"):
+        value = getattr(args, flag)
+        if value is not None:
+            at_least(flag.replace("_", "-"), value, 1)
+            raise InputError(flag.replace("_", "-"), value, "--model gpt (the transformer planner's option; the "
+                             "operator-graph planner searches every split itself)")
     if args.attention != "fused":
         raise InputError("attention", args.attention, "--model gpt: the transformer planner prices attention one way "
                          "or the other; a traced model's ops are what it runs")
-    return exchange
 
 
-def _graph_pricer(args: argparse.Namespace, cluster, exchange: GradientScheme):  # noqa: ANN001, ANN202
-    """The model traced into its operator graph, cut into pipeline units and priced per plan on ``cluster``
-    (a PlanCluster): (graph, units, Pricer). Imported here: tracing needs torch."""
-    from flexcomm.planner.graphs import build_graph, calibrate_op_times, load_op_times
-    from flexcomm.planner.pipeline_units import build_units
-    from flexcomm.planner.plans import Pricer
-
-    options = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq_len", "vocab", "image_size")
-               if getattr(args, k) is not None}
-    compute = None if args.efficiency is not None else DeviceCompute.of(pricing_device(cluster))
-    if args.op_times:
-        measured_batch, measured, peak = load_op_times(args.op_times)
-        graph = build_graph(args.model, batch_size=measured_batch, **options)
-        calibrate_op_times(graph, measured, device=peak)
-    else:  # traced at a data-parallel rank's batch: the shapes its kernels run at, priced per sample
-        graph = build_graph(args.model, batch_size=max(1, round(args.batch_size / cluster.world_size)), **options)
-    units = build_units(graph, efficiency=DEFAULT_EFFICIENCY if args.efficiency is None else args.efficiency,
-                        reference_peak_flops=float(cluster.peak_flops.max()) if args.op_times else None,
-                        compute=compute)
-    pricer = Pricer(units, cluster, args.batch_size, balance=args.balance, memory_fraction=args.memory_fraction,
-                    exchange=exchange)
-    return graph, units, pricer
+def graph_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The operator-graph planner's keywords from the parsed flags (those left out take the engine's defaults)."""
+    options = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "seq_len": args.seq_len,
+               "vocab": args.vocab, "image_size": args.image_size, "search": args.search, "samples": args.samples,
+               "seed": args.seed, "balance": args.balance, "efficiency": args.efficiency,
+               "op_times": args.op_times or None, "memory_fraction": args.memory_fraction, "scheme": args.scheme,
+               "ratio": args.ratio, "profile": args.profile or None}
+    return options if args.simulate_top is None else {**options, "simulate_top": args.simulate_top}
 
 
-def _progress(args: argparse.Namespace):  # noqa: ANN202 - the search's progress wrapper
-    def progress(plans, total):  # noqa: ANN001, ANN202 - tqdm's iterable
-        if args.no_progress:
-            return plans
+def pricing_progress(shown: bool) -> Progress | None:
+    """A tqdm bar over the plans as they are priced (on stderr; none when not ``shown`` or not a terminal)."""
+    if not shown:
+        return None
+
+    def progress(plans: Iterable, total: int) -> Iterable:
         from tqdm import tqdm
 
-        return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing",
-                    disable=None)
+        return tqdm(plans, total=total, unit="plan", file=sys.stderr, leave=False, desc="pricing", disable=None)
 
     return progress
 
 
 def _run_graph(args: argparse.Namespace) -> int:
-    """The operator-graph planner: trace, price every plan, simulate the best few, write and print."""
-    from flexcomm.planner.report import write_outputs
-    from flexcomm.planner.search import search
+    """The operator-graph planner: one engine call, its files written and its report printed."""
+    _refuse_transformer_flags(args)
+    check_top(args.top)
+    out = Path(args.out)
+    try:  # the folder is made once the options are checked (a refused plan creates nothing), before the trace
+        result = plan_graph(args.cluster, args.model, args.batch_size, **graph_options(args),
+                            progress=pricing_progress(not args.no_progress), before_work=lambda: output_folder(out))
+    except NoPlanFits as error:  # keep the evidence: every plan and why it did not fit
+        from flexcomm.planner.graph_report import keep_rejected  # torch, as the planner's pricing
 
-    exchange = _check_graph_flags(args)
-    cluster = load_plan_cluster(args.cluster)
-    if args.profile:
-        cluster = cluster.with_cluster(calibrated_cluster(cluster.cluster, CalibrationProfile.load(args.profile)))
-    defaulted = args.batch_size is None
-    if args.batch_size is None:  # what practitioners run, not a toy batch that makes every plan look comm-bound
-        args.batch_size = default_batch_per_device(args.model) * cluster.world_size
-    output_folder(args.out)  # after the checks (a refused plan creates nothing), before the graph is traced
-    graph, units, pricer = _graph_pricer(args, cluster, exchange)
-    result = search(pricer, method=args.search, samples=args.samples, seed=args.seed,
-                    simulate_top=args.simulate_top, progress=_progress(args))
-    if not result.ranked:  # keep the evidence: every plan and why it did not fit
-        table = result.table()
-        write_csv_atomic(table, Path(args.out) / "plans.csv")
-        raise InputError("cluster", args.cluster, f"devices with room for {graph.graph['name']} at batch "
-                         f"{args.batch_size}: all {len(table)} plans rejected, closest: {table['reason'].iloc[0]} "
-                         f"(see {Path(args.out) / 'plans.csv'})")
-    written = write_outputs(result, pricer, Path(args.out), args.top,
-                            extra={"model": graph.graph["name"], "parameters": graph.graph["parameters"],
-                                   "options": graph.graph["options"], "cluster": cluster.name,
-                                   "batch_size": args.batch_size, "balance": args.balance, "seed": args.seed,
-                                   "search": args.search})
-    _print_graph_plans(args, result, graph, len(units), cluster, defaulted)
-    print("wrote " + ", ".join(str(p) for p in written))
-    print_exchange(exchange)
+        raise keep_rejected(error, out) from None
+    from flexcomm.planner.graph_report import write_files
+
+    written = write_files(result, out, args.top)
+    print(printed(result, args.top, written), end="")
     return 0
 
 
-def _print_graph_plans(args: argparse.Namespace, result, graph, unit_count: int, cluster,  # noqa: ANN001
-                       defaulted: bool) -> None:
-    """The job, the search's size and speed, the best plan and the distinct top schedules."""
-    from flexcomm.planner.search import signature
+def printed(result: GraphPlanResult, top: int, written: list[Path]) -> str:
+    """The report as the command prints it (the Python API's ``report``): the plans, what was written, and the
+    exchange's accuracy cost where the project measured one."""
+    from flexcomm.planner.graph_report import report_lines  # torch, as the planner's pricing
 
-    best = result.best
-    rate = len(result.costs) / result.pricing_s if result.pricing_s > 0 else float("inf")
-    described = f"; {graph.graph['description']}" if graph.graph.get("description") else ""
-    print(f"{graph.graph['name']} ({graph.graph['parameters']:,} parameters, {unit_count} pipeline units{described}) "
-          f"on {cluster.name} ({cluster.world_size:,} devices), batch {args.batch_size:,} "
-          f"({args.batch_size / cluster.world_size:,.4g} a device{', the default' if defaulted else ''})")
-    if graph.graph.get("input_text"):  # what was assumed about the user's model: said, not hidden
-        print(f"  your model: {args.model}, {graph.graph['input_text']} (one sample of it per sample of the batch)")
-    print(f"priced {len(result.costs)} plans in {result.pricing_s:.2f}s ({rate:,.0f} plans/s); "
-          f"{len(result.ranked)} fit in memory")
-    print(f"best: {best.config.label}: {format_time(best.step_s)} per step "
-          f"({best.extra.get('samples_per_s', 0):,.0f} samples/s), peak memory {format_size(best.peak_memory_bytes)}"
-          + (f", simulated {format_time(result.simulated[best.config.label])}"
-             if best.config.label in result.simulated else ""))
-    table = result.table()
-    keys = {c.config.label: signature(c.config) for c in result.ranked}
-    rows = table[table["feasible"]]
-    distinct = rows[~rows["plan"].map(keys).duplicated()]
-    print("top schedules (fastest ZeRO stage and micro-batch count where only memory differs; numbered as in "
-          "plans.png):")
-    for place, row in enumerate(distinct.head(min(args.top, 5)).itertuples(), start=1):
-        simulated = (f"  simulated {format_time(float(row.simulated_step_s)):>9s}"
-                     if pd.notna(row.simulated_step_s) else "")  # None/NaN when not simulated
-        print(f"  {place:3d}. {row.plan:32s} model {format_time(row.step_s):>9s}{simulated}  loses on {row.loses_on}")
-
-
-def default_batch_per_device(model: str) -> int:
-    """Samples per device when ``--batch-size`` is not given: ``simulate``'s default batch per rank for a model
-    both engines name (one job, one default), else :data:`SAMPLES_PER_DEVICE`."""
-    return DEFAULT_BATCH.get(str(model).strip().lower(), SAMPLES_PER_DEVICE)
-
-
-def pricing_device(cluster):  # cluster: planner.rank_devices.PlanCluster -> costmodel.cluster_parts.Device
-    """The device the graph planner prices a traced model's kernels on: the fastest of the pool, as ``simulate``
-    prices each layer on its rank's device (:class:`costmodel.device_compute.DeviceCompute`); slower devices of a
-    mixed pool scale that price by their peak (:mod:`planner.pipeline_units`)."""
-    return max(cluster.devices, key=lambda device: device.peak_flops)
-
-
-def print_exchange(exchange: GradientScheme) -> None:
-    """With --scheme: what the plans priced for it, and its accuracy cost where the project measured one."""
-    for line in exchange_lines(exchange):
-        print(line)
+    wrote = ["wrote " + ", ".join(str(p) for p in written)] if written else []
+    return "\n".join([*report_lines(result, top), *wrote, *exchange_lines(result.exchange)]) + "\n"

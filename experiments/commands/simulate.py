@@ -22,10 +22,10 @@ from flexcomm.experiments.commands.simulate_recovery import run_recovery
 from flexcomm.experiments.commands.simulate_trace import add_arguments as add_trace_arguments
 from flexcomm.experiments.commands.simulate_trace import run_from_trace
 from flexcomm.planner.llm.step_sim import Experts, load_step_plan, simulate_step, write_step
-from flexcomm.sim.network import COUPLINGS, SHARINGS
-from flexcomm.sim.scenario import load_scenario, run_scenario, write_scenario
+from flexcomm.sim.scenario import simulate_scenario
+from flexcomm.sim.scenario_report import json_report, report_lines, write_scenario, written_line
 from flexcomm.sim.trace import write_chrome_trace
-from flexcomm.sim.training import parse_stragglers
+from flexcomm.sim.training_config import parse_stragglers
 from flexcomm.workloads.names import is_factory_reference
 
 
@@ -235,33 +235,18 @@ def run_llm_step(args: argparse.Namespace) -> int:
 
 def run_scenario_file(args: argparse.Namespace) -> int:
     """``--scenario FILE``: every job together, then each alone; files under --out (default results/scenario)."""
-    started = time.time()
-
     if args.cluster or args.workload:
         raise InputError("scenario", args.scenario, "a scenario alone (its file names the cluster and the jobs; "
                          "drop --cluster / --workload)")
-    scenario = load_scenario(args.scenario)  # every field checked before anything runs or is written
-    for option in ("sharing", "coupling"):
-        value = getattr(args, option)
-        if value is not None:
-            allowed = SHARINGS if option == "sharing" else COUPLINGS
-            if value not in allowed:
-                raise InputError(option, value, "one of " + ", ".join(allowed))
-            setattr(scenario, option, value)
-    result = run_scenario(scenario)
+    result = simulate_scenario(args.scenario, sharing=args.sharing, coupling=args.coupling)
     out = args.out or "results/scenario"
-    write_scenario(result, out)
-    summary = result.summary()
+    written = write_scenario(result, out)
     if args.json:
-        print_json({"scenario": scenario.name, "end_s": result.end_s, "jobs": summary.to_dict("records")})
+        print_json(json_report(result))
         return 0
-    print(f"{scenario.name}: {len(scenario.jobs)} jobs on {scenario.cluster.name}, {scenario.sharing} sharing, "
-          f"{scenario.coupling} coupling; all done at {result.end_s * 1e3:.4g} ms simulated")
-    print(f"{'job':20s} {'GPUs':>5s} {'iterations':>10s} {'shared (ms)':>12s} {'alone (ms)':>11s} {'slowdown':>9s}")
-    for r in summary.itertuples():
-        print(f"{r.job:20s} {r.gpus:5d} {r.iterations:10d} {r.mean_iteration_s * 1e3:12.4g} "
-              f"{r.alone_iteration_s * 1e3:11.4g} {r.slowdown:9.3f}")
-    print_written(out, started)
+    for line in report_lines(result):
+        print(line)
+    print(written_line(out, written))
     return 0
 
 

@@ -16,7 +16,7 @@ from flexcomm.experiments.commands.simulate_gpu_trace import run_gpu_trace
 from flexcomm.real_backend.codec_rate import measure_topk_elements_per_s
 from flexcomm.sim.profile_replay import LINK_SCHEMES, host_compute_scale, link_target, predicted_step_s, replay
 from flexcomm.sim.traced_step import step_profile
-from flexcomm.sim.training import parse_stragglers
+from flexcomm.sim.training_config import parse_stragglers
 from flexcomm.workloads.profiler_trace import read_profiler_trace, step_numbers
 
 

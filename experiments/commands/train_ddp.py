@@ -14,9 +14,16 @@ from flexcomm.experiments.commands.common import output_folder, print_written
 from flexcomm.real_backend.ddp_train import check_training_options, parse_hidden, parse_strategies, run_training
 from flexcomm.real_backend.elastic import launch_elastic, parse_elastic
 from flexcomm.real_backend.elastic_report import measure, summary_line
-from flexcomm.real_backend.elastic_train import CHECKPOINT, UNCHECKPOINTED, parse_fail, read_checkpoint
+from flexcomm.real_backend.elastic_train import (
+    CHECKPOINT,
+    UNCHECKPOINTED,
+    ElasticWorkerConfig,
+    parse_fail,
+    read_checkpoint,
+)
 from flexcomm.real_backend.launch import launch, sigterm_as_exit
 from flexcomm.real_backend.testbed import Testbed
+from flexcomm.real_backend.worker_config import to_argument
 from flexcomm.workloads.names import WORKLOADS, canonical_workload
 
 
@@ -132,15 +139,11 @@ def _run_checkpointed(args: argparse.Namespace, timeout: float) -> int:
     output_folder(args.out)
     if args.resume or args.elastic:
         _check_resume(Path(args.out), args)
-    command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", "--workload", args.workload, "--steps",
-               str(args.steps), "--checkpoint-every", str(every), "--out", str(args.out), "--seed", str(args.seed),
-               "--strategy", strategy.strategy]
-    for flag, value in (("--ratio", strategy.ratio), ("--batch-size", args.batch_size), ("--lr", args.lr),
-                        ("--fail", args.fail)):
-        if value is not None:
-            command += [flag, str(value)]
-    if args.resume or args.elastic:
-        command.append("--resume")
+    config = ElasticWorkerConfig(
+        workload=args.workload, steps=args.steps, checkpoint_every_steps=every, out=str(args.out), seed=args.seed,
+        strategy=strategy.strategy, ratio=strategy.ratio, batch_size=args.batch_size, lr=args.lr, fail=args.fail,
+        resume=bool(args.resume or args.elastic))
+    command = [sys.executable, "-m", "flexcomm.real_backend.elastic_train", to_argument(config)]
     logs = Path(args.log_dir or Path(args.out) / "logs")
     with sigterm_as_exit():
         if high is None:

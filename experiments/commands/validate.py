@@ -7,25 +7,15 @@ import time
 from pathlib import Path
 
 from flexcomm.costmodel.atomic import write_csv_atomic, write_text_atomic
-from flexcomm.costmodel.calibration import CalibrationProfile
-from flexcomm.costmodel.cluster import load_cluster
-from flexcomm.costmodel.collective_libraries.logs import read_nccl_tests
-from flexcomm.costmodel.collective_libraries.validation import SUMMARY_MIN_BYTES, validate_log
-from flexcomm.costmodel.cost_model import CostModel
+from flexcomm.costmodel.collective_libraries.log_check import check_nccl_tests, report_lines
 from flexcomm.costmodel.errors import InputError
-from flexcomm.costmodel.units import format_time, parse_time
-from flexcomm.experiments import published_compute as compute_module
-from flexcomm.experiments import published_llm, published_training, published_training_report
+from flexcomm.costmodel.units import parse_time
+from flexcomm.experiments import published_llm, published_training_report
 from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
-from flexcomm.experiments.published import (
-    MIN_ROWS,
-    TARGET_MEDIAN,
-    TARGET_WORST,
-    baseline_counts,
-    target_counts,
-    validate_published,
-)
+from flexcomm.experiments.published import corpus_folder, validate_published
 from flexcomm.experiments.published_llm_plots import plot_published_llm
+from flexcomm.experiments.published_report import summary_lines, write_files
+from flexcomm.experiments.published_training_validation import validate_published_training
 from flexcomm.experiments.published_transfer import headline, system_summary, system_table, validate_transfer
 from flexcomm.real_backend import from_trace_validate, gpu_compute_corpus, trace_validate
 from flexcomm.real_backend import validate as real_validate
@@ -34,7 +24,6 @@ from flexcomm.real_backend.options import VALIDATE_SIZES as DEFAULT_SIZES
 from flexcomm.real_backend.options import VALIDATE_STRATEGIES
 from flexcomm.real_backend.options import VALIDATE_STRATEGIES as DEFAULT_STRATEGIES
 from flexcomm.sim import gpu_trace_validate
-from flexcomm.validation import data_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -188,54 +177,20 @@ def run_network_trace(args: argparse.Namespace, started: float) -> int:
 
 def run_log(args: argparse.Namespace) -> int:
     """``validate --nccl-tests LOG --cluster FILE``: the cost model against a pasted run, row by row."""
-    if not args.cluster:
-        raise InputError("cluster", None, "--cluster NAME|FILE: the hardware the log ran on")
-    log = read_nccl_tests(args.nccl_tests, args.collective)
-    cluster = load_cluster(args.cluster)
-    if args.profile:  # the profile's own fit per collective and algorithm where it has one, else the cluster's
-
-        model = CostModel.from_profile(CalibrationProfile.load(args.profile), cluster)
-    else:
-        model = CostModel.from_cluster(cluster)
-    report = validate_log(log, model, cluster.nodes * cluster.devices_per_node, args.algorithm)
+    check = check_nccl_tests(args.nccl_tests, args.cluster, profile=args.profile, collective=args.collective,
+                             algorithm=args.algorithm)
     if args.json:
-        print_json(report.to_dict())
+        print_json(check.to_dict())
         return 0
-    print(f"{log.source}: {log.collective}, {report.ranks} ranks on {cluster.name}")
-    print(f"{'bytes':>12s} {'measured':>12s} {'predicted':>12s} {'error':>8s} {'baseline':>9s}  algorithm")
-    for row in report.rows:
-        label = row["algorithm"] + (f"/{row['protocol']}" if row["protocol"] else "")
-        print(f"{row['bytes']:12d} {format_time(row['measured_s']):>12s} {format_time(row['predicted_s']):>12s} "
-              f"{row['rel_error']:+8.1%} {_signed(row['baseline_rel_error']):>9s}  {label}")
-    s = report.summary
-    if s["median_abs_error"] is None:
-        print(f"no rows of {SUMMARY_MIN_BYTES >> 20} MiB or more: no summary")
-    else:
-        print(f"rows >= 1 MiB: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%} "
-              f"({s['rows_at_least_1MiB']} rows{'; partial log: no rows below 1 MiB' if s['partial'] else ''}); "
-              f"baseline (alpha-beta at the datasheet rates) {_signed(s['baseline_median_abs_error'], '')}")
-    if cluster.gpu_fabric is not None and cluster.calibration is None:
-        print(f"hint: this log can calibrate {cluster.name}'s NCCL model: flexcomm calibrate --cluster "
-              f"{args.cluster} {args.nccl_tests}")
+    for line in report_lines(check):
+        print(line)
     return 0
-
-
-def _signed(value: float | None, sign: str = "+") -> str:
-    return "-" if value is None else f"{value:{sign}.1%}"
-
-
-def published_folder(text: str) -> Path:
-    """``--published`` without a folder: the corpus shipped beside the package."""
-    if text:
-        return Path(text)
-
-    return data_path("nccl-tests")
 
 
 def run_transfer(args: argparse.Namespace) -> int:
     """``validate --published [DIR] --transfer``: calibrate on one run of a system, predict its other runs."""
     out = Path("results/published-transfer" if args.out == "results/validate" else args.out)
-    frame = validate_transfer(published_folder(args.published), out, progress=not args.no_progress)
+    frame = validate_transfer(corpus_folder(args.published), out, progress=not args.no_progress)
     print(headline(frame))
     print("per system, medians over the pairs where the node count or the collective changes (median |error|, "
           "rows >= 1 MiB):")
@@ -248,72 +203,21 @@ def run_transfer(args: argparse.Namespace) -> int:
 def run_published(args: argparse.Namespace) -> int:
     """``validate --published [DIR]``: every published run predicted from its hardware description."""
     out = Path("results/published" if args.out == "results/validate" else args.out)
-    results = validate_published(published_folder(args.published), out, progress=not args.no_progress)
-    predicted = [r for r in results if r.status == "predicted" and r.rows]
-    met, judged, short = target_counts(results)
-    closer, compared = baseline_counts(results)
-    print(f"{len(results)} runs, {len(predicted)} predicted; targets (rows >= 1 MiB: median <= {TARGET_MEDIAN:.0%}, "
-          f"worst <= {TARGET_WORST:.0%}) met by {met} of {judged} described runs with >= {MIN_ROWS} such rows "
-          f"({short} runs too short to judge)")
-    print(f"naive baseline (alpha-beta at the datasheet rates): the NCCL model is closer on {closer} of {compared} "
-          "runs (median |error|, rows >= 1 MiB)")
-    figures = len([r for r in results if r.rows])
-    print(f"wrote {out}/: errors.md, errors.csv, figures/ ({figures} runs)")
+    result = validate_published(args.published, progress=not args.no_progress)
+    figures = write_files(result, out)
+    for line in summary_lines(result):
+        print(line)
+    print(f"wrote {out}/: errors.md, errors.csv, figures/ ({len(figures)} runs)")
     return 0
 
 
 def run_published_training(args: argparse.Namespace) -> int:
     """``validate --published-training [FILE]``: published DDP throughput predicted from each run's reference row
     (or its description), beside the naive baseline of linear scaling."""
-    paths = ([Path(args.published_training)] if args.published_training else
-             [data_path("training-throughput", name) for name in ("training-throughput.md", "multi-node.md")])
+    result = validate_published_training(args.published_training or None)
     out = Path("results/published-training" if args.out == "results/validate" else args.out)
-    corpus = published_training.read_corpus(paths)
-    frame = published_training.validate_corpus(corpus)
-    summary = published_training.class_summary(frame)
-    lines = published_training_report.report_lines(frame)
-    classes = published_training_report.class_lines(summary)
-    skipped = [f"- {where}: {why}" for where, why in corpus.skipped]
-    write_csv_atomic(frame, out / "training.csv")
-    write_text_atomic(out / "training.md", "\n".join(
-        [*lines, "", "Per class (median |error|; the naive baseline is linear scaling of each row's reference):",
-         "", *classes, *(["", "Tables not predicted:", *skipped] if skipped else [])]) + "\n")
-    figure = published_training_report.plot_training(frame, out / "training.png")
-    for line in lines:
-        print(line)
-    print("\nper class, the model against linear scaling of the reference row (median |error|):")
-    for line in classes:
-        print(line)
-    met = int(frame["meets_target"].sum())
-    within = int((frame["rel_error"].abs() <= published_training.TARGET_THROUGHPUT).sum())
-    linear_within = int((frame["baseline_rel_error"].abs() <= published_training.TARGET_THROUGHPUT).sum())
-    multi = frame[frame["scale"] == "multi-node"]
-    print(f"rows within {published_training.TARGET_THROUGHPUT:.0%}: model {within} of {len(frame)}, linear scaling "
-          f"{linear_within} of {len(frame)}; targets (throughput within "
-          f"{published_training.TARGET_THROUGHPUT:.0%}, scaling within "
-          f"{published_training.TARGET_SCALING_POINTS:g} points) met by {met}")
-    if len(multi):
-        model, linear = multi["rel_error"].abs().median(), multi["baseline_rel_error"].abs().median()
-        print(f"multi-node rows: model median |error| {model:.1%}, linear scaling {linear:.1%}: the model is "
-              + ("closer" if model < linear else "NOT closer"))
-    if skipped:
-        print(f"{len(skipped)} tables not predicted (model, hardware or framework not priced; listed in training.md)")
-    compute = compute_module.validate_compute(corpus.rows)
-    compute_lines = compute_module.report_lines(compute)
-    write_csv_atomic(compute, out / "compute.csv")
-    write_text_atomic(out / "compute.md", "\n".join(compute_lines) + "\n")
-    written = ["training.csv", "training.md", figure.name]
-    if len(compute):
-        compute_figure = compute_module.plot_compute(compute, out / "compute.png")
-        print("\n1-GPU rows from the device catalog alone (nothing measured or fitted):")
-        for line in compute_lines:
-            print(line)
-        print(f"target (within {compute_module.TARGET:.0%}): met by {int(compute['within_target'].sum())} of "
-              f"{len(compute)} rows")
-        written += ["compute.csv", "compute.md", compute_figure.name]
-    else:
-        print("\nno 1-GPU rows: the catalog's compute is checked only through the rows predicted from the description")
-        written += ["compute.csv", "compute.md"]
+    written = published_training_report.write_files(result, out)
+    print("\n".join(published_training_report.console_lines(result)))
     print(f"wrote {out}/: {', '.join(written)}")
     return 0
 

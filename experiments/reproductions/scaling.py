@@ -23,7 +23,8 @@ from flexcomm.costmodel.cluster import Cluster, load_cluster  # noqa: E402
 from flexcomm.costmodel.cost_model import CostModel  # noqa: E402
 from flexcomm.costmodel.plotting import strategy_style  # noqa: E402
 from flexcomm.experiments.reproductions.base import Outcome, Reproduction, Settings, finish_figure  # noqa: E402
-from flexcomm.sim.training import TrainingConfig, TrainingSimulator  # noqa: E402
+from flexcomm.sim.training import TrainingSimulator  # noqa: E402
+from flexcomm.sim.training_config import TrainingConfig  # noqa: E402
 from flexcomm.sim.workload import get_training_workload  # noqa: E402
 
 RATIO = 0.01

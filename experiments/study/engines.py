@@ -38,7 +38,8 @@ from flexcomm.planner.llm.recovery import (
     training_precision,
 )
 from flexcomm.sim.recovery import RecoveryConfig, checkpoint_interval_s, planning_charge_s, simulate_recovery
-from flexcomm.sim.training import TrainingConfig, TrainingSimulator
+from flexcomm.sim.training import TrainingSimulator
+from flexcomm.sim.training_config import TrainingConfig
 from flexcomm.sim.workload import get_training_workload
 
 

@@ -20,7 +20,6 @@ from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.gemm_efficiency import achievable_source
 from flexcomm.costmodel.gradient_exchange import DEFAULT_TOPK_RATIO, GradientScheme
-from flexcomm.costmodel.limits import MAX_GLOBAL_BATCH
 from flexcomm.planner.llm.gpt import Transformer
 from flexcomm.planner.llm.memory import PRECISIONS
 from flexcomm.planner.llm.pricing import LLMPlanCost, LLMPricer
@@ -29,6 +28,7 @@ from flexcomm.planner.llm.report import best_summary, table
 from flexcomm.planner.llm.search import LLMSearchResult, search, tensor_parallel_reason
 from flexcomm.planner.llm.step_sim import StepPlan, simulate_step
 from flexcomm.planner.llm.timing import Hardware, device_precisions
+from flexcomm.planner.plan_options import check_plan_options, gradient_exchange
 from flexcomm.planner.rank_devices import PlanCluster, load_plan_cluster
 
 #: GPT-2 small, the graph planner's default GPT: what ``--model gpt`` plans without shape options.
@@ -93,32 +93,16 @@ class TransformerPlanResult:
         return tensor_parallel_reason(self.search, self.priced_on.devices_per_node)
 
 
-def _at_least(name: str, value: int | None, minimum: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-        raise InputError(name, value, f"an integer >= {minimum}")
-
-
-def _fraction(name: str, value: float | None, expected: str) -> None:
-    if value is not None and (isinstance(value, bool) or not 0 < float(value) <= 1):
-        raise InputError(name, value, expected)
-
-
 def check_options(batch_size: int | None, shape: Mapping[str, int], tp: int | None, pp: int | None,
                   nics_per_node: int | None, efficiency: float | None, memory_fraction: float,
                   simulate_top: int) -> None:
-    """The options' own forms, checked before anything is priced (errors name the command line's flags)."""
-    _at_least("batch-size", batch_size, 1)
-    if batch_size is not None:
-        MAX_GLOBAL_BATCH.check("batch-size", batch_size)
-    _at_least("simulate-top", simulate_top, 0)
-    _fraction("memory-fraction", memory_fraction, "a fraction in (0, 1]")
-    _fraction("efficiency", efficiency, "a fraction of peak in (0, 1]")
+    """The options' own forms, checked before anything is priced (errors name the command line's flags): those
+    every planner takes by :func:`planner.plan_options.check_plan_options`, a GPT's shape names here."""
     for name, value in shape.items():
         if name not in DEFAULT_SHAPE:
             raise InputError(name.replace("_", "-"), value, "a GPT shape option: " + ", ".join(DEFAULT_SHAPE))
-        _at_least(name.replace("_", "-"), value, 1)
-    for name, value in (("tp", tp), ("pp", pp), ("nics-per-node", nics_per_node)):
-        _at_least(name, value, 1)
+    check_plan_options(batch_size, simulate_top, memory_fraction, efficiency,
+                       {**shape, "tp": tp, "pp": pp, "nics_per_node": nics_per_node})
 
 
 def _precision(precision: str | None, cluster: PlanCluster, exchange: GradientScheme) -> str:
@@ -156,9 +140,7 @@ def plan_transformer(cluster: str | Path | Cluster | PlanCluster, batch_size: in
     shape = {k: v for k, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("seq_len", seq_len),
                                ("vocab", vocab)) if v is not None}
     check_options(batch_size, shape, tp, pp, nics_per_node, efficiency, memory_fraction, simulate_top)
-    exchange = GradientScheme(scheme, ratio)
-    if scheme == "dense" and ratio != DEFAULT_TOPK_RATIO:
-        raise InputError("ratio", ratio, "--scheme topk-ag or topk-ar (the fraction Top-k keeps)")
+    exchange = gradient_exchange(scheme, ratio)
     pool = load_plan_cluster(cluster)
     if profile:
         pool = pool.with_cluster(calibrated_cluster(pool.cluster, CalibrationProfile.load(profile)))
