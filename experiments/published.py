@@ -25,7 +25,7 @@ algorithm NCCL would choose marked, and the relative error beneath).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -235,16 +235,20 @@ def corpus_folder(folder: str | Path | None) -> Path:
     return Path(folder) if folder else data_path("nccl-tests")
 
 
-def validate_published(folder: str | Path | None = None, *, progress: bool = True) -> PublishedValidation:
+def validate_published(folder: str | Path | None = None, *, progress: bool = True,
+                       before_work: Callable[[], object] | None = None) -> PublishedValidation:
     """Predict every ``*.txt`` run of ``folder`` (default: the shipped corpus) from its cluster file alone, then
     calibrate each on the other runs of its group; nothing is written (see
-    :func:`experiments.published_report.write_files`)."""
+    :func:`experiments.published_report.write_files`). ``before_work`` is called once the folder is checked and
+    before any run is predicted (a caller makes its output folder there: refused early, not after the corpus)."""
     path = corpus_folder(folder)
     if not path.is_dir():
         raise InputError("published", str(path), "a folder of nccl-tests logs with a clusters/ folder beside them")
     logs = sorted(path.glob("*.txt"))
     if not logs:
         raise InputError("published", str(path), "a folder holding nccl-tests logs (*.txt)")
+    if before_work is not None:
+        before_work()
     results = [predict_run(log, path / "clusters" / f"{log.stem}.yaml") for log in _bar(logs, progress)]
     leave_one_run_out(results)
     return PublishedValidation(path, tuple(results))

@@ -15,7 +15,7 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flexcomm._result import CommandResult, refuse_unknown_keywords, switch
+from flexcomm._result import CommandResult, refuse_empty_values, refuse_unknown_keywords, switch
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.job import load_job
 from flexcomm.experiments.commands.common import output_folder
@@ -55,6 +55,7 @@ def plan(model: str | None = None, cluster: str | Path | Cluster | None = None, 
     (``job=PATH``) gives the model, cluster and options it holds (``flexcomm plan --job``'s), a keyword given as
     well wins.
     """
+    refuse_empty_values({"cluster": cluster, **options})
     if "job" in options:
         model, cluster, options = _with_job(options.pop("job"), model, cluster, options)
     if isinstance(model, Path):
@@ -80,8 +81,13 @@ def _with_job(path: object, model: str | None, cluster: str | Path | Cluster | N
         raise InputError("job", path, "a job file (YAML or JSON)")
     fields = plan_job_fields(load_job(path))
     job_model, job_cluster = fields.pop("model"), fields.pop("cluster")
-    return (job_model if model is None else model, job_cluster if cluster is None else cluster,
-            {**fields, **options})
+    model = job_model if model is None else model
+    # the fields the chosen planner prices, as `flexcomm plan --job` does (a gpt shape has no seed to use)
+    engine = (plan_layout_model if isinstance(model, str) and is_layout_model(model)
+              else plan_transformer if model == "gpt" else plan_graph)
+    priced = inspect.signature(engine).parameters
+    return (model, job_cluster if cluster is None else cluster,
+            {**{k: v for k, v in fields.items() if k in priced}, **options})
 
 
 def _plan_layouts(model: str, cluster: str | Path | Cluster | None, out: str | Path | None = "results/plan",
@@ -157,6 +163,7 @@ def place(model: str | None = None, cluster: str | Path | Cluster | None = None,
     :func:`flexcomm.placement.run.place_graph` (keywords: its own, as the command's flags); ``frame``: the placers
     compared (``comparison.csv``), ``tables["placement"]`` the chosen one, ``tables["curves"]``, figures
     ``search_curves``, ``timeline`` (written to ``out``, ``results/place`` unless ``out=None``)."""
+    refuse_empty_values({"cluster": cluster, "out": out, **options})
     _check_keywords(options, place_graph, "place(...)", ("cluster", "model", "progress", "before_work", "contention"),
                     ("out", "no_progress", "no_plot", "no_contention"))
     shown, plot = not switch("no_progress", no_progress), not switch("no_plot", no_plot)

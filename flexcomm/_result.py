@@ -21,11 +21,12 @@ __all__ = ["CommandResult"]
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What one command produced: its main table, every table and figure it wrote, and what it printed.
+    """What one engine call produced: its main table, every table it made and figure it drew, and what its
+    command prints.
 
-    ``frame`` is the table a reader looks at first (``plans.csv`` for ``plan``); ``tables`` and ``figures``
-    map each written file's stem to its content or path, ``summaries`` each JSON file's stem to its data.
-    ``exit_status`` is the CLI's (``validate`` answers 1 when a target is missed: a result, not an error).
+    ``frame`` is the table a reader looks at first (what ``plans.csv`` holds for ``plan``); ``tables`` and
+    ``figures`` map each table's and figure's name (its file's stem) to its content or path, ``summaries`` each
+    JSON document's name to its data.
     """
 
     command: str
@@ -35,7 +36,6 @@ class CommandResult:
     figures: Mapping[str, Path] = field(default_factory=dict)
     summaries: Mapping[str, Any] = field(default_factory=dict)
     report: str = ""
-    exit_status: int = 0
 
     def __str__(self) -> str:
         return self.report.rstrip("\n")
@@ -74,3 +74,11 @@ def switch(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InputError(name, value, "True or False")
     return value
+
+
+def refuse_empty_values(values: Mapping[str, Any]) -> None:
+    """``out=""`` (an unset variable) must not mean "the current folder", nor ``profile=""`` "no profile": an
+    empty string, alone or in a list, is refused by its keyword, as the command line refuses ``--out ''``."""
+    for keyword, value in values.items():
+        if isinstance(value, str) and value == "" or isinstance(value, (list, tuple)) and "" in value:
+            raise InputError(keyword, "", "a non-empty value")

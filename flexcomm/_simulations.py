@@ -13,8 +13,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from flexcomm._result import CommandResult, refuse_unknown_keywords, switch
+from flexcomm._result import CommandResult, refuse_empty_values, refuse_unknown_keywords, switch
 from flexcomm.costmodel.errors import InputError
+from flexcomm.experiments.commands.simulate_recovery import study_bar
 from flexcomm.planner.llm import recovery_report
 from flexcomm.planner.llm.recovery_run import FailureModel, compare_policies, mtbf_study
 from flexcomm.sim import scenario_report
@@ -40,6 +41,7 @@ def scenario(file: str | Path | Mapping[str, Any] | Scenario, out: str | Path | 
     """Several jobs sharing one cluster, together and each alone (``flexcomm simulate --scenario FILE``);
     ``frame``: per job, slowdown from sharing (``jobs.csv``), figure ``link_utilization``. ``sharing`` and
     ``coupling`` replace the file's; with ``out=None`` nothing is written (and no figure drawn)."""
+    refuse_empty_values({"file": file, "out": out, **options})
     _check_keywords("scenario", options, _SCENARIO_KEYWORDS)
     spec = dict(file) if isinstance(file, Mapping) else file
     result = simulate_scenario(spec, sharing=options.get("sharing"), coupling=options.get("coupling"))
@@ -62,11 +64,12 @@ def recovery(workload: str, cluster: str | Path, policies: str | list[str] = "al
     --recovery POLICIES``); ``frame``: one row per policy (``recovery.csv``), figure ``goodput``. ``mtbf``
     (one node's mean time between failures) defaults to a large fleet's measured rate (Llama 3's).
     ``mtbf_study=True`` runs the study instead (``recovery_study.csv``, figure ``recovery_study``; needs ``out``)."""
+    refuse_empty_values({"cluster": cluster, "out": out, **options})
     _check_keywords("recovery", options, _RECOVERY_KEYWORDS)
     failures = FailureModel(**{k: v for k, v in options.items() if k in _FAILURE_KEYWORDS})
     job = {"nodes": options.get("nodes"), "batch_size": options.get("batch_size")}
     if options.get("mtbf_study"):
-        return _study(workload, cluster, out, job, failures)
+        return _study(workload, cluster, out, job, failures, shown=not options.get("no_progress", False))
     comparison = compare_policies(workload, cluster, policies, failures=failures, **job)
     lines = recovery_report.report_lines(comparison)
     written = recovery_report.write_files(comparison, out) if out is not None else []
@@ -79,11 +82,12 @@ def recovery(workload: str, cluster: str | Path, policies: str | list[str] = "al
 
 
 def _study(workload: str, cluster: str | Path, out: str | Path | None, job: dict[str, Any],
-           failures: FailureModel) -> CommandResult:
+           failures: FailureModel, shown: bool) -> CommandResult:
     """``flexcomm.recovery(..., mtbf_study=True)``: the best policy per (node MTBF, job nodes) cell."""
     if out is None:
         raise InputError("out", None, "an output directory for the study, e.g. out='results/recovery'")
-    study = mtbf_study(workload, cluster, failures=failures, **job)
+    with study_bar(shown) as progress:
+        study = mtbf_study(workload, cluster, failures=failures, progress=progress, **job)
     written = recovery_report.write_study(study, out)
     lines = [*recovery_report.study_lines(study), recovery_report.written_line(written)]
     return CommandResult(command="recovery", out=Path(out), frame=study.table(),

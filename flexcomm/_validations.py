@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flexcomm._result import CommandResult, refuse_unknown_keywords, switch
+from flexcomm._result import CommandResult, refuse_empty_values, refuse_unknown_keywords, switch
 from flexcomm.costmodel.cluster import Cluster
 from flexcomm.costmodel.collective_libraries.log_check import check_nccl_tests, report_lines
-from flexcomm.experiments.commands.common import json_safe
+from flexcomm.experiments.commands.common import json_safe, output_folder
 from flexcomm.experiments.published import validate_published as predict_published
 from flexcomm.experiments.published_plots import plot_run
 from flexcomm.experiments.published_report import summary_lines, write_files
@@ -27,9 +27,11 @@ def validate_published(folder: str | Path | None = None, out: str | Path | None 
     from its hardware description (``flexcomm validate --published``); ``frame``: one line per row
     (``errors.csv``), a figure per run keyed by its id, ``summaries["summary"]`` the summary lines' numbers.
     ``no_progress=True`` hides the progress bar; ``out=None`` writes nothing."""
+    refuse_empty_values({"out": out, **options})
     refuse_unknown_keywords("validate_published(...)", options, ("folder", "out", "no_progress"))
     no_progress = switch("no_progress", options.get("no_progress", False))
-    result = predict_published(folder, progress=not no_progress)
+    result = predict_published(folder, progress=not no_progress,
+                               before_work=None if out is None else lambda: output_folder(Path(out)))
     figures = write_files(result, Path(out)) if out is not None else {}
     frame = result.table()
     report = summary_lines(result)
@@ -47,6 +49,7 @@ def validate_nccl_tests(log: str | Path, cluster: str | Path | Cluster, out: str
     ``--json`` prints (rows and summary), ``report`` the command's table. Keywords ``profile``, ``collective``,
     ``algorithm`` are the command's flags. With ``out``, draws the run's figure there (busbw and predicted /
     measured against size)."""
+    refuse_empty_values({"log": log, "cluster": cluster, "out": out, **options})
     refuse_unknown_keywords("validate_nccl_tests(...)", options,
                             ("log", "cluster", "out", "profile", "collective", "algorithm"))
     check = check_nccl_tests(log, cluster, **options)

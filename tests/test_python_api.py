@@ -177,6 +177,42 @@ def test_a_job_file_gives_plan_its_fields_and_a_keyword_given_as_well_wins(tmp_p
         flexcomm.plan(job=3)
 
 
+def test_an_empty_string_is_refused_by_its_keyword_as_the_command_line_refuses_it(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    """``out=""`` would be the current folder: each call refuses it (and an empty value in any keyword) before
+    it runs, writing nothing."""
+    monkeypatch.chdir(tmp_path)
+    calls = [lambda: flexcomm.plan("resnet18", out=""), lambda: flexcomm.plan("llama3-70b", out=""),
+             lambda: flexcomm.place("inception", out=""),
+             lambda: flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", out=""),
+             lambda: flexcomm.scenario("experiments/studies/scenario-two-jobs.yaml", out=""),
+             lambda: flexcomm.validate_published(out=""), lambda: flexcomm.plan("resnet18", op_times="")]
+    for call in calls:
+        with pytest.raises(flexcomm.InputError, match=r"^(out|op_times): got ''; expected a non-empty value$"):
+            call()
+    assert not list(tmp_path.iterdir())
+
+
+def test_recovery_takes_a_zero_as_a_value_and_refuses_no_policy(tmp_path: Path) -> None:
+    from flexcomm.planner.llm.recovery_run import FailureModel, recovery_job
+
+    job = recovery_job("gpt-1.7b", "4x4-a100-v100")
+    config = FailureModel(repair_time=0, restart_cost=0).config("restart", job.cluster, job.parameters, job.nodes)
+    assert (config.repair_s, config.restart_s) == (0.0, 0.0)  # not the 4 h and 2 min defaults
+    for policies in ([], "", " , "):
+        with pytest.raises(flexcomm.InputError, match="^recovery: got"):
+            flexcomm.recovery("gpt-1.7b", "4x4-a100-v100", policies, out=None)
+
+
+def test_a_job_s_fields_the_planner_does_not_price_are_left_out_as_the_command_does(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"  # a gpt shape with a seed: the transformer planner has nothing random
+    job.write_text("model: gpt\ngpt: {layers: 4, hidden: 256, heads: 4, seq_len: 128, vocab: 1000}\n"
+                   "cluster: 4x8-a100-ib\nbatch_per_device: 2\nseed: 3\n")
+    result = flexcomm.plan(job=job, out=None)
+    assert result.summaries["best_plan"]["batch_size"] == 2 * 32
+
+
 def test_a_scalar_question_gets_plain_floats() -> None:
     model = flexcomm.CostModel.from_cluster(flexcomm.load_cluster("4x8-a100-ib"))
     assert type(model.collective("allreduce", "hierarchical", "256MiB", 32).total) is float

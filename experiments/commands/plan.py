@@ -16,7 +16,14 @@ from flexcomm.experiments.commands.job_options import add_job_argument
 from flexcomm.experiments.commands.plan_gpt import run_transformer
 from flexcomm.experiments.commands.plan_layouts import is_layout_model, run_layouts
 from flexcomm.experiments.whatif_step import exchange_lines
-from flexcomm.planner.graph_plan import SAMPLES_PER_DEVICE, GraphPlanResult, NoPlanFits, check_search, plan_graph
+from flexcomm.planner.graph_plan import (
+    SAMPLES_PER_DEVICE,
+    GraphPlanResult,
+    NoPlanFits,
+    check_model,
+    check_search,
+    plan_graph,
+)
 from flexcomm.planner.llm.transformer_plan import GPT_SEQUENCES
 from flexcomm.planner.plan_options import at_least, check_top
 
@@ -145,6 +152,7 @@ def pricing_progress(shown: bool) -> Progress | None:
 
 def _run_graph(args: argparse.Namespace) -> int:
     """The operator-graph planner: one engine call, its files written and its report printed."""
+    check_model(args.model)  # a mistyped model is the first thing to say, before flags it would not take
     _refuse_transformer_flags(args)
     check_top(args.top)
     out = Path(args.out)

@@ -7,7 +7,9 @@ lines and files."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.planner.llm.recovery_report import report_lines, study_lines, write_files, write_study, written_line
@@ -34,10 +36,10 @@ def run_recovery(args: argparse.Namespace) -> int:
     return 0
 
 
-def _study(args: argparse.Namespace) -> int:
-    if not args.out:
-        recovery_job(args.workload, args.cluster, args.nodes, args.batch_size)  # a bad job is said first
-        raise InputError("out", "(missing)", "an output directory for the study, e.g. --out results/recovery")
+@contextlib.contextmanager
+def study_bar(shown: bool) -> Iterator[Callable[[int, int], None]]:
+    """A ``progress(done, total)`` callback drawing the MTBF study's bar on stderr (only on a terminal, and not
+    at all unless ``shown``), closed however the study ends: the command's and ``flexcomm.recovery``'s."""
     from tqdm import tqdm
 
     bar = None
@@ -46,15 +48,23 @@ def _study(args: argparse.Namespace) -> int:
         nonlocal bar
         if bar is None:
             bar = tqdm(total=total, desc="mtbf study", unit="run", leave=False, file=sys.stderr,
-                       disable=True if args.no_progress else None)  # None: only on a terminal
+                       disable=None if shown else True)  # None: only on a terminal
         bar.update(done - bar.n)
 
     try:
-        study = mtbf_study(args.workload, args.cluster, nodes=args.nodes, batch_size=args.batch_size,
-                           failures=failure_model(args), progress=progress)
+        yield progress
     finally:
         if bar is not None:
             bar.close()
+
+
+def _study(args: argparse.Namespace) -> int:
+    if not args.out:
+        recovery_job(args.workload, args.cluster, args.nodes, args.batch_size)  # a bad job is said first
+        raise InputError("out", "(missing)", "an output directory for the study, e.g. --out results/recovery")
+    with study_bar(not args.no_progress) as progress:
+        study = mtbf_study(args.workload, args.cluster, nodes=args.nodes, batch_size=args.batch_size,
+                           failures=failure_model(args), progress=progress)
     written = write_study(study, args.out)
     for line in study_lines(study):
         print(line)

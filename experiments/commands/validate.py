@@ -11,7 +11,7 @@ from flexcomm.costmodel.collective_libraries.log_check import check_nccl_tests, 
 from flexcomm.costmodel.errors import InputError
 from flexcomm.costmodel.units import parse_time
 from flexcomm.experiments import published_llm, published_training_report
-from flexcomm.experiments.commands.common import add_cluster_arguments, print_json, print_written
+from flexcomm.experiments.commands.common import add_cluster_arguments, output_folder, print_json, print_written
 from flexcomm.experiments.published import corpus_folder, validate_published
 from flexcomm.experiments.published_llm_plots import plot_published_llm
 from flexcomm.experiments.published_report import summary_lines, write_files
@@ -203,7 +203,7 @@ def run_transfer(args: argparse.Namespace) -> int:
 def run_published(args: argparse.Namespace) -> int:
     """``validate --published [DIR]``: every published run predicted from its hardware description."""
     out = Path("results/published" if args.out == "results/validate" else args.out)
-    result = validate_published(args.published, progress=not args.no_progress)
+    result = validate_published(args.published, progress=not args.no_progress, before_work=lambda: output_folder(out))
     figures = write_files(result, out)
     for line in summary_lines(result):
         print(line)

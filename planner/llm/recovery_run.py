@@ -68,17 +68,17 @@ class FailureModel:
         sweeps them); every value checked, each error naming its keyword."""
         if mtbf_s is None:
             mtbf_s = FLEET_NODE_MTBF_S if self.mtbf is None else parse_time(self.mtbf, "mtbf")
-        storage = (parse_bandwidth(self.storage_bandwidth, "storage-bandwidth") if self.storage_bandwidth
+        storage = (parse_bandwidth(self.storage_bandwidth, "storage-bandwidth") if self.storage_bandwidth is not None
                    else cluster.storage_bandwidth_Bps or RecoveryConfig.storage_Bps)
         if interval is None:
             interval = checkpoint_interval_s(str(self.checkpoint_interval), parameters, storage, mtbf_s, nodes)
         _whole("rack-nodes", self.rack_nodes)
         return RecoveryConfig(
             policy=policy, horizon_s=parse_time(self.horizon, "horizon"), mtbf_s=mtbf_s,
-            repair_s=parse_time(self.repair_time or "4h", "repair-time"), checkpoint_every_s=interval,
-            detection_s=parse_time(self.timeout or "10min", "timeout"),
-            restart_s=parse_time(self.restart_cost or "2min", "restart-cost"), storage_Bps=storage,
-            rack_mtbf_s=parse_time(self.rack_mtbf, "rack-mtbf") if self.rack_mtbf else None,
+            repair_s=parse_time(_given(self.repair_time, "4h"), "repair-time"), checkpoint_every_s=interval,
+            detection_s=parse_time(_given(self.timeout, "10min"), "timeout"),
+            restart_s=parse_time(_given(self.restart_cost, "2min"), "restart-cost"), storage_Bps=storage,
+            rack_mtbf_s=parse_time(self.rack_mtbf, "rack-mtbf") if self.rack_mtbf is not None else None,
             rack_nodes=self.rack_nodes, seed=_whole("seed", self.seed, 0),
             planning_s=planning_charge_s(str(self.planning_time)))
 
@@ -142,6 +142,11 @@ class MtbfStudy:
         return self.rows.loc[self.rows.groupby(["mtbf_h", "nodes"])["efficiency"].idxmax()]
 
 
+def _given(value: str | float | None, default: str) -> str | float:
+    """``value`` unless it was left out: a 0 given in SI units is a value (checked), not "the default"."""
+    return default if value is None else value
+
+
 def _whole(field: str, value: object, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InputError(field, value, f"an integer >= {minimum}")
@@ -154,9 +159,12 @@ def policy_names(policies: str | Sequence[str]) -> list[str]:
         names = list(POLICIES) if policies.strip() == "all" else [t.strip() for t in policies.split(",") if t.strip()]
     else:
         names = [str(p) for p in policies]
+    expected = "one of " + ", ".join(POLICIES) + ", a comma list of them, or all"
+    if not names:
+        raise InputError("recovery", policies, expected)
     for name in names:
         if name not in POLICIES:
-            raise InputError("recovery", name, "one of " + ", ".join(POLICIES) + ", a comma list of them, or all")
+            raise InputError("recovery", name, expected)
     return names
 
 
@@ -196,7 +204,7 @@ def mtbf_study(workload: str, cluster: str | Path | Cluster, *, nodes: int | Non
                progress: Callable[[int, int], None] | None = None) -> MtbfStudy:
     """Every policy over node MTBF x job nodes x checkpoint interval (:data:`STUDY_MTBF_H`, :data:`STUDY_NODES`,
     :data:`STUDY_INTERVALS_S` and Young/Daly's); a cell no plan fits is left out. ``progress(done, total)`` is
-    called after each run."""
+    called as each run starts."""
     job = recovery_job(workload, cluster, nodes, batch_size)
     total = len(STUDY_NODES) * len(STUDY_MTBF_H) * (len(STUDY_INTERVALS_S) + 1) * len(POLICIES)
     rows, done = [], 0
